@@ -1,0 +1,91 @@
+"""Builds a run's components from a composed Hydra config (shared by ``train.py`` and tests)."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from hydra.utils import instantiate
+from omegaconf import DictConfig
+
+from mintrl.model.loading import LoadedPolicy
+
+# Fields that must be positive integers, checked before any model is loaded.
+POSITIVE_FIELDS = (
+    "rollout.n_control", "rollout.chunk_size", "rollout.continuation_len", "rollout.max_response_tokens",
+    "data.prompts_per_step", "data.val_samples_per_prompt", "trainer.max_steps",
+)
+NON_NEGATIVE_FIELDS = ("rollout.n_semi", "rollout.max_reviews", "rollout.intervention_steps")
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Reject bad sizes at config time, naming the field.
+
+    Raises:
+        ValueError: a field of ``POSITIVE_FIELDS`` that is not a positive integer, or of
+            ``NON_NEGATIVE_FIELDS`` that is negative.
+    """
+    for fields, low in ((POSITIVE_FIELDS, 1), (NON_NEGATIVE_FIELDS, 0)):
+        for name in fields:
+            node: Any = cfg
+            for part in name.split("."):
+                node = node.get(part) if isinstance(node, DictConfig) else None
+            if node is None:
+                continue
+            if not isinstance(node, int) or isinstance(node, bool) or node < low:
+                kind = "a positive" if low else "a non-negative"
+                raise ValueError(f"{name} must be {kind} integer, got {node!r}")
+
+
+class ModelContext:
+    """The policy, its tokenizer, and (on first request) the frozen step-0 copy that
+    self-privileged judges and interventions share."""
+
+    def __init__(self, loaded: LoadedPolicy):
+        self.policy = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.source = loaded.source
+        self._frozen = None
+
+    def frozen_policy(self):
+        """A frozen deep copy of the policy as it is now (call before training: step 0)."""
+        if self._frozen is None:
+            self._frozen = copy.deepcopy(self.policy).eval().requires_grad_(False)
+        return self._frozen
+
+
+@dataclass
+class Components:
+    """Everything a run needs, built and wired."""
+
+    context: ModelContext
+    rollout: Any
+    datamodule: Any
+    module: Any
+    trainer: Any
+
+
+def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
+    """Instantiate every component of ``cfg`` in dependency order.
+
+    model -> sampler -> judge, intervention, reward -> rollout -> data -> objective -> module ->
+    logger, callbacks -> trainer.
+    """
+    check_config(cfg)
+    context = ModelContext(instantiate(cfg.model))
+    tokenizer = context.tokenizer
+    sampler = instantiate(cfg.sampler, model=context.policy, tokenizer=tokenizer)
+    judge = instantiate(cfg.judge, context=context)
+    intervention = instantiate(cfg.intervention, context=context)
+    reward = instantiate(cfg.reward)
+    rollout = instantiate(cfg.rollout, sampler=sampler, judge=judge, intervention=intervention, reward=reward, tokenizer=tokenizer)
+    datamodule = instantiate(cfg.data, rollout=rollout, tokenizer=tokenizer)
+    module = instantiate(cfg.module, policy=context.policy, objective=instantiate(cfg.objective), tokenizer=tokenizer)
+    built_trainer = None
+    if trainer:
+        logger = instantiate(cfg.logger) if cfg.get("logger") else False
+        callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
+        built_trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks)
+    return Components(context, rollout, datamodule, module, built_trainer)
+

@@ -1,0 +1,58 @@
+"""A one-screen summary at the end of a run."""
+
+from __future__ import annotations
+
+import time
+
+import lightning.pytorch as L
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else float("nan")
+
+
+class RunSummary(L.Callback):
+    """Prints first vs last held-out and control reward, the off-policy fraction and where the
+    logs, checkpoint and Hugging Face folder are; ``self.summary`` keeps the numbers."""
+
+    def __init__(self) -> None:
+        self.summary: dict = {}
+        self._t0 = time.perf_counter()
+
+    def on_fit_start(self, trainer, module) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_fit_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        hist = getattr(module, "history", [])
+        val = getattr(module, "val_history", [])
+        k = max(1, len(hist) // 4)
+        ckpt = getattr(trainer.checkpoint_callback, "last_model_path", "") or getattr(trainer.checkpoint_callback, "best_model_path", "")
+        export = next((c for c in trainer.callbacks if c.__class__.__name__ == "HFExport"), None)
+        self.summary = {
+            "steps": trainer.global_step,
+            "minutes": (time.perf_counter() - self._t0) / 60,
+            "val_reward_first": val[0][1] if val else None,
+            "val_reward_last": val[-1][1] if val else None,
+            "control_reward_first": _mean(h.get("reward/control") for h in hist[:k]),
+            "control_reward_last": _mean(h.get("reward/control") for h in hist[-k:]),
+            "semi_minus_control": _mean(h.get("reward/gap") for h in hist),
+            "offpolicy_frac": _mean(h.get("rollout/offpolicy_frac") for h in hist),
+            "log_dir": getattr(trainer.logger, "log_dir", None),
+            "checkpoint": ckpt,
+            "hf_folder": str(export.dirpath or f"{trainer.default_root_dir}/hf_policy") if export else None,
+        }
+        if not trainer.is_global_zero:
+            return
+        s = self.summary
+        fmt = lambda v: "n/a" if v is None else f"{v:.3f}"
+        lines = [
+            "", "=" * 72, f"mintrl run summary: {s['steps']} optimizer steps in {s['minutes']:.1f} min",
+            f"  held-out reward (val/reward):   first {fmt(s['val_reward_first'])}  ->  last {fmt(s['val_reward_last'])}",
+            f"  control reward (first/last {k} steps): {fmt(s['control_reward_first'])}  ->  {fmt(s['control_reward_last'])}",
+            f"  semi-on-policy minus control:   {fmt(s['semi_minus_control'])}   off-policy token fraction: {fmt(s['offpolicy_frac'])}",
+            f"  TensorBoard logs: {s['log_dir']}   (tensorboard --logdir {s['log_dir']})",
+            f"  Lightning checkpoint: {s['checkpoint'] or 'none'}",
+            f"  Hugging Face policy: {s['hf_folder']}", "=" * 72,
+        ]
+        print("\n".join(lines), flush=True)

@@ -1,0 +1,58 @@
+"""``judge=rule``: a noise-free judge for arithmetic tasks.
+
+It checks every explicit claim of each step with exact arithmetic (``3 + 4 = 8`` is false) and a
+stated final answer against the reference answer, and revises the earliest step with a false
+claim. The first step is read together with the unfinished last step of the accepted prefix, so a
+claim split across the chunk boundary is still checked; a claim that ends exactly where a
+non-final chunk ends may be incomplete ("= 1" of "= 12") and waits for the next chunk.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from mintrl.judge.arithmetic import find_claims
+from mintrl.judge.base import REVISE, ReviewRequest, Verdict
+from mintrl.judge.steps import split_steps
+
+
+class RuleJudge:
+    """Exact-arithmetic judge (see module docstring).
+
+    Args:
+        context: unused (judges receive the run's ModelContext).
+        check_final_answer: also check stated final answers against the reference.
+    """
+
+    def __init__(self, context=None, check_final_answer: bool = True):
+        self.check_final_answer = check_final_answer
+
+    def review_one(self, request: ReviewRequest) -> Verdict:
+        """Verdict for one request: Revise at the earliest step holding a false claim, else Keep."""
+        reference = request.reference if self.check_final_answer else None
+        steps = request.steps
+        tail = ""
+        if request.prefix_text:
+            last = split_steps(request.prefix_text)
+            tail = last[-1].text if last else ""
+            if tail.endswith("\n\n") or tail.rstrip(" \t") != tail.rstrip():  # prefix ended on a delimiter
+                tail = ""
+        text_end = sum(len(s) for s in steps)
+        offset = 0
+        for index, step in enumerate(steps):
+            text = (tail + step) if index == 0 else step
+            skip = len(tail) if index == 0 else 0
+            for claim in find_claims(text, reference):
+                if claim.end <= skip:
+                    continue  # wholly inside the accepted prefix: already judged
+                at_chunk_end = offset + claim.end - skip >= text_end
+                if at_chunk_end and not request.final:
+                    continue  # may still be incomplete
+                if not claim.holds:
+                    return Verdict(kind=REVISE, step=index, correction=claim.correction)
+            offset += len(step)
+        return Verdict()
+
+    def review(self, requests: Sequence[ReviewRequest]) -> list[Verdict]:
+        """One verdict per request (never raises on text)."""
+        return [self.review_one(r) for r in requests]

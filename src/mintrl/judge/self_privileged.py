@@ -1,0 +1,72 @@
+"""``judge=self_privileged``: the frozen step-0 policy judges with the reference answer.
+
+The prompt numbers the chunk's steps and asks for ``KEEP`` or ``REVISE <k>``. Parsing is lenient
+(case, brackets, "step", punctuation) and never raises; output with neither form, or a step number
+out of range, is ``unparseable`` and counts as Keep.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from mintrl.judge.base import KEEP, REVISE, UNPARSEABLE, ReviewRequest, Verdict
+from mintrl.sampler.hf import HFSampler
+
+DEFAULT_PROMPT = (
+    "You check a student's solution step by step.\n\nQuestion: {question}\n"
+    "Correct final answer (the student cannot see it): {reference}\n\n"
+    "Solution so far:\n{prefix}\n\nNew steps:\n{steps}\n\n"
+    "Is every new step correct? Reply with one line: KEEP if all new steps are correct, "
+    "or REVISE k where k is the number of the first wrong step."
+)
+_VERDICT = re.compile(r"\b(KEEP|REVISE)\b(?:\s*(?:at\s+)?(?:step)?\s*[\[#(:]?\s*(\d+))?", re.I)
+
+
+def parse_verdict(text: str, num_steps: int) -> Verdict:
+    """Read ``KEEP`` / ``REVISE k`` (1-based ``k``) from a judge's reply; never raises.
+
+    Returns:
+        Keep, Revise with ``step = k - 1``, or ``unparseable`` (no verdict word, or Revise without
+        a step number in ``1..num_steps``).
+    """
+    m = _VERDICT.search(text or "")
+    if m is None:
+        return Verdict(kind=UNPARSEABLE)
+    if m.group(1).upper() == "KEEP":
+        return Verdict(kind=KEEP)
+    if m.group(2) is None or not 1 <= int(m.group(2)) <= num_steps:
+        return Verdict(kind=UNPARSEABLE)
+    return Verdict(kind=REVISE, step=int(m.group(2)) - 1)
+
+
+class SelfPrivilegedJudge:
+    """LLM judge on the frozen base policy with privileged context (see module docstring).
+
+    Args:
+        context: the run's :class:`mintrl.build.ModelContext`.
+        max_new_tokens: verdict length budget (tokens).
+        temperature: judge sampling temperature.
+        prompt: template with ``{question}``, ``{reference}``, ``{prefix}``, ``{steps}``.
+    """
+
+    def __init__(self, context, max_new_tokens: int = 16, temperature: float = 1.0, prompt: str = DEFAULT_PROMPT):
+        if max_new_tokens <= 0:
+            raise ValueError(f"judge.max_new_tokens must be positive, got {max_new_tokens}")
+        self.tokenizer = context.tokenizer
+        self.sampler = HFSampler(context.frozen_policy(), context.tokenizer)
+        self.max_new_tokens, self.temperature, self.prompt = max_new_tokens, temperature, prompt
+
+    def prompt_ids(self, r: ReviewRequest) -> list[int]:
+        steps = "\n".join(f"[{i + 1}] {s.strip()}" for i, s in enumerate(r.steps))
+        text = self.prompt.format(question=r.question, reference=r.reference, prefix=r.prefix_text or "(empty)", steps=steps)
+        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    def review(self, requests: Sequence[ReviewRequest]) -> list[Verdict]:
+        """One batched generation over all requests, parsed with :func:`parse_verdict`."""
+        if not requests:
+            return []
+        gen = self.sampler.generate([self.prompt_ids(r) for r in requests], self.max_new_tokens, self.temperature)
+        texts = self.tokenizer.batch_decode([t.tolist() for t in gen.token_ids], skip_special_tokens=True)
+        return [parse_verdict(t, len(r.steps)) for t, r in zip(texts, requests)]

@@ -1,0 +1,86 @@
+"""Per-token log-probs and entropies without materialising full-vocabulary logits for the batch.
+
+The naive path ``log_softmax(model(x).logits)`` holds ``N x L x V`` floats (16 x 256 x 49152 fp32
+is 0.8 GB, several times that with autograd). Here the transformer body runs once, then the LM
+head, log-softmax and gather run over at most ``chunk_tokens`` response positions at a time under
+activation checkpointing, so only one ``[chunk_tokens, V]`` logits block is alive, in the forward
+and in the backward pass. Prompt positions never go through the LM head.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+
+def _head_and_body(model):
+    config = getattr(model, "config", None)
+    for attr in ("final_logit_softcapping", "logit_scale"):
+        if getattr(config, attr, None) not in (None, 1.0):
+            raise NotImplementedError(f"models with config.{attr} are not supported by token_logprobs yet")
+    body = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, model.base_model_prefix)
+    return model.get_output_embeddings(), body
+
+
+def _chunk_logprob_entropy(head, hidden, targets, temperature: float):
+    # hidden [M, H], targets [M] -> logprob [M], entropy [M] (entropy detached)
+    logits = head(hidden).float() / temperature  # [M, V]: the only full-vocabulary block
+    logz = torch.logsumexp(logits, dim=-1)  # [M]
+    logprob = logits.gather(-1, targets[:, None]).squeeze(-1) - logz
+    with torch.no_grad():
+        entropy = logz - (F.softmax(logits, dim=-1) * logits).sum(-1)
+    return logprob, entropy
+
+
+def token_logprobs(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    target_mask: torch.Tensor,
+    temperature: float = 1.0,
+    chunk_tokens: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs ``log_softmax(logits / T)`` of each target token under ``model``.
+
+    Args:
+        model: a Hugging Face causal LM whose logits are ``lm_head(last_hidden_state)``.
+        input_ids: ``[N, L]`` int64, right-padded. attention_mask: ``[N, L]``.
+        target_mask: ``[N, L]`` bool, positions whose token's log-prob is wanted (position 0 is
+            never a target: nothing predicts it).
+        temperature: the sampling temperature ``T`` (> 0).
+        chunk_tokens: at most this many positions go through the LM head at once.
+
+    Returns:
+        ``(logprobs, entropy)``, both ``[N, L]`` float32 with zeros off ``target_mask``; entry ``j``
+        is ``log p(input_ids[:, j] | input_ids[:, :j])`` (nats) and the entropy (nats, detached) of
+        that predictive distribution. Gradients flow into ``logprobs`` when grad is enabled.
+
+    Raises:
+        ValueError: non-positive ``temperature`` or ``chunk_tokens``.
+        NotImplementedError: models with logit soft-capping or scaling.
+    """
+    if temperature <= 0 or chunk_tokens <= 0:
+        raise ValueError(f"need temperature > 0 and chunk_tokens > 0, got {temperature}, {chunk_tokens}")
+    head, body = _head_and_body(model)
+    hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [N, L, H]
+    mask = target_mask.clone()
+    mask[:, 0] = False
+    rows, cols = mask.nonzero(as_tuple=True)  # target positions, [M] each
+    logprobs = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+    entropy = torch.zeros_like(logprobs)
+    parts_lp, parts_ent = [], []
+    for s in range(0, rows.numel(), chunk_tokens):
+        r, c = rows[s : s + chunk_tokens], cols[s : s + chunk_tokens]
+        h = hidden[r, c - 1]  # [m, H]: the state that predicts token c
+        t = input_ids[r, c]  # [m]
+        if torch.is_grad_enabled():
+            lp, ent = checkpoint(_chunk_logprob_entropy, head, h, t, temperature, use_reentrant=False)
+        else:
+            lp, ent = _chunk_logprob_entropy(head, h, t, temperature)
+        parts_lp.append(lp)
+        parts_ent.append(ent)
+    if parts_lp:
+        logprobs = logprobs.index_put((rows, cols), torch.cat(parts_lp))
+        entropy[rows, cols] = torch.cat(parts_ent)
+    return logprobs, entropy

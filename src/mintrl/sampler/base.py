@@ -1,0 +1,53 @@
+"""The sampler contract shared by every backend.
+
+A sampler continues a batch of token-id prefixes (prompt + accepted response so far) by at most
+``max_new_tokens`` tokens and reports, per row, the sampled token ids, their log-probs under the
+sampling distribution ``log_softmax(logits / temperature)`` and whether an EOS id ended the row.
+
+Continuation is the primitive of chunked generation (MInTRL Algorithm 1): the rollout loop calls
+``generate`` once per chunk with the accepted prefix. ``cache_keys`` name the rollout each row
+belongs to, so that a backend with a prefix cache (vLLM) can reuse the KV cache of the unchanged
+part of the prefix and recompute only what changed after a truncation + intervention. A backend
+without one (``HFSampler``) re-encodes the prefix; the results are the same either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import torch
+
+
+@dataclass
+class Generation:
+    """Output of one ``Sampler.generate`` call, one entry per input row.
+
+    Attributes:
+        token_ids: ``B`` int64 tensors of shape ``[n_i]``, ``n_i <= max_new_tokens``; the EOS token
+            that ended a row is included as its last element.
+        logprobs: ``B`` float32 tensors of shape ``[n_i]``: ``log_softmax(logits / T)`` of each
+            sampled token (nats).
+        finished: ``B`` booleans, True where the row ended with an EOS id (not the length limit).
+    """
+
+    token_ids: list[torch.Tensor]
+    logprobs: list[torch.Tensor]
+    finished: list[bool]
+
+
+class Sampler(Protocol):
+    """What the rollout loop needs from a generation backend."""
+
+    eos_token_ids: tuple[int, ...]
+
+    def generate(
+        self,
+        prefixes: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        cache_keys: Sequence[int] | None = None,
+    ) -> Generation:
+        """Continue each prefix by at most ``max_new_tokens`` tokens (see module docstring)."""
+        ...

@@ -1,0 +1,51 @@
+"""Entry point: ``python -m mintrl.train`` / ``mintrl-train`` (Hydra; overrides on the command line).
+
+Examples::
+
+    mintrl-train                                   # MInTRL-Const on the embedded default
+    mintrl-train objective=regression_proxy judge=rule intervention=rule
+    mintrl-train model=hf model.path=/path/to/hf_folder trainer.max_steps=100
+    mintrl-train -m objective=regression_const,regression_proxy seed=1,2   # multirun sweep
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+
+import hydra
+import lightning.pytorch as L
+from omegaconf import DictConfig, OmegaConf
+
+from mintrl.build import build_components
+
+log = logging.getLogger(__name__)
+
+
+def run(cfg: DictConfig) -> dict:
+    """Build, validate at step 0, train, export; returns the run summary (see ``RunSummary``)."""
+    warnings.filterwarnings("ignore", ".*does not have many workers.*")
+    warnings.filterwarnings("ignore", ".*IterableDataset.*__len__.*")
+    L.seed_everything(cfg.seed, workers=True)
+    c = build_components(cfg)
+    log.info("policy: %s", c.context.source)
+    if cfg.get("validate_at_start", True):
+        c.trainer.validate(c.module, datamodule=c.datamodule, verbose=False)
+    c.trainer.fit(c.module, datamodule=c.datamodule)
+    summary = next((cb.summary for cb in c.trainer.callbacks if cb.__class__.__name__ == "RunSummary"), {})
+    return summary
+
+
+@hydra.main(version_base="1.3", config_path="../../configs", config_name="train")
+def main(cfg: DictConfig) -> float | None:
+    """Hydra entry point. Returns the last held-out reward (the sweep objective)."""
+    if cfg.get("print_config", False):
+        print(OmegaConf.to_yaml(cfg, resolve=True))
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    summary = run(cfg)
+    return summary.get("val_reward_last")
+
+
+if __name__ == "__main__":
+    main()
