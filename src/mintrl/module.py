@@ -36,7 +36,7 @@ class PolicyModule(L.LightningModule):
         super().__init__()
         if logprob_chunk_tokens <= 0:
             raise ValueError(f"module.logprob_chunk_tokens must be positive, got {logprob_chunk_tokens}")
-        self.policy = policy
+        self.policy = policy.train()  # dropout-free LLMs: train mode only matters for Lightning's mode checks
         self.objective = objective
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.tokenizer = tokenizer

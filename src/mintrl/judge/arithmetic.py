@@ -23,7 +23,7 @@ def evaluate(expression: str) -> Fraction | None:
 
     Returns None for anything else (names, calls, powers, division by zero): never raises.
     """
-    text = expression.replace("×", "*").replace("÷", "/").replace("x", "*")
+    text = expression.strip().replace("×", "*").replace("÷", "/").replace("x", "*")
     try:
         tree = ast.parse(text, mode="eval")
     except (SyntaxError, ValueError):

@@ -38,6 +38,34 @@ def token_index_of_char(tokenizer, ids: Sequence[int], char: int) -> int:
     return lo
 
 
+def apply_verdict(rollout: Rollout, ids: list[int], logprobs: list[float], finished: bool, steps, verdict, item: PromptItem, tokenizer) -> InterventionRequest | None:
+    """Apply a judge verdict to a freshly sampled chunk (MInTRL Alg. 1, lines 5-8).
+
+    Keep (or an unusable verdict): the whole chunk joins the accepted prefix. Revise at step ``e``:
+    only the tokens wholly before step ``e`` are kept (the cut drops any EOS) and an intervention
+    request for the retained prefix is returned. Counts reviews, revisions and unparseable verdicts.
+
+    Args:
+        rollout: the rollout to extend (mutated). ids, logprobs: the chunk's tokens and log-probs.
+        finished: the chunk ended with EOS. steps: ``split_steps`` of the decoded chunk.
+        verdict: the judge's verdict. item: the prompt. tokenizer: policy tokenizer.
+
+    Returns:
+        The :class:`InterventionRequest` on Revise, else None.
+    """
+    rollout.reviews += 1
+    rollout.unparseable += verdict.kind == UNPARSEABLE
+    if verdict.kind != REVISE or verdict.step is None or not 0 <= verdict.step < len(steps):
+        rollout.append(ids, logprobs, intervention=False)
+        rollout.finished = finished
+        return None
+    rollout.revisions += 1
+    keep = token_index_of_char(tokenizer, ids, steps[verdict.step].start)
+    rollout.append(ids[:keep], logprobs[:keep], intervention=False)
+    text = tokenizer.decode(rollout.response_ids)
+    return InterventionRequest(item.question, item.reference, rollout.prompt_ids, list(rollout.response_ids), text, verdict)
+
+
 class SemiOnPolicyRollout:
     """Generates one step's rollouts (see module docstring).
 
@@ -135,17 +163,9 @@ class SemiOnPolicyRollout:
         verdicts = self.judge.review(requests)
         fixes = []
         for r, verdict, (ids, lps, finished, steps) in zip(active, verdicts, cuts):
-            r.reviews += 1
-            r.unparseable += verdict.kind == UNPARSEABLE
-            if verdict.kind != REVISE or verdict.step is None or not 0 <= verdict.step < len(steps):
-                r.append(ids.tolist(), lps.tolist(), intervention=False)
-                r.finished = finished
-                continue
-            r.revisions += 1
-            keep = token_index_of_char(self.tokenizer, ids.tolist(), steps[verdict.step].start)
-            r.append(ids[:keep].tolist(), lps[:keep].tolist(), intervention=False)
-            item = items[r.group]
-            fixes.append((r, InterventionRequest(item.question, item.reference, r.prompt_ids, list(r.response_ids), self.tokenizer.decode(r.response_ids), verdict)))
+            fix = apply_verdict(r, ids.tolist(), lps.tolist(), finished, steps, verdict, items[r.group], self.tokenizer)
+            if fix is not None:
+                fixes.append((r, fix))
         self._intervene(fixes)
 
     def _intervene(self, fixes) -> None:

@@ -1,0 +1,43 @@
+"""Shared fixtures: the real embedded model (loaded once per session) and a tiny random Llama."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from mintrl.model import embedded_smollm2
+
+ARITHMETIC = dict(
+    min_terms=2, max_terms=2, min_digits=1, max_digits=1, operators=["+"], allow_parentheses=False, allow_negation=False
+)
+
+
+@pytest.fixture(scope="session")
+def embedded():
+    """SmolLM2-135M-Instruct as the default run loads it (converted once into the user cache)."""
+    torch.manual_seed(0)
+    return embedded_smollm2()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(embedded):
+    return embedded.tokenizer
+
+
+@pytest.fixture()
+def fresh_policy(embedded):
+    """A private copy of the embedded policy for tests that change weights."""
+    return copy.deepcopy(embedded.model)
+
+
+@pytest.fixture()
+def tiny_model():
+    """A 2-layer random Llama with a 128-token vocabulary, for fast tensor-code tests."""
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         eos_token_id=2, pad_token_id=0, bos_token_id=1)
+    return LlamaForCausalLM(config).eval()

@@ -1,0 +1,105 @@
+"""Truncation + intervention (token ids, provenance) and semi-on-policy rollouts of the real model."""
+
+import math
+
+import pytest
+import torch
+
+from mintrl.build import ModelContext
+from mintrl.data.prompts import ReasoningGymPrompts
+from mintrl.intervention.rule import RuleIntervention
+from mintrl.judge.base import ReviewRequest
+from mintrl.judge.rule import RuleJudge
+from mintrl.judge.steps import split_steps
+from mintrl.reward import ReasoningGymReward, extract_answer
+from mintrl.rollout.batch import Rollout
+from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout, apply_verdict, token_index_of_char
+from mintrl.sampler import HFSampler
+
+from conftest import ARITHMETIC
+
+
+@pytest.fixture(scope="module")
+def items(tokenizer):
+    return ReasoningGymPrompts(task_kwargs=ARITHMETIC, train_size=16, val_size=4).build("train", tokenizer)
+
+
+def test_truncation_and_intervention_ids_and_provenance(embedded, tokenizer, items):
+    item = items[0]  # "Calculate a + b."
+    a, b = item.entry["metadata"]["expression"].split(" + ")
+    good = f"{a} + {b} = {int(a) + int(b)}"
+    bad_text = f"First, {good}\n\nThen {a} + {b} = 99\n\nSo"
+    prefix = tokenizer.encode("Let me add.\n\n", add_special_tokens=False)
+    chunk = tokenizer.encode(bad_text, add_special_tokens=False)
+    rollout = Rollout(group=0, is_control=False, prompt_ids=item.prompt_ids)
+    rollout.append(prefix, [-0.1] * len(prefix), intervention=False)
+    steps = split_steps(tokenizer.decode(chunk))
+    verdict = RuleJudge().review_one(ReviewRequest(item.question, item.reference, tokenizer.decode(prefix), [s.text for s in steps], False))
+    assert verdict.revise and verdict.step == 1 and verdict.correction == good
+
+    fix = apply_verdict(rollout, chunk, [-0.5] * len(chunk), False, steps, verdict, item, tokenizer)
+    kept = tokenizer.encode(f"First, {good}\n\n", add_special_tokens=False)
+    assert kept == chunk[: len(kept)], "the kept steps are a token prefix of the chunk"
+    assert rollout.response_ids == prefix + kept
+    assert fix.response_text == f"Let me add.\n\nFirst, {good}\n\n"
+    correction = RuleIntervention(ModelContext(embedded)).intervene([fix], max_new_tokens=16)[0]
+    assert tokenizer.decode(correction) == good  # after whitespace: no extra space
+    rollout.append(correction, [math.nan] * len(correction), intervention=True)
+    assert rollout.intervention == [False] * (len(prefix) + len(kept)) + [True] * len(correction)
+    assert (rollout.reviews, rollout.revisions) == (1, 1)
+
+
+def test_keep_appends_the_whole_chunk(tokenizer, items):
+    rollout = Rollout(group=0, is_control=False, prompt_ids=items[0].prompt_ids)
+    chunk = tokenizer.encode("All good.", add_special_tokens=False) + [2]
+    steps = split_steps(tokenizer.decode(chunk))
+    verdict = RuleJudge().review_one(ReviewRequest("q", "7", "", [s.text for s in steps], True))
+    assert apply_verdict(rollout, chunk, [-1.0] * len(chunk), True, steps, verdict, items[0], tokenizer) is None
+    assert rollout.response_ids == chunk and rollout.finished and not any(rollout.intervention)
+
+
+def test_token_index_of_char_drops_straddling_tokens(tokenizer):
+    ids = tokenizer.encode("Hello world\n\nNext", add_special_tokens=False)
+    cut = token_index_of_char(tokenizer, ids, len("Hello world\n\n"))
+    assert len(tokenizer.decode(ids[:cut])) <= len("Hello world\n\n") < len(tokenizer.decode(ids[: cut + 1]))
+
+
+def test_extract_answer():
+    assert extract_answer("x <answer> 12 </answer> then <answer>13</answer>") == "13"
+    assert extract_answer("3 + 4 = 7, so 1,200 apples") == "1200"
+    assert extract_answer("no answer") is None
+
+
+def test_semi_on_policy_rollouts_of_the_embedded_model(embedded, tokenizer, items):
+    context = ModelContext(embedded)
+    engine = SemiOnPolicyRollout(
+        HFSampler(embedded.model, tokenizer), RuleJudge(), RuleIntervention(context), ReasoningGymReward(), tokenizer,
+        n_control=2, n_semi=4, chunk_size=8, max_reviews=2, continuation_len=8, max_response_tokens=32,
+    )
+    torch.manual_seed(0)
+    batch = engine.generate(items[:6], step=0)
+    n = 6 * 6
+    assert batch.input_ids.shape[0] == n and batch.group_index.tolist() == [g for g in range(6) for _ in range(6)]
+    assert batch.is_control.tolist() == [True, True, False, False, False, False] * 6
+    resp = batch.response_mask
+    assert (resp.sum(-1) <= 32).all() and (resp.sum(-1) > 0).all()
+    assert not batch.intervention_mask[batch.is_control].any(), "control rollouts are pure on-policy"
+    assert not (batch.intervention_mask & ~resp).any()
+    assert torch.isfinite(batch.rollout_logprobs[resp]).all() and (batch.rollout_logprobs[resp] <= 0).all()
+    assert (batch.rollout_logprobs[~resp] == 0).all()
+    s = batch.stats
+    assert s["rollout/offpolicy_frac"] == pytest.approx(batch.intervention_mask.sum().item() / resp.sum().item())
+    assert s["judge/keep"] + s["judge/revise"] + s["judge/unparseable"] == pytest.approx(s["judge/reviews_per_rollout"] * 24)
+    assert s["judge/revise"] > 0, "the 135M model makes arithmetic mistakes the rule judge revises"
+    assert set(batch.rewards.tolist()) <= {0.0, 1.0}
+    # after the intervention phase every rollout is a control rollout
+    late = SemiOnPolicyRollout(engine.sampler, RuleJudge(), RuleIntervention(context), ReasoningGymReward(), tokenizer,
+                               n_control=1, n_semi=1, max_response_tokens=8, intervention_steps=3).generate(items[:2], step=3)
+    assert late.is_control.all() and not late.intervention_mask.any() and late.stats["rollout/intervention_phase"] == 0.0
+
+
+@pytest.mark.parametrize("field,kwargs", [("chunk_size", dict(chunk_size=0)), ("continuation_len", dict(continuation_len=-1)),
+                                          ("n_control", dict(n_control=0)), ("n_semi", dict(n_semi=-2))])
+def test_rollout_rejects_non_positive_sizes(embedded, tokenizer, field, kwargs):
+    with pytest.raises(ValueError, match=f"rollout.{field}"):
+        SemiOnPolicyRollout(None, None, None, None, tokenizer, **kwargs)
