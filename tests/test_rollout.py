@@ -38,12 +38,14 @@ def test_truncation_and_intervention_ids_and_provenance(embedded, tokenizer, ite
     assert verdict.revise and verdict.step == 1 and verdict.correction == good
 
     fix = apply_verdict(rollout, chunk, [-0.5] * len(chunk), False, steps, verdict, item, tokenizer)
-    kept = tokenizer.encode(f"First, {good}\n\n", add_special_tokens=False)
-    assert kept == chunk[: len(kept)], "the kept steps are a token prefix of the chunk"
-    assert rollout.response_ids == prefix + kept
-    assert fix.response_text == f"Let me add.\n\nFirst, {good}\n\n"
+    kept = rollout.response_ids[len(prefix):]
+    assert rollout.response_ids[: len(prefix)] == prefix and kept == chunk[: len(kept)]
+    kept_text = tokenizer.decode(kept)
+    # the whole first step is kept, nothing of the wrong one (a token straddling the cut is dropped)
+    assert kept_text.startswith(f"First, {good}") and f"First, {good}\n\n".startswith(kept_text)
+    assert fix.response_text == "Let me add.\n\n" + kept_text and fix.response_ids == rollout.response_ids
     correction = RuleIntervention(ModelContext(embedded)).intervene([fix], max_new_tokens=16)[0]
-    assert tokenizer.decode(correction) == good  # after whitespace: no extra space
+    assert tokenizer.decode(correction) == ("" if kept_text[-1].isspace() else " ") + good
     rollout.append(correction, [math.nan] * len(correction), intervention=True)
     assert rollout.intervention == [False] * (len(prefix) + len(kept)) + [True] * len(correction)
     assert (rollout.reviews, rollout.revisions) == (1, 1)
@@ -91,7 +93,7 @@ def test_semi_on_policy_rollouts_of_the_embedded_model(embedded, tokenizer, item
     assert s["rollout/offpolicy_frac"] == pytest.approx(batch.intervention_mask.sum().item() / resp.sum().item())
     assert s["judge/keep"] + s["judge/revise"] + s["judge/unparseable"] == pytest.approx(s["judge/reviews_per_rollout"] * 24)
     assert s["judge/revise"] > 0, "the 135M model makes arithmetic mistakes the rule judge revises"
-    assert set(batch.rewards.tolist()) <= {0.0, 1.0}
+    assert ((batch.rewards >= 0) & (batch.rewards <= 1)).all()
     # after the intervention phase every rollout is a control rollout
     late = SemiOnPolicyRollout(engine.sampler, RuleJudge(), RuleIntervention(context), ReasoningGymReward(), tokenizer,
                                n_control=1, n_semi=1, max_response_tokens=8, intervention_steps=3).generate(items[:2], step=3)

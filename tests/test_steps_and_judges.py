@@ -44,12 +44,16 @@ def test_exact_evaluation():
 
 # (steps, prefix, final, expected kind, expected step, expected correction)
 RULE_TABLE = [
-    (["3 + 4 = 7\n\n", "7 + 1 = 8\n\n"], "", True, KEEP, None, None),
+    (["3 + 4 = 7\n\n", "7 + 1 = 8\n\n"], "", False, KEEP, None, None),
+    (["3 + 4 = 7\n\n", "7 + 1 = 8\n\n"], "", True, REVISE, 1, "<answer>7</answer>"),  # final answer = last number 8
+    (["It is 3 and 4.\n\n", "Result: 7"], "", True, KEEP, None, None),  # last number is right
+    (["Describe the sum."], "", True, KEEP, None, None),  # no answer stated: nothing to check
     (["3 + 4 = 7\n\n", "7 + 1 = 9\n\n", "2 + 2 = 5"], "", True, REVISE, 1, "7 + 1 = 8"),  # earliest false
     (["3 + 4 = 8\n\n", "7 + 1 = 9"], "", True, REVISE, 0, "3 + 4 = 7"),
     (["The answer is <answer>8</answer>"], "", True, REVISE, 0, "<answer>7</answer>"),  # wrong final answer
     (["The answer is <answer>7</answer>"], "", True, KEEP, None, None),
     (["So the answer is 6."], "", True, REVISE, 0, "The answer is 7."),
+    (["So it is 6."], "The sum 3 + 4 is 7.\n\n", True, REVISE, 0, "<answer>7</answer>"),
     (["3 + 4 = 1"], "", False, KEEP, None, None),  # may continue as "= 12": wait for the next chunk
     (["3 + 4 = 1"], "", True, REVISE, 0, "3 + 4 = 7"),
     (["2, done."], "Well, 3 + 4 = 1", True, REVISE, 0, "3 + 4 = 7"),  # claim split across the chunk boundary

@@ -46,6 +46,7 @@ class PolicyModule(L.LightningModule):
         self._val_rewards: list[torch.Tensor] = []
 
     def training_step(self, batch: RolloutBatch, batch_idx: int) -> torch.Tensor:
+        """Log-probs of the batch under the current weights -> objective loss; logs rollout stats."""
         logprobs, entropy = token_logprobs(
             self.policy, batch.input_ids, batch.attention_mask, batch.response_mask, batch.temperature, self.logprob_chunk_tokens
         )  # [N, L] each
@@ -65,16 +66,19 @@ class PolicyModule(L.LightningModule):
         return out.loss
 
     def on_before_optimizer_step(self, optimizer) -> None:
+        """Logs ``train/grad_norm`` (L2 over all parameters, before clipping)."""
         norms = grad_norm(self.policy, norm_type=2)
         if "grad_2.0_norm_total" in norms:
             self.log("train/grad_norm", norms["grad_2.0_norm_total"], on_step=True, on_epoch=False)
 
     def validation_step(self, batch: RolloutBatch, batch_idx: int) -> None:
+        """Collects rewards of control rollouts on held-out prompts."""
         self._val_rewards.append(batch.rewards)
         lengths = batch.response_mask.sum(-1).float()
         self.log("val/response_len", lengths.mean(), batch_size=len(batch), on_epoch=True)
 
     def on_validation_epoch_end(self) -> None:
+        """Logs ``val/reward``: mean reward over all validation rollouts (pass@1 at the rollout temperature)."""
         if not self._val_rewards:
             return
         reward = torch.cat(self._val_rewards).mean()
@@ -84,6 +88,7 @@ class PolicyModule(L.LightningModule):
             self.val_history.append((int(self.global_step), float(reward)))
 
     def configure_optimizers(self):
+        """The configured optimizer over the policy parameters (+ optional per-step scheduler)."""
         optimizer = self.optimizer_factory(self.policy.parameters())
         if self.scheduler_factory is None:
             return optimizer

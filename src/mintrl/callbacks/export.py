@@ -24,6 +24,7 @@ class HFExport(L.Callback):
         self.saved_to: Path | None = None
 
     def export(self, trainer: L.Trainer, module: L.LightningModule) -> Path:
+        """Save ``module.policy`` (+ ``module.tokenizer``) and return the folder."""
         out = Path(self.dirpath or Path(trainer.default_root_dir) / "hf_policy")
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))

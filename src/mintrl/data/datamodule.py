@@ -76,14 +76,17 @@ class RolloutDataModule(L.LightningDataModule):
         self.val_items: list[PromptItem] | None = None
 
     def setup(self, stage: str | None = None) -> None:
+        """Build the train and validation prompts once (raises on bad rows, see ``ReasoningGymPrompts``)."""
         if self.train_items is None:
             self.train_items = self.prompts.build("train", self.tokenizer)
             self.val_items = self.prompts.build("val", self.tokenizer)
 
     def train_dataloader(self) -> DataLoader:
+        """Endless prompt batches (:class:`PromptStream`); rollouts are made in ``on_before_batch_transfer``."""
         return DataLoader(PromptStream(self.train_items, self.prompts_per_step, self.seed), batch_size=None, collate_fn=_identity)
 
     def val_dataloader(self) -> DataLoader:
+        """Validation prompts in batches of ``val_prompts_per_batch``."""
         n = self.val_prompts_per_batch
         chunks = [self.val_items[s : s + n] for s in range(0, len(self.val_items), n)]
         return DataLoader(chunks, batch_size=None, collate_fn=_identity)

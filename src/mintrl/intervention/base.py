@@ -32,4 +32,5 @@ class Intervention(Protocol):
     """Writes corrections in the policy's token ids; at most ``max_new_tokens`` each, no EOS."""
 
     def intervene(self, requests: Sequence[InterventionRequest], max_new_tokens: int) -> list[list[int]]:
+        """One correction per request, as policy token ids (at most ``max_new_tokens``, no EOS)."""
         ...

@@ -92,3 +92,4 @@ def find_claims(text: str, reference: str | None) -> list[Claim]:
                 correction = f"<answer>{reference}</answer>" if tagged else f"The answer is {reference}."
                 claims.append(Claim(m.start(), m.end(), holds, correction))
     return sorted(claims, key=lambda c: c.start)
+

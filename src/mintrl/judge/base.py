@@ -44,6 +44,7 @@ class Verdict:
 
     @property
     def revise(self) -> bool:
+        """True for a Revise verdict."""
         return self.kind == REVISE
 
 
@@ -51,4 +52,5 @@ class Judge(Protocol):
     """Reviews chunks in a batch; must never raise on model output."""
 
     def review(self, requests: Sequence[ReviewRequest]) -> list[Verdict]:
+        """One verdict per request, in order."""
         ...

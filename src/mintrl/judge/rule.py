@@ -2,7 +2,9 @@
 
 It checks every explicit claim of each step with exact arithmetic (``3 + 4 = 8`` is false) and a
 stated final answer against the reference answer, and revises the earliest step with a false
-claim. The first step is read together with the unfinished last step of the accepted prefix, so a
+claim. When the chunk ends the response, its final answer as the reward reads it (the last
+``<answer>`` tag, else the last number) must also match the reference; if it does not, the step
+holding it is revised with a correction that states the reference answer. The first step is read together with the unfinished last step of the accepted prefix, so a
 claim split across the chunk boundary is still checked; a claim that ends exactly where a
 non-final chunk ends may be incomplete ("= 1" of "= 12") and waits for the next chunk.
 """
@@ -11,9 +13,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mintrl.judge.arithmetic import find_claims
+from mintrl.judge.arithmetic import find_claims, to_number
 from mintrl.judge.base import REVISE, ReviewRequest, Verdict
 from mintrl.judge.steps import split_steps
+from mintrl.reward.answer import locate_answer
 
 
 class RuleJudge:
@@ -51,7 +54,29 @@ class RuleJudge:
                 if not claim.holds:
                     return Verdict(kind=REVISE, step=index, correction=claim.correction)
             offset += len(step)
+        if request.final and reference is not None:
+            return self._check_final_answer(request, reference)
         return Verdict()
+
+    @staticmethod
+    def _check_final_answer(request: ReviewRequest, reference: str) -> Verdict:
+        """Revise the step holding a wrong final answer (reward's extraction rule) of a final chunk."""
+        chunk = "".join(request.steps)
+        located = locate_answer(request.prefix_text + chunk)
+        if located is None:
+            return Verdict()
+        answer, position = located
+        value, ref = to_number(answer), to_number(reference)
+        correct = (value == ref) if (value is not None and ref is not None) else answer.strip() == reference.strip()
+        position -= len(request.prefix_text)
+        if correct or position < 0:
+            return Verdict()  # right, or stated in already-accepted text
+        edges, start = [], 0
+        for step in request.steps:
+            start += len(step)
+            edges.append(start)
+        index = next(i for i, end in enumerate(edges) if position < end)
+        return Verdict(kind=REVISE, step=index, correction=f"<answer>{reference}</answer>")
 
     def review(self, requests: Sequence[ReviewRequest]) -> list[Verdict]:
         """One verdict per request (never raises on text)."""

@@ -58,6 +58,7 @@ class SelfPrivilegedJudge:
         self.max_new_tokens, self.temperature, self.prompt = max_new_tokens, temperature, prompt
 
     def prompt_ids(self, r: ReviewRequest) -> list[int]:
+        """Chat-templated judge prompt for one request (steps numbered from 1)."""
         steps = "\n".join(f"[{i + 1}] {s.strip()}" for i, s in enumerate(r.steps))
         text = self.prompt.format(question=r.question, reference=r.reference, prefix=r.prefix_text or "(empty)", steps=steps)
         ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)

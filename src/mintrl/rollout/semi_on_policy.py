@@ -16,6 +16,7 @@ from collections import defaultdict
 from typing import Sequence
 
 import torch
+from tqdm.auto import tqdm
 
 from mintrl.data.prompts import PromptItem
 from mintrl.intervention.base import Intervention, InterventionRequest
@@ -84,6 +85,7 @@ class SemiOnPolicyRollout:
         intervention_steps: interventions happen during the first this-many optimizer steps;
             afterwards every rollout is a pure on-policy control rollout (early stopping, sec. 2.3).
         step_delimiters: see :func:`mintrl.judge.steps.split_steps`.
+        progress: show a transient progress bar of the generation rounds.
 
     Raises:
         ValueError: a non-positive size or length, naming the ``rollout.*`` field.
@@ -106,6 +108,7 @@ class SemiOnPolicyRollout:
         top_p: float = 1.0,
         intervention_steps: int = 1_000_000,
         step_delimiters: Sequence[str] = ("blank_line", "code_fence"),
+        progress: bool = True,
     ):
         for name, value, low in (
             ("n_control", n_control, 1), ("n_semi", n_semi, 0), ("chunk_size", chunk_size, 1),
@@ -122,6 +125,7 @@ class SemiOnPolicyRollout:
         self.max_response_tokens, self.temperature, self.top_p = max_response_tokens, temperature, top_p
         self.intervention_steps = intervention_steps
         self.step_delimiters = tuple(step_delimiters)
+        self.progress = progress
         self.pad_token_id = getattr(sampler, "pad_token_id", tokenizer.pad_token_id)
 
     def interventions_active(self, step: int) -> bool:
@@ -223,10 +227,14 @@ class SemiOnPolicyRollout:
             for g, item in enumerate(items) for k in range(n_control + n_semi)
         ]
         semi = [r for r in rollouts if not r.is_control]
+        bar = tqdm(total=(self.max_reviews if semi else 0) + 1, desc=f"rollouts (step {step})", unit="round", leave=False, disable=not self.progress)
         while any(not r.finished and self._remaining(r) > 0 and r.reviews < self.max_reviews for r in semi):
             self._review_round(semi, items)
+            bar.update(1)
         self._finish(rollouts)
         self._score_interventions(semi)
+        bar.update(bar.total - bar.n)
+        bar.close()
         gen_seconds = time.perf_counter() - start
         texts = self.tokenizer.batch_decode([r.response_ids for r in rollouts], skip_special_tokens=True)
         for r, text in zip(rollouts, texts):
