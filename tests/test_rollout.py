@@ -105,3 +105,18 @@ def test_semi_on_policy_rollouts_of_the_embedded_model(embedded, tokenizer, item
 def test_rollout_rejects_non_positive_sizes(embedded, tokenizer, field, kwargs):
     with pytest.raises(ValueError, match=f"rollout.{field}"):
         SemiOnPolicyRollout(None, None, None, None, tokenizer, **kwargs)
+
+
+def test_prompt_stream_is_seeded_and_shards_across_ranks(items):
+    from itertools import islice
+
+    from mintrl.data import PromptStream
+
+    one = [[p.index for p in b] for b in islice(iter(PromptStream(items, 4, seed=3)), 6)]
+    assert one == [[p.index for p in b] for b in islice(iter(PromptStream(items, 4, seed=3)), 6)]
+    assert sorted(i for b in one[:4] for i in b) == list(range(16)), "an epoch covers every prompt once"
+    r0 = [[p.index for p in b] for b in islice(iter(PromptStream(items, 4, seed=3, rank=0, world_size=2)), 3)]
+    r1 = [[p.index for p in b] for b in islice(iter(PromptStream(items, 4, seed=3, rank=1, world_size=2)), 3)]
+    assert r0 == one[0:6:2] and r1 == one[1:6:2]
+    with pytest.raises(ValueError, match="prompts_per_step"):
+        PromptStream(items, 17, seed=0)

@@ -103,3 +103,22 @@ def test_main_job_writes_scalars_checkpoint_and_hf_folder(tiny_run, embedded):
     with torch.no_grad():
         assert not torch.allclose(model(ids).logits, embedded.model(ids).logits), "the exported policy is the trained one"
     assert summary["steps"] == 2 and summary["val_reward_first"] is not None and summary["val_reward_last"] is not None
+
+
+def test_analysis_notebook_runs_on_the_tiny_run(tiny_run, monkeypatch):
+    import json
+    import os
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    out, _ = tiny_run
+    monkeypatch.setenv("MINTRL_RUNS", str(out))
+    notebook = Path(__file__).resolve().parents[1] / "notebooks" / "training_curves.ipynb"
+    namespace: dict = {}
+    for cell in json.loads(notebook.read_text())["cells"]:
+        if cell["cell_type"] == "code":
+            exec("".join(cell["source"]), namespace)
+    scalars = namespace["scalars"][out.name]
+    assert [s for s, _ in scalars["rollout/generated_at_step"]] == [0, 1]
+    assert len(namespace["fig"].axes) >= 8

@@ -23,19 +23,24 @@ def _identity(x):
 
 class PromptStream(IterableDataset):
     """Endless stream of prompt batches: each epoch is a seeded permutation of ``items`` cut into
-    batches of ``prompts_per_step`` (the incomplete tail of an epoch is dropped)."""
+    batches of ``prompts_per_step`` (the incomplete tail of an epoch is dropped). With
+    ``world_size > 1`` rank ``r`` takes batches ``r, r + world_size, ...``, so data-parallel ranks
+    train on different prompts."""
 
-    def __init__(self, items: list[PromptItem], prompts_per_step: int, seed: int):
-        if len(items) < prompts_per_step:
-            raise ValueError(f"data.prompts_per_step={prompts_per_step} exceeds the {len(items)} training prompts")
+    def __init__(self, items: list[PromptItem], prompts_per_step: int, seed: int, rank: int = 0, world_size: int = 1):
+        if len(items) < prompts_per_step * world_size:
+            raise ValueError(f"data.prompts_per_step={prompts_per_step} x {world_size} ranks exceeds the {len(items)} training prompts")
         self.items, self.prompts_per_step, self.seed = items, prompts_per_step, seed
+        self.rank, self.world_size = rank, world_size
 
     def __iter__(self) -> Iterator[list[PromptItem]]:
-        epoch = 0
+        epoch, index = 0, 0
         while True:
             order = torch.randperm(len(self.items), generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
             for s in range(0, len(order) - self.prompts_per_step + 1, self.prompts_per_step):
-                yield [self.items[i] for i in order[s : s + self.prompts_per_step]]
+                if index % self.world_size == self.rank:
+                    yield [self.items[i] for i in order[s : s + self.prompts_per_step]]
+                index += 1
             epoch += 1
 
 
@@ -83,7 +88,9 @@ class RolloutDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         """Endless prompt batches (:class:`PromptStream`); rollouts are made in ``on_before_batch_transfer``."""
-        return DataLoader(PromptStream(self.train_items, self.prompts_per_step, self.seed), batch_size=None, collate_fn=_identity)
+        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
+        stream = PromptStream(self.train_items, self.prompts_per_step, self.seed, rank, world)
+        return DataLoader(stream, batch_size=None, collate_fn=_identity)
 
     def val_dataloader(self) -> DataLoader:
         """Validation prompts in batches of ``val_prompts_per_batch``."""

@@ -1,0 +1,51 @@
+"""Reading TensorBoard scalars of one or several runs and drawing the training curves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DEFAULT_CURVES = ("reward/control", "reward/semi", "reward/gap", "val/reward", "rollout/offpolicy_frac",
+                  "train/policy_entropy", "rollout/response_len", "train/loss")
+
+
+def load_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
+    """All scalars under ``run_dir`` (searched recursively for event files), as
+    ``{tag: [(step, value), ...]}`` sorted by step.
+
+    Raises:
+        FileNotFoundError: no TensorBoard event file below ``run_dir``.
+    """
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    files = sorted(Path(run_dir).rglob("events.out.tfevents.*"))
+    if not files:
+        raise FileNotFoundError(f"no TensorBoard event files under {run_dir}")
+    scalars: dict[str, list[tuple[int, float]]] = {}
+    for f in files:
+        acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            scalars.setdefault(tag, []).extend((e.step, e.value) for e in acc.Scalars(tag))
+    return {tag: sorted(points) for tag, points in scalars.items()}
+
+
+def plot_curves(runs: dict[str, dict[str, list[tuple[int, float]]]], tags=DEFAULT_CURVES, columns: int = 4):
+    """One panel per tag, one line per run (x: optimizer step). Returns the matplotlib Figure;
+    tags absent from every run are skipped."""
+    import matplotlib.pyplot as plt
+
+    tags = [t for t in tags if any(t in s for s in runs.values())]
+    rows = max(1, -(-len(tags) // columns))
+    fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3 * rows), squeeze=False)
+    for ax, tag in zip(axes.flat, tags):
+        for name, scalars in runs.items():
+            if tag in scalars:
+                steps, values = zip(*scalars[tag])
+                ax.plot(steps, values, marker="o", ms=3, label=name)
+        ax.set_title(tag)
+        ax.set_xlabel("step")
+    for ax in list(axes.flat)[len(tags):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8)
+    fig.tight_layout()
+    return fig
