@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from pathlib import Path
 
 import hydra
 import lightning.pytorch as L
@@ -21,6 +22,10 @@ from omegaconf import DictConfig, OmegaConf
 from mintrl.build import build_components
 
 log = logging.getLogger(__name__)
+
+# Absolute, so that `python -m mintrl.train` and the `mintrl-train` console script find the same
+# configs (the repository's configs/ next to src/); MINTRL_CONFIG_DIR points elsewhere.
+CONFIG_DIR = os.environ.get("MINTRL_CONFIG_DIR", str(Path(__file__).resolve().parents[2] / "configs"))
 
 
 def run(cfg: DictConfig) -> dict:
@@ -37,7 +42,7 @@ def run(cfg: DictConfig) -> dict:
     return summary
 
 
-@hydra.main(version_base="1.3", config_path="../../configs", config_name="train")
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
 def main(cfg: DictConfig) -> float | None:
     """Hydra entry point. Returns the last held-out reward (the sweep objective)."""
     if cfg.get("print_config", False):
