@@ -42,7 +42,7 @@ def test_exact_evaluation():
     assert [(c.holds, c.correction) for c in claims] == [(False, "3 + 4 = 7"), (True, "2 x 3 = 6")]
 
 
-# (steps, prefix, final, expected kind, expected step, expected correction)
+# (steps, prefix, final, expected kind, expected step, expected correction); check_last_number=True
 RULE_TABLE = [
     (["3 + 4 = 7\n\n", "7 + 1 = 8\n\n"], "", False, KEEP, None, None),
     (["3 + 4 = 7\n\n", "7 + 1 = 8\n\n"], "", True, REVISE, 1, "<answer>7</answer>"),  # final answer = last number 8
@@ -64,8 +64,14 @@ RULE_TABLE = [
 
 @pytest.mark.parametrize("steps,prefix,final,kind,step,correction", RULE_TABLE)
 def test_rule_judge_table(steps, prefix, final, kind, step, correction):
-    verdict = RuleJudge().review_one(ReviewRequest("Calculate 3 + 4.", "7", prefix, steps, final))
+    verdict = RuleJudge(check_last_number=True).review_one(ReviewRequest("Calculate 3 + 4.", "7", prefix, steps, final))
     assert (verdict.kind, verdict.step, verdict.correction) == (kind, step, correction)
+
+
+def test_rule_judge_last_number_check_is_optional():
+    request = ReviewRequest("Calculate 3 + 4.", "7", "", ["3 + 4 = 7\n\n", "7 + 1 = 8\n\n"], True)
+    assert RuleJudge().review_one(request).kind == KEEP  # only explicit claims, all true
+    assert RuleJudge(check_last_number=True).review_one(request).step == 1
 
 
 @pytest.mark.parametrize(

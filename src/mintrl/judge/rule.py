@@ -2,9 +2,10 @@
 
 It checks every explicit claim of each step with exact arithmetic (``3 + 4 = 8`` is false) and a
 stated final answer against the reference answer, and revises the earliest step with a false
-claim. When the chunk ends the response, its final answer as the reward reads it (the last
-``<answer>`` tag, else the last number) must also match the reference; if it does not, the step
-holding it is revised with a correction that states the reference answer. The first step is read together with the unfinished last step of the accepted prefix, so a
+claim. With ``check_last_number``, a chunk that ends the response must also leave a final answer,
+as the reward reads it (the last ``<answer>`` tag, else the last number), that matches the
+reference; if it does not, the step holding it is revised with a correction stating the reference
+answer (a much more frequent intervention: see the README's pilot table). The first step is read together with the unfinished last step of the accepted prefix, so a
 claim split across the chunk boundary is still checked; a claim that ends exactly where a
 non-final chunk ends may be incomplete ("= 1" of "= 12") and waits for the next chunk.
 """
@@ -24,11 +25,14 @@ class RuleJudge:
 
     Args:
         context: unused (judges receive the run's ModelContext).
-        check_final_answer: also check stated final answers against the reference.
+        check_final_answer: check stated final answers (``<answer>`` tags, "the answer is X")
+            against the reference.
+        check_last_number: also treat the last number of a finished response as its final answer.
     """
 
-    def __init__(self, context=None, check_final_answer: bool = True):
+    def __init__(self, context=None, check_final_answer: bool = True, check_last_number: bool = False):
         self.check_final_answer = check_final_answer
+        self.check_last_number = check_last_number
 
     def review_one(self, request: ReviewRequest) -> Verdict:
         """Verdict for one request: Revise at the earliest step holding a false claim, else Keep."""
@@ -54,7 +58,7 @@ class RuleJudge:
                 if not claim.holds:
                     return Verdict(kind=REVISE, step=index, correction=claim.correction)
             offset += len(step)
-        if request.final and reference is not None:
+        if request.final and reference is not None and self.check_last_number:
             return self._check_final_answer(request, reference)
         return Verdict()
 
