@@ -122,3 +122,13 @@ def test_analysis_notebook_runs_on_the_tiny_run(tiny_run, monkeypatch):
     scalars = namespace["scalars"][out.name]
     assert [s for s, _ in scalars["rollout/generated_at_step"]] == [0, 1]
     assert len(namespace["fig"].axes) >= 8
+
+
+@pytest.mark.slow
+def test_default_main_job_raises_held_out_reward(tmp_path):
+    """The full `make train` job (about 8 minutes on 2 cores): held-out reward must go up."""
+    with initialize_config_dir(config_dir=CONFIGS, version_base="1.3"):
+        cfg = compose("train", overrides=[f"paths.output_dir={tmp_path}", "rollout.progress=false"])
+    summary = run(cfg)
+    assert summary["steps"] == cfg.trainer.max_steps
+    assert summary["val_reward_last"] > summary["val_reward_first"] + 0.1
