@@ -120,3 +120,19 @@ def test_prompt_stream_is_seeded_and_shards_across_ranks(items):
     assert r0 == one[0:6:2] and r1 == one[1:6:2]
     with pytest.raises(ValueError, match="prompts_per_step"):
         PromptStream(items, 17, seed=0)
+
+
+def test_collate_refuses_unscored_intervention_tokens(items):
+    from mintrl.rollout.batch import collate_rollouts
+
+    r = Rollout(group=0, is_control=False, prompt_ids=[1, 2])
+    r.append([5, 6], [-0.1, -0.2], intervention=False)
+    r.append([7], [math.nan], intervention=True)
+    with pytest.raises(ValueError, match="row 0"):
+        collate_rollouts([r], 1, 0, 1.0)
+    r.logprobs[-1] = -3.0
+    batch = collate_rollouts([r], 1, 0, 1.0)
+    assert batch.input_ids.tolist() == [[1, 2, 5, 6, 7]]
+    assert batch.response_mask.tolist() == [[False, False, True, True, True]]
+    assert batch.intervention_mask.tolist() == [[False, False, False, False, True]]
+    assert batch.rollout_logprobs[0].tolist() == pytest.approx([0.0, 0.0, -0.1, -0.2, -3.0])

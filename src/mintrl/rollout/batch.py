@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -86,7 +87,15 @@ class RolloutBatch:
 
 
 def collate_rollouts(rollouts: list[Rollout], num_groups: int, pad_token_id: int, temperature: float) -> RolloutBatch:
-    """Pad rollouts into a :class:`RolloutBatch` (right padding)."""
+    """Pad rollouts into a :class:`RolloutBatch` (right padding).
+
+    Raises:
+        ValueError: a rollout with a non-finite log-prob (e.g. an intervention token that was never
+            scored), naming the row: it would otherwise turn the loss into NaN silently.
+    """
+    for i, r in enumerate(rollouts):
+        if not all(math.isfinite(x) for x in r.logprobs):
+            raise ValueError(f"rollout row {i} (group {r.group}) has non-finite log-probs; were its intervention tokens scored?")
     n = len(rollouts)
     width = max(len(r.prompt_ids) + len(r.response_ids) for r in rollouts)
     batch = RolloutBatch(
