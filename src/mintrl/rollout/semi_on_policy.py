@@ -128,10 +128,6 @@ class SemiOnPolicyRollout:
         self.progress = progress
         self.pad_token_id = getattr(sampler, "pad_token_id", tokenizer.pad_token_id)
 
-    def interventions_active(self, step: int) -> bool:
-        """True while ``step < intervention_steps`` and there are semi-on-policy rollouts."""
-        return self.n_semi > 0 and step < self.intervention_steps
-
     # ------------------------------------------------------------------ generation
     def _sample(self, rollouts: list[Rollout], budgets: list[int]) -> list:
         """Continue each rollout by up to its budget; one ``generate`` per distinct budget."""

@@ -51,3 +51,9 @@ class Sampler(Protocol):
     ) -> Generation:
         """Continue each prefix by at most ``max_new_tokens`` tokens (see module docstring)."""
         ...
+
+    def score(self, sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int], temperature: float = 1.0) -> list[torch.Tensor]:
+        """Teacher-forced log-probs ``log_softmax(logits / T)`` of ``sequences[i][prompt_lengths[i]:]``
+        under the current weights: ``B`` float32 tensors (nats). Used for tokens the policy did not
+        sample (interventions)."""
+        ...

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
+from mintrl.logprobs import token_logprobs
 from mintrl.sampler.base import Generation
 
 
@@ -106,6 +107,9 @@ class HFSampler:
             raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
         if temperature <= 0 or not 0 < top_p <= 1:
             raise ValueError(f"need temperature > 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+        for i, p in enumerate(prefixes):
+            if len(p) == 0:
+                raise ValueError(f"prefix row {i} is empty")
         out = Generation([], [], [])
         for start in range(0, len(prefixes), self.max_batch_size):
             part = self._generate(prefixes[start : start + self.max_batch_size], max_new_tokens, temperature, top_p)
@@ -126,9 +130,6 @@ class HFSampler:
     def _generate(self, prefixes, max_new_tokens, temperature, top_p) -> Generation:
         if not prefixes:
             return Generation([], [], [])
-        for i, p in enumerate(prefixes):
-            if len(p) == 0:
-                raise ValueError(f"prefix row {i} is empty")
         device = next(self.model.parameters()).device
         width = max(len(p) for p in prefixes)
         input_ids = torch.full((len(prefixes), width), self.pad_token_id, dtype=torch.long)
@@ -178,8 +179,6 @@ def score_sequences(model, sequences, prompt_lengths, temperature: float = 1.0, 
     Returns:
         ``B`` float32 tensors of shape ``[len(seq) - prompt_len]`` (nats).
     """
-    from mintrl.logprobs import token_logprobs
-
     width = max(len(s) for s in sequences)
     ids = torch.full((len(sequences), width), pad_token_id, dtype=torch.long)
     attn = torch.zeros_like(ids)
