@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import math
-from pathlib import Path
 
 import torch
 from hydra import compose, initialize_config_dir
 
 from mintrl.build import build_components
+from mintrl.train import CONFIG_DIR
 
-CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
 
 
 def main() -> None:
@@ -31,7 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for name in args.interventions:
-        with initialize_config_dir(config_dir=CONFIGS, version_base="1.3"):
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
             cfg = compose("train", overrides=["paths.output_dir=/tmp/mintrl-pilot", f"intervention={name}", *args.overrides])
         c = build_components(cfg, trainer=False)
         c.datamodule.setup()

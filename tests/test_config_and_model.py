@@ -1,7 +1,6 @@
 """Hydra configs compose and instantiate every component; bad input gets clear errors;
 the model loading path works on local folders."""
 
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,12 +18,12 @@ from mintrl.judge.rule import RuleJudge
 from mintrl.judge.self_privileged import SelfPrivilegedJudge
 from mintrl.model import load_policy
 from mintrl.objective import AdvantageRegression
+from mintrl.train import CONFIG_DIR
 
-CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
 
 
 def _compose(*overrides):
-    with initialize_config_dir(config_dir=CONFIGS, version_base="1.3"):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         return compose("train", overrides=["paths.output_dir=/tmp/mintrl-test", *overrides])
 
 

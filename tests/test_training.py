@@ -19,11 +19,10 @@ from mintrl.objective import AdvantageRegression
 from mintrl.reward import ReasoningGymReward
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
 from mintrl.sampler import HFSampler
-from mintrl.train import run
+from mintrl.train import CONFIG_DIR, run
 
 from conftest import ARITHMETIC
 
-CONFIGS = str(Path(__file__).resolve().parents[1] / "configs")
 
 
 def test_one_training_step_changes_weights_and_lowers_the_loss(embedded, fresh_policy, tokenizer):
@@ -68,7 +67,7 @@ def tiny_run(tmp_path_factory):
         "data.val_samples_per_prompt=1", "rollout.max_response_tokens=24", "rollout.chunk_size=8",
         "rollout.continuation_len=8", "module.optimizer.lr=1e-5",
     ]
-    with initialize_config_dir(config_dir=CONFIGS, version_base="1.3"):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=False)
     summary = run(cfg)
     return out, summary
@@ -127,7 +126,7 @@ def test_analysis_notebook_runs_on_the_tiny_run(tiny_run, monkeypatch):
 @pytest.mark.slow
 def test_default_main_job_raises_held_out_reward(tmp_path):
     """The full `make train` job (about 8 minutes on 2 cores): held-out reward must go up."""
-    with initialize_config_dir(config_dir=CONFIGS, version_base="1.3"):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("train", overrides=[f"paths.output_dir={tmp_path}", "rollout.progress=false"])
     summary = run(cfg)
     assert summary["steps"] == cfg.trainer.max_steps

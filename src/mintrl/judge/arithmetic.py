@@ -62,6 +62,15 @@ def format_number(value: Fraction) -> str:
     return f"{float(value):.6g}"
 
 
+def answer_matches(stated: str, reference: str) -> bool:
+    """Whether a stated answer equals the reference: numerically when both are numbers, else as
+    stripped strings."""
+    value, ref = to_number(stated), to_number(reference)
+    if value is not None and ref is not None:
+        return value == ref
+    return stated.strip() == reference.strip()
+
+
 @dataclass
 class Claim:
     """A checkable statement found in text (character span, whether it holds, its correct form)."""
@@ -82,14 +91,10 @@ def find_claims(text: str, reference: str | None) -> list[Claim]:
         if value is None or stated is None:
             continue
         claims.append(Claim(m.start(), m.end(), value == stated, f"{m.group(1).strip()} = {format_number(value)}"))
-    ref = to_number(reference) if reference is not None else None
     if reference is not None:
         for pattern, tagged in ((ANSWER_TAG, True), (ANSWER_PHRASE, False)):
             for m in pattern.finditer(text):
-                stated = m.group(1)
-                value = to_number(stated)
-                holds = (value == ref) if (ref is not None and value is not None) else stated.strip() == reference.strip()
+                holds = answer_matches(m.group(1), reference)
                 correction = f"<answer>{reference}</answer>" if tagged else f"The answer is {reference}."
                 claims.append(Claim(m.start(), m.end(), holds, correction))
     return sorted(claims, key=lambda c: c.start)
-

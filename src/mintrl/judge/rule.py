@@ -5,16 +5,19 @@ stated final answer against the reference answer, and revises the earliest step 
 claim. With ``check_last_number``, a chunk that ends the response must also leave a final answer,
 as the reward reads it (the last ``<answer>`` tag, else the last number), that matches the
 reference; if it does not, the step holding it is revised with a correction stating the reference
-answer (a much more frequent intervention: see the README's pilot table). The first step is read together with the unfinished last step of the accepted prefix, so a
+answer (a much more frequent intervention: see the README's pilot table).
+
+The first step is read together with the unfinished last step of the accepted prefix, so a
 claim split across the chunk boundary is still checked; a claim that ends exactly where a
 non-final chunk ends may be incomplete ("= 1" of "= 12") and waits for the next chunk.
 """
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Sequence
 
-from mintrl.judge.arithmetic import find_claims, to_number
+from mintrl.judge.arithmetic import answer_matches, find_claims
 from mintrl.judge.base import REVISE, ReviewRequest, Verdict
 from mintrl.judge.steps import split_steps
 from mintrl.reward.answer import locate_answer
@@ -70,16 +73,11 @@ class RuleJudge:
         if located is None:
             return Verdict()
         answer, position = located
-        value, ref = to_number(answer), to_number(reference)
-        correct = (value == ref) if (value is not None and ref is not None) else answer.strip() == reference.strip()
         position -= len(request.prefix_text)
-        if correct or position < 0:
+        if answer_matches(answer, reference) or position < 0:
             return Verdict()  # right, or stated in already-accepted text
-        edges, start = [], 0
-        for step in request.steps:
-            start += len(step)
-            edges.append(start)
-        index = next(i for i, end in enumerate(edges) if position < end)
+        ends = accumulate(len(step) for step in request.steps)
+        index = next(i for i, end in enumerate(ends) if position < end)
         return Verdict(kind=REVISE, step=index, correction=f"<answer>{reference}</answer>")
 
     def review(self, requests: Sequence[ReviewRequest]) -> list[Verdict]:
