@@ -36,7 +36,7 @@ def test_every_group_composes_and_instantiates(tmp_path):
     frozen = c.rollout.judge.sampler.model
     assert frozen is not c.module.policy and not any(p.requires_grad for p in frozen.parameters())
     assert c.rollout.intervention.sampler.model is frozen
-    assert c.trainer.max_steps == cfg.trainer.max_steps and c.trainer.gradient_clip_val == 1.0
+    assert c.trainer.max_steps == cfg.trainer.max_steps and c.module.max_grad_norm == 1.0
     optimizer = c.module.configure_optimizers()
     assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["lr"] == cfg.module.optimizer.lr
 

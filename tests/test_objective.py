@@ -13,6 +13,7 @@ from mintrl.objective import (
     control_baseline,
     regression_loss,
 )
+from mintrl.objective.aggregation import step_totals
 from mintrl.rollout.batch import RolloutBatch
 
 
@@ -22,9 +23,10 @@ def test_control_baseline_uses_only_control_rollouts():
     rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0])
     group = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
     control = torch.tensor([True, True, False, False, True, True, True, False])
-    baseline = control_baseline(rewards, group, control, 2)
-    assert torch.allclose(baseline, torch.tensor([0.5, 1 / 3]))
-    adv = control_advantages(rewards, group, control, 2)
+    baseline, defined = control_baseline(rewards, group, control, 2)
+    assert torch.allclose(baseline, torch.tensor([0.5, 1 / 3])) and defined.all()
+    adv, signal = control_advantages(rewards, group, control, 2)
+    assert signal.all()
     expected = torch.tensor([0.5, -0.5, 0.5, 0.5, -1 / 3, -1 / 3, 2 / 3, -1 / 3])
     assert torch.allclose(adv, expected)
 
@@ -33,14 +35,19 @@ def test_all_equal_group_has_zero_advantage_not_nan():
     rewards = torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0])
     group = torch.tensor([0, 0, 0, 1, 1, 1])
     control = torch.tensor([True, True, False, True, True, False])
-    adv = control_advantages(rewards, group, control, 2)
+    adv, _ = control_advantages(rewards, group, control, 2)
     assert torch.equal(adv, torch.zeros(6))
     assert not torch.isnan(adv).any()
 
 
-def test_group_without_control_is_an_error_naming_the_group():
-    with pytest.raises(ValueError, match=r"group\(s\) \[1\]"):
-        control_baseline(torch.tensor([1.0, 0.0]), torch.tensor([0, 1]), torch.tensor([True, False]), 2)
+def test_group_without_valid_control_gets_no_signal():
+    # group 1 has no control rollout; group 0's only control has a missing (NaN) reward -> no baseline either
+    rewards = torch.tensor([1.0, 0.0, float("nan"), 1.0])
+    group = torch.tensor([0, 1, 2, 2])
+    control = torch.tensor([True, False, True, False])
+    adv, signal = control_advantages(rewards, group, control, 3)
+    assert signal.tolist() == [True, False, False, False]
+    assert adv.tolist() == [0.0, 0.0, 0.0, 0.0] and torch.isfinite(adv).all()
 
 
 def _two_sequences():
@@ -92,7 +99,9 @@ def test_objective_component_on_a_batch():
         response_mask=response, intervention_mask=intervention, rollout_logprobs=rollout,
         rewards=torch.tensor([1.0, 0.0]), group_index=torch.tensor([0, 0]), is_control=torch.tensor([True, False]), num_groups=1,
     )
-    out = AdvantageRegression(beta=0.5, kappa=-0.2)(batch, logprobs)
+    objective = AdvantageRegression(beta=0.5, kappa=-0.2)
+    objective.prepare(batch, logprob_fn=None)
+    out = objective(batch, logprobs, step_totals(batch.extras["loss_mask"]))
     # A = [0, -1]; log-ratios [-1.3, -3.9]; loss = ((-0.65)^2 + (-1.95 + 1)^2) / 2
     assert out.loss.item() == pytest.approx((0.65**2 + 0.95**2) / 2)
     assert math.isfinite(out.metrics["objective/log_ratio"].item())

@@ -44,7 +44,7 @@ def test_truncation_and_intervention_ids_and_provenance(embedded, tokenizer, ite
     # the whole first step is kept, nothing of the wrong one (a token straddling the cut is dropped)
     assert kept_text.startswith(f"First, {good}") and f"First, {good}\n\n".startswith(kept_text)
     assert fix.response_text == "Let me add.\n\n" + kept_text and fix.response_ids == rollout.response_ids
-    correction = RuleIntervention(ModelContext(embedded)).intervene([fix], max_new_tokens=16)[0]
+    correction = RuleIntervention(ModelContext(embedded)).intervene([fix], max_new_tokens=16)[0].ids
     assert tokenizer.decode(correction) == ("" if kept_text[-1].isspace() else " ") + good
     rollout.append(correction, [math.nan] * len(correction), intervention=True)
     assert rollout.intervention == [False] * (len(prefix) + len(kept)) + [True] * len(correction)
@@ -127,7 +127,7 @@ def test_collate_refuses_unscored_intervention_tokens(items):
 
     r = Rollout(group=0, is_control=False, prompt_ids=[1, 2])
     r.append([5, 6], [-0.1, -0.2], intervention=False)
-    r.append([7], [math.nan], intervention=True)
+    r.append([7], [math.nan], intervention=True, behaviour=[-0.5])
     with pytest.raises(ValueError, match="row 0"):
         collate_rollouts([r], 1, 0, 1.0)
     r.logprobs[-1] = -3.0
@@ -135,4 +135,6 @@ def test_collate_refuses_unscored_intervention_tokens(items):
     assert batch.input_ids.tolist() == [[1, 2, 5, 6, 7]]
     assert batch.response_mask.tolist() == [[False, False, True, True, True]]
     assert batch.intervention_mask.tolist() == [[False, False, False, False, True]]
+    assert batch.behaviour_logprobs.tolist() == [pytest.approx([0.0, 0.0, -0.1, -0.2, -0.5])]
+    assert batch.rollout_logprobs.tolist() == [pytest.approx([0.0, 0.0, -0.1, -0.2, -3.0])]
     assert batch.rollout_logprobs[0].tolist() == pytest.approx([0.0, 0.0, -0.1, -0.2, -3.0])

@@ -15,7 +15,7 @@ from mintrl.intervention.rule import RuleIntervention
 from mintrl.judge.rule import RuleJudge
 from mintrl.logprobs import token_logprobs
 from mintrl.module import PolicyModule
-from mintrl.objective import AdvantageRegression
+from mintrl.objective import AdvantageRegression, step_totals
 from mintrl.reward import ReasoningGymReward
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
 from mintrl.sampler import HFSampler
@@ -39,10 +39,12 @@ def test_one_training_step_changes_weights_and_lowers_the_loss(embedded, fresh_p
     optimizer = module.configure_optimizers()
     before = {n: p.detach().clone() for n, p in fresh_policy.named_parameters()}
     fresh_policy.train()
+    module.objective.prepare(batch, module.frozen_logprobs)
+    totals = step_totals(batch.extras["loss_mask"])
 
     def loss_now():
         lp, _ = token_logprobs(fresh_policy, batch.input_ids, batch.attention_mask, batch.response_mask, batch.temperature)
-        return module.objective(batch, lp).loss
+        return module.objective(batch, lp, totals).loss
 
     loss0 = loss_now()
     # hand check: at theta = pi_t the policy tokens' log-ratio is ~0, so the loss is about mean(A^2) = 0.25

@@ -9,7 +9,8 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from mintrl.model.loading import LoadedPolicy
+import mintrl.config  # noqa: F401  (registers the config resolvers)
+from mintrl.model.loading import LoadedPolicy, embedded_smollm2, load_policy
 
 # Fields that must be positive integers, checked before any model is loaded.
 POSITIVE_FIELDS = (
@@ -24,7 +25,8 @@ def check_config(cfg: DictConfig) -> None:
 
     Raises:
         ValueError: a field of ``POSITIVE_FIELDS`` that is not a positive integer, or of
-            ``NON_NEGATIVE_FIELDS`` that is negative.
+            ``NON_NEGATIVE_FIELDS`` that is negative; ``trainer.max_steps`` not a multiple of the
+            optimizer updates per rollout batch.
     """
     for fields, low in ((POSITIVE_FIELDS, 1), (NON_NEGATIVE_FIELDS, 0)):
         for name in fields:
@@ -36,6 +38,11 @@ def check_config(cfg: DictConfig) -> None:
             if not isinstance(node, int) or isinstance(node, bool) or node < low:
                 kind = "a positive" if low else "a non-negative"
                 raise ValueError(f"{name} must be {kind} integer, got {node!r}")
+    module = cfg.get("module") or {}
+    updates = int(module.get("epochs", 1) or 1) * int(module.get("minibatches", 1) or 1)
+    max_steps = (cfg.get("trainer") or {}).get("max_steps")
+    if isinstance(max_steps, int) and max_steps > 0 and max_steps % updates:
+        raise ValueError(f"trainer.max_steps={max_steps} (optimizer updates) must be a multiple of module.epochs x module.minibatches = {updates}")
 
 
 class ModelContext:
@@ -47,12 +54,30 @@ class ModelContext:
         self.tokenizer = loaded.tokenizer
         self.source = loaded.source
         self._frozen = None
+        self._teachers: dict[tuple[str, str], LoadedPolicy] = {}
 
     def frozen_policy(self):
         """A frozen deep copy of the policy as it is now (call before training: step 0)."""
         if self._frozen is None:
             self._frozen = copy.deepcopy(self.policy).eval().requires_grad_(False)
         return self._frozen
+
+    def teacher(self, path: str | None = None, dtype: str = "float32") -> LoadedPolicy:
+        """A frozen model for a teacher, judge or distillation target, loaded once per ``(path, dtype)``.
+
+        Args:
+            path: None for the frozen step-0 policy (self), ``embedded`` for the embedded
+                SmolLM2, else any Hugging Face folder or hub id (:func:`mintrl.model.load_policy`).
+            dtype: weights dtype of a loaded model.
+        """
+        if path is None:
+            return LoadedPolicy(self.frozen_policy(), self.tokenizer, f"frozen step-0 copy of {self.source}")
+        key = (str(path), dtype)
+        if key not in self._teachers:
+            loaded = embedded_smollm2(dtype=dtype) if path == "embedded" else load_policy(str(path), dtype=dtype)
+            loaded.model.eval().requires_grad_(False)
+            self._teachers[key] = loaded
+        return self._teachers[key]
 
 
 @dataclass
@@ -81,7 +106,7 @@ def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
     reward = instantiate(cfg.reward)
     rollout = instantiate(cfg.rollout, sampler=sampler, judge=judge, intervention=intervention, reward=reward, tokenizer=tokenizer)
     datamodule = instantiate(cfg.data, rollout=rollout, tokenizer=tokenizer)
-    module = instantiate(cfg.module, policy=context.policy, objective=instantiate(cfg.objective), tokenizer=tokenizer)
+    module = instantiate(cfg.module, policy=context.policy, objective=instantiate(cfg.objective, context=context), tokenizer=tokenizer)
     built_trainer = None
     if trainer:
         logger = instantiate(cfg.logger) if cfg.get("logger") else False

@@ -1,7 +1,15 @@
-"""The LightningModule: one policy, one objective component, AdamW; no per-algorithm branches."""
+"""The LightningModule: one policy, one objective component, an optimizer; no per-algorithm branches.
+
+Each training step receives one fresh rollout batch and runs ``epochs x minibatches`` optimizer
+updates on it (manual optimisation). Every update's mini-batch is split into micro-batches of
+``micro_batch_rows`` rows whose gradients accumulate; the objective normalises each micro-batch's
+loss by counts of the whole update (all micro-batches and data-parallel ranks), so the loss and
+the gradient of an update do not depend on the split (see :mod:`mintrl.objective.aggregation`).
+"""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any, Callable
 
 import lightning.pytorch as L
@@ -9,7 +17,21 @@ import torch
 from lightning.pytorch.utilities import grad_norm
 
 from mintrl.logprobs import token_logprobs
+from mintrl.objective.aggregation import StepTotals, step_totals
 from mintrl.rollout.batch import RolloutBatch
+
+
+def minibatch_rows(n: int, minibatches: int, generator: torch.Generator | None) -> list[torch.Tensor]:
+    """Row indices of ``minibatches`` near-equal mini-batches of ``n`` rows, shuffled when a
+    ``generator`` is given (contiguous otherwise).
+
+    Raises:
+        ValueError: more mini-batches than rows.
+    """
+    if minibatches > n:
+        raise ValueError(f"module.minibatches={minibatches} exceeds the {n} rollouts of the batch")
+    order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
+    return list(torch.tensor_split(order, minibatches))
 
 
 class PolicyModule(L.LightningModule):
@@ -17,59 +39,156 @@ class PolicyModule(L.LightningModule):
 
     Args:
         policy: the causal LM being trained (the sampler samples from this same module).
-        objective: callable ``(RolloutBatch, logprobs [N, L]) -> ObjectiveOutput``.
+        objective: a :class:`mintrl.objective.base.Objective`.
         optimizer: ``functools.partial`` of a torch optimizer (Hydra ``_partial_: true``).
-        scheduler: optional partial of an LR scheduler, stepped every optimizer step.
+        scheduler: optional partial of an LR scheduler, stepped after every optimizer update.
         tokenizer: saved next to the exported Hugging Face folder.
         logprob_chunk_tokens: positions per LM-head block in :func:`mintrl.logprobs.token_logprobs`.
+        epochs: passes over each rollout batch (optimizer updates per batch = ``epochs x minibatches``).
+        minibatches: optimizer updates per pass; rows are shuffled per pass (seeded by the step).
+        micro_batch_rows: rows per forward/backward (gradient accumulation); None = a whole
+            mini-batch at once. Does not change the result, only peak memory.
+        max_grad_norm: clip the global gradient L2 norm to this before each update (None: no clipping).
+
+    Raises:
+        ValueError: non-positive sizes, naming the ``module.*`` field.
     """
 
     def __init__(
         self,
         policy: torch.nn.Module,
-        objective: Callable,
+        objective,
         optimizer: Callable[..., torch.optim.Optimizer],
         scheduler: Callable | None = None,
         tokenizer: Any = None,
         logprob_chunk_tokens: int = 1024,
+        epochs: int = 1,
+        minibatches: int = 1,
+        micro_batch_rows: int | None = None,
+        max_grad_norm: float | None = 1.0,
     ):
         super().__init__()
-        if logprob_chunk_tokens <= 0:
-            raise ValueError(f"module.logprob_chunk_tokens must be positive, got {logprob_chunk_tokens}")
+        for name, value in (("logprob_chunk_tokens", logprob_chunk_tokens), ("epochs", epochs), ("minibatches", minibatches),
+                            ("micro_batch_rows", micro_batch_rows or 1)):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"module.{name} must be a positive integer, got {value!r}")
+        if max_grad_norm is not None and max_grad_norm <= 0:
+            raise ValueError(f"module.max_grad_norm must be positive or null, got {max_grad_norm}")
+        self.automatic_optimization = False
         self.policy = policy.train()  # dropout-free LLMs: train mode only matters for Lightning's mode checks
         self.objective = objective
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.tokenizer = tokenizer
         self.logprob_chunk_tokens = logprob_chunk_tokens
+        self.epochs, self.minibatches, self.micro_batch_rows = epochs, minibatches, micro_batch_rows
+        self.max_grad_norm = max_grad_norm
         self.history: list[dict[str, float]] = []  # per train step: rollout stats + loss
         self.val_history: list[tuple[int, float]] = []  # (global_step, val/reward)
         self._val_rewards: list[torch.Tensor] = []
 
-    def training_step(self, batch: RolloutBatch, batch_idx: int) -> torch.Tensor:
-        """Log-probs of the batch under the current weights -> objective loss; logs rollout stats."""
-        logprobs, entropy = token_logprobs(
-            self.policy, batch.input_ids, batch.attention_mask, batch.response_mask, batch.temperature, self.logprob_chunk_tokens
-        )  # [N, L] each
-        out = self.objective(batch, logprobs)
-        policy_tokens = batch.response_mask & ~batch.intervention_mask
-        metrics = {
-            "train/loss": out.loss.detach(),
-            "train/policy_entropy": (entropy * policy_tokens).sum() / policy_tokens.sum().clamp(min=1),
-            "rollout/generated_at_step": float(batch.step),
-            **out.metrics,
-            **batch.stats,
-        }
-        self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=len(batch))
-        self.log("reward", batch.stats["reward/control"], prog_bar=True, on_step=True, batch_size=len(batch), logger=False)
-        self.log("gen_tok/s", batch.stats["perf/gen_tokens_per_s"], prog_bar=True, on_step=True, batch_size=len(batch), logger=False)
-        self.history.append({k: float(v) for k, v in metrics.items()})
-        return out.loss
+    @property
+    def updates_per_batch(self) -> int:
+        """Optimizer updates per rollout batch (``epochs x minibatches``)."""
+        return self.epochs * self.minibatches
 
-    def on_before_optimizer_step(self, optimizer) -> None:
-        """Logs ``train/grad_norm`` (L2 over all parameters, before clipping)."""
-        norms = grad_norm(self.policy, norm_type=2)
-        if "grad_2.0_norm_total" in norms:
-            self.log("train/grad_norm", norms["grad_2.0_norm_total"], on_step=True, on_epoch=False)
+    def on_fit_start(self) -> None:
+        """Lets the objective snapshot what it needs from the policy (KL reference, teacher)."""
+        self.objective.setup(self.policy)
+
+    # ------------------------------------------------------------------ pieces (usable without a Trainer)
+    @torch.no_grad()
+    def frozen_logprobs(self, model, input_ids, attention_mask, target_mask, temperature) -> torch.Tensor:
+        """``[N, L]`` log-probs of ``model`` without gradients, ``micro_batch_rows`` rows at a time
+        (the ``logprob_fn`` given to ``Objective.prepare``)."""
+        step = self.micro_batch_rows or input_ids.shape[0]
+        parts = [
+            token_logprobs(model, input_ids[s : s + step], attention_mask[s : s + step], target_mask[s : s + step],
+                           temperature, self.logprob_chunk_tokens)[0]
+            for s in range(0, input_ids.shape[0], step)
+        ]
+        return torch.cat(parts) if parts else torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
+
+    def global_totals(self, mini: RolloutBatch) -> StepTotals:
+        """Loss-mask counts of one update summed over data-parallel ranks."""
+        totals = step_totals(mini.extras["loss_mask"])
+        if self._trainer is not None and self.trainer.world_size > 1:
+            summed = self.trainer.strategy.reduce(torch.stack([totals.tokens, totals.sequences]), reduce_op="sum")
+            totals = StepTotals(summed[0], summed[1])
+        return totals
+
+    def accumulate(self, mini: RolloutBatch, totals: StepTotals, world_size: int = 1, backward: Callable | None = None) -> tuple[torch.Tensor, dict]:
+        """Forward + backward of one update's mini-batch in micro-batches; gradients accumulate in
+        the parameters' ``.grad``.
+
+        Args:
+            mini: the update's rows (``extras`` filled by ``Objective.prepare``).
+            totals: loss-mask counts of the whole update over all ranks.
+            world_size: data-parallel ranks; each micro loss is multiplied by it because DDP/FSDP
+                average gradients over ranks.
+            backward: ``loss -> None`` (default ``loss.backward``; Lightning passes ``manual_backward``).
+
+        Returns:
+            ``(loss, metrics)``: the update's loss on this rank (detached; the sum of the micro
+            contributions) and objective metrics averaged over micro-batches, plus the policy
+            entropy on policy-authored tokens.
+        """
+        backward = backward or (lambda loss: loss.backward())
+        step = self.micro_batch_rows or len(mini)
+        total = torch.zeros((), device=mini.input_ids.device)
+        sums: dict[str, float] = defaultdict(float)
+        parts = 0
+        entropy_sum, entropy_tokens = 0.0, 0
+        for s in range(0, len(mini), step):
+            micro = mini.select(torch.arange(s, min(s + step, len(mini)), device=mini.input_ids.device))
+            logprobs, entropy = token_logprobs(self.policy, micro.input_ids, micro.attention_mask, micro.response_mask,
+                                               micro.temperature, self.logprob_chunk_tokens)  # [n, L] each
+            out = self.objective(micro, logprobs, totals)
+            backward(out.loss * world_size)
+            total = total + out.loss.detach()
+            for k, v in out.metrics.items():
+                sums[k] += float(v)
+            parts += 1
+            policy_tokens = micro.response_mask & ~micro.intervention_mask
+            entropy_sum += float((entropy * policy_tokens).sum())
+            entropy_tokens += int(policy_tokens.sum())
+        metrics = {k: v / max(parts, 1) for k, v in sums.items()}
+        metrics["train/policy_entropy"] = entropy_sum / max(entropy_tokens, 1)
+        return total, metrics
+
+    # ------------------------------------------------------------------ Lightning hooks
+    def training_step(self, batch: RolloutBatch, batch_idx: int) -> torch.Tensor:
+        """``epochs x minibatches`` optimizer updates on one rollout batch; logs rollout stats,
+        the mean update loss, gradient norm and objective metrics."""
+        optimizer = self.optimizers()
+        scheduler = self.lr_schedulers()
+        batch = self.objective.prepare(batch, self.frozen_logprobs)
+        generator = torch.Generator().manual_seed(int(self.global_step)) if self.minibatches > 1 else None
+        sums: dict[str, float] = defaultdict(float)
+        for _ in range(self.epochs):
+            for rows in minibatch_rows(len(batch), self.minibatches, generator):
+                mini = batch.select(rows.to(batch.input_ids.device))
+                loss, metrics = self.accumulate(mini, self.global_totals(mini), self.trainer.world_size, self.manual_backward)
+                norms = grad_norm(self.policy, norm_type=2)
+                metrics["train/grad_norm"] = float(norms.get("grad_2.0_norm_total", 0.0))
+                if self.max_grad_norm is not None:
+                    self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                if scheduler is not None:
+                    scheduler.step()
+                metrics["train/loss"] = float(loss)
+                for k, v in metrics.items():
+                    sums[k] += v
+        updates = self.updates_per_batch
+        metrics = {k: v / updates for k, v in sums.items()}
+        metrics["rollout/generated_at_step"] = float(batch.step)
+        metrics.update(batch.stats)
+        self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=len(batch))
+        if "reward/control" in batch.stats:
+            self.log("reward", batch.stats["reward/control"], prog_bar=True, on_step=True, batch_size=len(batch), logger=False)
+        self.log("gen_tok/s", batch.stats.get("perf/gen_tokens_per_s", 0.0), prog_bar=True, on_step=True, batch_size=len(batch), logger=False)
+        self.history.append({k: float(v) for k, v in metrics.items()})
+        return torch.tensor(metrics["train/loss"])
 
     def validation_step(self, batch: RolloutBatch, batch_idx: int) -> None:
         """Collects rewards of control rollouts on held-out prompts."""
@@ -78,18 +197,20 @@ class PolicyModule(L.LightningModule):
         self.log("val/response_len", lengths.mean(), batch_size=len(batch), on_epoch=True)
 
     def on_validation_epoch_end(self) -> None:
-        """Logs ``val/reward``: mean reward over all validation rollouts (pass@1 at the rollout temperature)."""
+        """Logs ``val/reward``: mean reward over all validation rollouts with a reward (pass@1 at
+        the rollout temperature)."""
         if not self._val_rewards:
             return
-        reward = torch.cat(self._val_rewards).mean()
+        reward = torch.cat(self._val_rewards).nanmean()
         self._val_rewards.clear()
         self.log("val/reward", reward, prog_bar=True)
         if not self.trainer.sanity_checking:
             self.val_history.append((int(self.global_step), float(reward)))
 
     def configure_optimizers(self):
-        """The configured optimizer over the policy parameters (+ optional per-step scheduler)."""
-        optimizer = self.optimizer_factory(self.policy.parameters())
+        """The configured optimizer over the trainable policy parameters (+ optional scheduler,
+        stepped after every update)."""
+        optimizer = self.optimizer_factory([p for p in self.policy.parameters() if p.requires_grad])
         if self.scheduler_factory is None:
             return optimizer
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.scheduler_factory(optimizer), "interval": "step"}}

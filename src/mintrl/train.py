@@ -32,6 +32,8 @@ def run(cfg: DictConfig) -> dict:
     """Build, validate at step 0, train, export; returns the run summary (see ``RunSummary``)."""
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     warnings.filterwarnings("ignore", ".*IterableDataset.*__len__.*")
+    # manual optimisation: checkpoints hold the weights after the step's updates, which is what resuming needs
+    warnings.filterwarnings("ignore", ".*ModelCheckpoint with manual optimization.*")
     L.seed_everything(cfg.seed, workers=True)
     c = build_components(cfg)
     log.info("policy: %s", c.context.source)

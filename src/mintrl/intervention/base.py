@@ -28,9 +28,35 @@ class InterventionRequest:
     verdict: Verdict
 
 
-class Intervention(Protocol):
-    """Writes corrections in the policy's token ids; at most ``max_new_tokens`` each, no EOS."""
+@dataclass
+class Correction:
+    """Tokens written by the judge-intervention policy, in the policy's token ids.
 
-    def intervene(self, requests: Sequence[InterventionRequest], max_new_tokens: int) -> list[list[int]]:
-        """One correction per request, as policy token ids (at most ``max_new_tokens``, no EOS)."""
+    Attributes:
+        ids: token ids (policy tokenizer).
+        logprobs: per token, log-prob under the intervention policy's own sampling distribution
+            (nats), the behaviour policy of these tokens; ``0.0`` each for a deterministic writer
+            (the rule intervention: probability 1) and for black-box writers whose log-probs are
+            unknown (documented fallback).
+    """
+
+    ids: list[int]
+    logprobs: list[float]
+
+    def __post_init__(self):
+        if len(self.ids) != len(self.logprobs):
+            raise ValueError(f"correction has {len(self.ids)} ids but {len(self.logprobs)} log-probs")
+
+
+class Intervention(Protocol):
+    """Writes corrections in the policy's token ids."""
+
+    def intervene(self, requests: Sequence[InterventionRequest], max_new_tokens: int) -> list[Correction]:
+        """One correction per request: at most ``max_new_tokens`` tokens, no EOS (control returns
+        to the policy)."""
+        ...
+
+    def demonstrate(self, requests: Sequence[InterventionRequest], max_new_tokens: int) -> list[Correction]:
+        """A complete response per request (empty ``response_ids``), EOS included when written:
+        the judge-intervention model's own trajectories, for the SFT stage of SFT+GRPO."""
         ...

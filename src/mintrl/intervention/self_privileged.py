@@ -10,13 +10,21 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mintrl.intervention.base import InterventionRequest
+from mintrl.intervention.base import Correction, InterventionRequest
 from mintrl.sampler.hf import HFSampler
 
 DEFAULT_NOTE = (
     "{question}\n\n(Private note for you: the correct final answer is {reference}. "
     "Use it to continue the solution correctly without mentioning this note.)"
 )
+
+
+def privileged_prompt_ids(tokenizer, note: str, question: str, reference: str) -> list[int]:
+    """Chat-templated user message ``note.format(question=..., reference=...)`` with the generation
+    prompt: the start of a response written with privileged context (MInTRL section 5.1)."""
+    messages = [{"role": "user", "content": note.format(question=question, reference=reference)}]
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
 class SelfPrivilegedIntervention:
@@ -38,15 +46,24 @@ class SelfPrivilegedIntervention:
 
     def prompt_ids(self, r: InterventionRequest) -> list[int]:
         """Privileged prompt + retained response ids."""
-        messages = [{"role": "user", "content": self.note.format(question=r.question, reference=r.reference)}]
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-        return ids + list(r.response_ids)
+        return privileged_prompt_ids(self.tokenizer, self.note, r.question, r.reference) + list(r.response_ids)
 
-    def intervene(self, requests: Sequence[InterventionRequest], max_new_tokens: int) -> list[list[int]]:
-        """One batched ``generate`` over all requests; returns ids without EOS tokens."""
+    def _generate(self, requests: Sequence[InterventionRequest], max_new_tokens: int, keep_eos: bool) -> list[Correction]:
         if not requests:
             return []
         gen = self.sampler.generate([self.prompt_ids(r) for r in requests], max_new_tokens, self.temperature)
         eos = set(self.sampler.eos_token_ids)
-        return [[t for t in ids.tolist() if t not in eos] for ids in gen.token_ids]
+        out = []
+        for ids, lps in zip(gen.token_ids, gen.logprobs):
+            kept = [(t, lp) for t, lp in zip(ids.tolist(), lps.tolist()) if keep_eos or t not in eos]
+            out.append(Correction([t for t, _ in kept], [lp for _, lp in kept]))
+        return out
+
+    def intervene(self, requests: Sequence[InterventionRequest], max_new_tokens: int) -> list[Correction]:
+        """One batched ``generate`` over all requests; corrections without EOS tokens, with the
+        frozen model's sampling log-probs (at ``temperature``) as behaviour log-probs."""
+        return self._generate(requests, max_new_tokens, keep_eos=False)
+
+    def demonstrate(self, requests: Sequence[InterventionRequest], max_new_tokens: int) -> list[Correction]:
+        """Complete responses of the privileged frozen model (EOS kept)."""
+        return self._generate(requests, max_new_tokens, keep_eos=True)

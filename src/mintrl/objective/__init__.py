@@ -1,15 +1,22 @@
-"""Training objectives (``objective=`` config group)."""
+"""Training objectives (``objective=`` config group): the pure functions and the components.
 
-from mintrl.objective.functional import (
-    anchor_logprobs,
-    anchored_log_ratio,
-    control_advantages,
-    control_baseline,
-    regression_loss,
-)
-from mintrl.objective.regression import AdvantageRegression, ObjectiveOutput
+Components follow :class:`mintrl.objective.base.Objective` (setup / prepare / per-micro-batch loss).
+"""
+
+from mintrl.objective.advantages import control_advantages, control_baseline, group_advantages, mentor_advantages, valid_rows
+from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate, sequence_mean, step_totals
+from mintrl.objective.base import Objective, ObjectiveOutput
+from mintrl.objective.distillation import OnPolicyDistillation
+from mintrl.objective.functional import anchor_logprobs, anchored_log_ratio, regression_loss, regression_terms
+from mintrl.objective.grpo import GRPO
+from mintrl.objective.intervention_grpo import InterventionGRPO
+from mintrl.objective.policy_gradient import clipped_surrogate, importance_weight_stats, kl_penalty
+from mintrl.objective.regression import AdvantageRegression
+from mintrl.objective.sft import SupervisedNLL
 
 __all__ = [
-    "AdvantageRegression", "ObjectiveOutput", "anchor_logprobs", "anchored_log_ratio",
-    "control_advantages", "control_baseline", "regression_loss",
+    "AGGREGATIONS", "AdvantageRegression", "GRPO", "InterventionGRPO", "Objective", "ObjectiveOutput",
+    "OnPolicyDistillation", "StepTotals", "SupervisedNLL", "aggregate", "anchor_logprobs", "anchored_log_ratio",
+    "clipped_surrogate", "control_advantages", "control_baseline", "group_advantages", "importance_weight_stats",
+    "kl_penalty", "mentor_advantages", "regression_loss", "regression_terms", "sequence_mean", "step_totals", "valid_rows",
 ]

@@ -2,52 +2,54 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
-from mintrl.objective.functional import anchored_log_ratio, control_advantages, regression_loss
+from mintrl.objective.advantages import control_advantages
+from mintrl.objective.aggregation import StepTotals, sequence_mean
+from mintrl.objective.base import Objective, ObjectiveOutput
+from mintrl.objective.functional import anchored_log_ratio, regression_terms
 from mintrl.rollout.batch import RolloutBatch
 
 
-@dataclass
-class ObjectiveOutput:
-    """A scalar ``loss`` to minimise and detached scalar ``metrics`` to log."""
-
-    loss: torch.Tensor
-    metrics: dict[str, torch.Tensor] = field(default_factory=dict)
-
-
-class AdvantageRegression:
+class AdvantageRegression(Objective):
     """MInTRL advantage regression with a control baseline and a relaxed anchor (eqs. 7, 10, 11).
+
+    No importance weights: the anchor ``log pi~_t`` is the rollout-time log-prob of each policy
+    token (fixed for all updates on the batch) and ``kappa`` (Const) or the policy's rollout-time
+    log-prob (Proxy) on intervention tokens. The loss is the mean over the optimizer step's
+    sequences of ``(beta * log_ratio - A)^2``; rows without a reward or whose group has no valid
+    control rollout are left out (counted in ``objective/rows_without_signal``).
 
     Args:
         beta: ``beta_2``, the regression temperature (> 0). Paper: 1e-3.
         kappa: constant anchor log-prob of intervention tokens (MInTRL-Const, paper: -0.2 math,
-            -0.1 code), or None for MInTRL-Proxy (the policy's own rollout-time log-probs).
+            -0.1 code), or None for MInTRL-Proxy.
+        mask_truncated: see :class:`mintrl.objective.base.Objective`.
 
     Raises:
         ValueError: ``beta <= 0`` or ``kappa >= 0`` (field named).
     """
 
-    def __init__(self, beta: float = 1e-3, kappa: float | None = -0.2):
+    def __init__(self, beta: float = 1e-3, kappa: float | None = -0.2, mask_truncated: bool = False, context=None):
+        super().__init__(mask_truncated=mask_truncated)
         if beta <= 0:
             raise ValueError(f"objective.beta must be positive, got {beta}")
         if kappa is not None and kappa >= 0:
             raise ValueError(f"objective.kappa must be negative (a log-prob) or null, got {kappa}")
         self.beta, self.kappa = beta, kappa
 
-    def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor) -> ObjectiveOutput:
-        """Loss over all rollouts of the batch.
+    def extra_tensors(self, batch, valid, logprob_fn):
+        adv, has_signal = control_advantages(batch.rewards, batch.group_index, batch.is_control, batch.num_groups, valid)
+        return {"advantages": adv, "rows": has_signal}
 
-        Args:
-            batch: the step's rollouts. logprobs: ``[N, L]`` log pi_theta of ``batch.input_ids``.
-        """
-        adv = control_advantages(batch.rewards, batch.group_index, batch.is_control, batch.num_groups)  # [N]
-        log_ratio = anchored_log_ratio(logprobs, batch.rollout_logprobs, batch.response_mask, batch.intervention_mask, self.kappa)
-        loss = regression_loss(log_ratio, adv, self.beta)
+    def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:
+        adv = batch.extras["advantages"]  # [n]
+        rows = batch.extras["loss_mask"].any(-1)  # [n]
+        log_ratio = anchored_log_ratio(logprobs, batch.rollout_logprobs, batch.response_mask, batch.intervention_mask, self.kappa)  # [n]
+        loss = sequence_mean(regression_terms(log_ratio, adv, self.beta), rows, totals)
+        n = rows.sum().clamp(min=1)
         return ObjectiveOutput(loss, {
-            "objective/advantage_abs": adv.abs().mean().detach(),
-            "objective/log_ratio": log_ratio.mean().detach(),
-            "objective/log_ratio_abs": log_ratio.abs().mean().detach(),
+            "objective/advantage_abs": (adv.abs() * rows).sum().detach() / n,
+            "objective/log_ratio": (log_ratio * rows).sum().detach() / n,
+            "objective/log_ratio_abs": (log_ratio.abs() * rows).sum().detach() / n,
         })

@@ -40,8 +40,12 @@ class ReasoningGymReward:
     def __init__(self) -> None:
         self._scorers: dict[str, Callable[[str | None, dict[str, Any]], float]] = {}
 
-    def __call__(self, response: str, item) -> float:
-        """Score one decoded response (special tokens removed) for its prompt item."""
+    def __call__(self, responses, items) -> list[float]:
+        """Scores of decoded responses (special tokens removed), one per ``(response, item)`` pair."""
+        return [self.score(r, item) for r, item in zip(responses, items)]
+
+    def score(self, response: str, item) -> float:
+        """Score one decoded response for its prompt item."""
         source = item.entry["metadata"]["source_dataset"]
         if source not in self._scorers:
             self._scorers[source] = reasoning_gym.get_score_answer_fn(source)

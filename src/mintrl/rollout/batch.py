@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -19,10 +19,14 @@ class Rollout:
         response_ids: response token ids (policy and intervention tokens, EOS included if sampled).
         logprobs: per response token, log-prob under the policy at rollout time (nats; the
             intervention tokens are filled by a scoring pass at the end of the rollout).
+        behaviour: per response token, log-prob under the policy that actually wrote it (nats):
+            equal to ``logprobs`` on policy tokens, the intervention's own log-prob on
+            intervention tokens (see :class:`mintrl.intervention.base.Correction`).
         intervention: per response token, True if intervention-authored.
         finished: ended with EOS (else the length limit).
         reviews, revisions, unparseable: judge counts for this rollout.
-        reward: verifiable reward in [0, 1].
+        reward: verifiable reward in [0, 1]; NaN when the reward function gave none (the
+            rollout then gets no training signal, see :func:`valid_rows`).
     """
 
     group: int
@@ -30,6 +34,7 @@ class Rollout:
     prompt_ids: list[int]
     response_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    behaviour: list[float] = field(default_factory=list)
     intervention: list[bool] = field(default_factory=list)
     finished: bool = False
     reviews: int = 0
@@ -37,17 +42,21 @@ class Rollout:
     unparseable: int = 0
     reward: float = 0.0
 
-    def append(self, ids, logprobs, intervention: bool) -> None:
-        """Append tokens (ids and their log-probs) with one provenance."""
+    def append(self, ids, logprobs, intervention: bool, behaviour=None) -> None:
+        """Append tokens (ids and their log-probs) with one provenance; ``behaviour`` defaults to
+        ``logprobs`` (tokens the policy sampled itself)."""
         ids, logprobs = list(ids), list(logprobs)
-        assert len(ids) == len(logprobs)
+        behaviour = logprobs if behaviour is None else list(behaviour)
+        if not len(ids) == len(logprobs) == len(behaviour):
+            raise ValueError(f"append: {len(ids)} ids, {len(logprobs)} log-probs, {len(behaviour)} behaviour log-probs")
         self.response_ids += ids
         self.logprobs += logprobs
+        self.behaviour += behaviour
         self.intervention += [intervention] * len(ids)
 
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` response tokens."""
-        del self.response_ids[length:], self.logprobs[length:], self.intervention[length:]
+        del self.response_ids[length:], self.logprobs[length:], self.behaviour[length:], self.intervention[length:]
 
 
 @dataclass
@@ -62,7 +71,14 @@ class RolloutBatch:
         response_mask: ``[N, L]`` bool, True on response tokens.
         intervention_mask: ``[N, L]`` bool, True on intervention-authored response tokens.
         rollout_logprobs: ``[N, L]`` float32, log pi_t of each response token at rollout time.
-        rewards: ``[N]`` float32. group_index: ``[N]`` int64 in ``[0, G)``. is_control: ``[N]`` bool.
+        rewards: ``[N]`` float32 (NaN: no reward). group_index: ``[N]`` int64 in ``[0, G)``.
+        is_control: ``[N]`` bool.
+        finished: ``[N]`` bool, the response ended with EOS (False: truncated at the length limit).
+        behaviour_logprobs: ``[N, L]`` float32, log-prob of each response token under the policy
+            that wrote it (rollout policy or intervention), for importance-weight diagnostics.
+        prompts: the step's ``G`` :class:`mintrl.data.prompts.PromptItem` (question, reference).
+        extras: per-row ``[N, ...]`` tensors added by an objective's ``prepare`` (advantages,
+            reference or teacher log-probs, loss mask); sliced with the batch.
         num_groups: ``G``, prompts in the step. temperature: sampling temperature of the rollouts
         (the trainer's log-probs use the same ``log_softmax(logits / T)``).
         stats: scalar rollout statistics for logging (floats).
@@ -78,15 +94,49 @@ class RolloutBatch:
     group_index: torch.Tensor
     is_control: torch.Tensor
     num_groups: int
+    finished: torch.Tensor | None = None
+    behaviour_logprobs: torch.Tensor | None = None
+    prompts: list | None = None
     temperature: float = 1.0
     stats: dict[str, float] = field(default_factory=dict)
     step: int = -1
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def __post_init__(self):
+        n = self.input_ids.shape[0]
+        if self.finished is None:
+            self.finished = torch.ones(n, dtype=torch.bool, device=self.input_ids.device)
+        if self.behaviour_logprobs is None:
+            self.behaviour_logprobs = self.rollout_logprobs
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
+    _ROW_FIELDS = ("input_ids", "attention_mask", "response_mask", "intervention_mask", "rollout_logprobs",
+                   "rewards", "group_index", "is_control", "finished", "behaviour_logprobs")
 
-def collate_rollouts(rollouts: list[Rollout], num_groups: int, pad_token_id: int, temperature: float) -> RolloutBatch:
+    def select(self, rows: torch.Tensor) -> "RolloutBatch":
+        """The sub-batch of ``rows`` (``[n]`` int64 indices), extras included, with trailing
+        all-padding columns cut off. Group indices and ``num_groups`` are kept (advantages are
+        computed on the whole batch before it is split)."""
+        out = replace(self, **{f: getattr(self, f)[rows] for f in self._ROW_FIELDS},
+                      extras={k: v[rows] for k, v in self.extras.items()}, stats=dict(self.stats))
+        width = int(out.attention_mask.sum(-1).max().item()) if len(rows) else 0
+        if width < out.input_ids.shape[1]:
+            for f in self._ROW_FIELDS:
+                value = getattr(out, f)
+                if value.dim() == 2:
+                    setattr(out, f, value[:, :width])
+            out.extras = {k: (v[:, :width] if v.dim() == 2 and v.shape[1] == self.input_ids.shape[1] else v) for k, v in out.extras.items()}
+        return out
+
+    def to(self, device) -> "RolloutBatch":
+        """A copy with every tensor on ``device``."""
+        return replace(self, **{f: getattr(self, f).to(device) for f in self._ROW_FIELDS},
+                       extras={k: v.to(device) for k, v in self.extras.items()})
+
+
+def collate_rollouts(rollouts: list[Rollout], num_groups: int, pad_token_id: int, temperature: float, prompts: list | None = None) -> RolloutBatch:
     """Pad rollouts into a :class:`RolloutBatch` (right padding).
 
     Raises:
@@ -96,6 +146,8 @@ def collate_rollouts(rollouts: list[Rollout], num_groups: int, pad_token_id: int
     for i, r in enumerate(rollouts):
         if not all(math.isfinite(x) for x in r.logprobs):
             raise ValueError(f"rollout row {i} (group {r.group}) has non-finite log-probs; were its intervention tokens scored?")
+        if len(r.behaviour) != len(r.response_ids) or not all(math.isfinite(x) for x in r.behaviour):
+            raise ValueError(f"rollout row {i} (group {r.group}) has missing or non-finite behaviour log-probs")
     n = len(rollouts)
     width = max(len(r.prompt_ids) + len(r.response_ids) for r in rollouts)
     batch = RolloutBatch(
@@ -108,6 +160,9 @@ def collate_rollouts(rollouts: list[Rollout], num_groups: int, pad_token_id: int
         group_index=torch.tensor([r.group for r in rollouts], dtype=torch.long),
         is_control=torch.tensor([r.is_control for r in rollouts], dtype=torch.bool),
         num_groups=num_groups,
+        finished=torch.tensor([r.finished for r in rollouts], dtype=torch.bool),
+        behaviour_logprobs=torch.zeros((n, width), dtype=torch.float32),
+        prompts=prompts,
         temperature=temperature,
     )
     for i, r in enumerate(rollouts):
@@ -117,4 +172,5 @@ def collate_rollouts(rollouts: list[Rollout], num_groups: int, pad_token_id: int
         batch.response_mask[i, p : p + t] = True
         batch.intervention_mask[i, p : p + t] = torch.tensor(r.intervention, dtype=torch.bool)
         batch.rollout_logprobs[i, p : p + t] = torch.tensor(r.logprobs, dtype=torch.float32)
+        batch.behaviour_logprobs[i, p : p + t] = torch.tensor(r.behaviour, dtype=torch.float32)
     return batch

@@ -22,6 +22,7 @@ from mintrl.data.prompts import PromptItem
 from mintrl.intervention.base import Intervention, InterventionRequest
 from mintrl.judge.base import REVISE, UNPARSEABLE, Judge, ReviewRequest
 from mintrl.judge.steps import split_steps
+from mintrl.reward.base import score_rewards
 from mintrl.rollout.batch import Rollout, RolloutBatch, collate_rollouts
 from mintrl.rollout.stats import rollout_stats
 
@@ -73,7 +74,7 @@ class SemiOnPolicyRollout:
     Args:
         sampler: policy sampler (:class:`mintrl.sampler.Sampler`).
         judge, intervention: the judge-intervention policy's two halves.
-        reward: callable ``(response_text, PromptItem) -> float``.
+        reward: batched reward, ``(responses, items) -> rewards`` (see :func:`mintrl.reward.base.score_rewards`).
         tokenizer: the policy tokenizer.
         n_control: control rollouts per prompt ``N_c`` (>= 1: they give the baseline).
         n_semi: semi-on-policy rollouts per prompt ``N_m`` (>= 0).
@@ -176,9 +177,9 @@ class SemiOnPolicyRollout:
                 by_budget[budget].append((r, req))
         for budget, group in by_budget.items():
             corrections = self.intervention.intervene([req for _, req in group], budget)
-            for (r, _), ids in zip(group, corrections):
-                ids = list(ids)[:budget]
-                r.append(ids, [float("nan")] * len(ids), intervention=True)
+            for (r, _), fix in zip(group, corrections):
+                ids, behaviour = list(fix.ids)[:budget], list(fix.logprobs)[:budget]
+                r.append(ids, [float("nan")] * len(ids), intervention=True, behaviour=behaviour)
 
     def _finish(self, rollouts: list[Rollout]) -> None:
         """The policy writes the rest of every unfinished rollout in one call."""
@@ -233,9 +234,9 @@ class SemiOnPolicyRollout:
         bar.close()
         gen_seconds = time.perf_counter() - start
         texts = self.tokenizer.batch_decode([r.response_ids for r in rollouts], skip_special_tokens=True)
-        for r, text in zip(rollouts, texts):
-            r.reward = self.reward(text, items[r.group])
-        batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature)
+        for r, value in zip(rollouts, score_rewards(self.reward, texts, [items[r.group] for r in rollouts])):
+            r.reward = value
+        batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature, prompts=list(items))
         batch.stats = rollout_stats(rollouts, gen_seconds)
         batch.stats["rollout/intervention_phase"] = float(intervene)
         batch.step = step

@@ -8,13 +8,15 @@ from mintrl.rollout.batch import Rollout
 
 
 def _mean(values) -> float:
-    values = list(values)
+    """Mean of the finite values (NaN rewards = no reward are skipped); NaN when there are none."""
+    values = [v for v in values if not math.isnan(v)]
     return sum(values) / len(values) if values else float("nan")
 
 
 def rollout_stats(rollouts: list[Rollout], gen_seconds: float) -> dict[str, float]:
     """Rewards of control and semi-on-policy rollouts and their gap, off-policy token fraction,
-    reviews / revisions / unparseable verdicts, response length and generation throughput.
+    reviews / revisions / unparseable verdicts, response length, truncated responses (count, hit
+    the length limit), missing rewards (count) and generation throughput.
 
     Keys of quantities undefined for the step (e.g. the semi reward when there are no semi
     rollouts) are omitted rather than logged as NaN.
@@ -29,6 +31,8 @@ def rollout_stats(rollouts: list[Rollout], gen_seconds: float) -> dict[str, floa
         "rollout/response_len": tokens / max(len(rollouts), 1),
         "rollout/offpolicy_frac": off / max(tokens, 1),
         "rollout/finished_frac": _mean(float(r.finished) for r in rollouts),
+        "rollout/truncated": float(sum(not r.finished for r in rollouts)),
+        "reward/missing": float(sum(math.isnan(r.reward) for r in rollouts)),
         "perf/gen_tokens_per_s": tokens / max(gen_seconds, 1e-9),
         "perf/gen_seconds": gen_seconds,
     }

@@ -1,0 +1,121 @@
+"""Advantages: group-relative (GRPO, Dr. GRPO) and control-baseline (MInTRL), robust to missing rewards.
+
+Every function here takes a ``valid`` mask ``[N]``: rows whose reward is missing (NaN) or whose
+response is empty. Invalid rows never enter a group's statistics and get advantage 0; the
+objectives also drop them from the loss (no signal at all).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def valid_rows(rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """``[N]`` bool: finite reward and at least one response token.
+
+    Args:
+        rewards: ``[N]`` float (NaN = no reward). response_mask: ``[N, L]`` bool.
+    """
+    return torch.isfinite(rewards) & response_mask.any(-1)
+
+
+def _group_sum(values: torch.Tensor, group_index: torch.Tensor, num_groups: int) -> torch.Tensor:
+    # values [N] -> [G]
+    return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, group_index, values)
+
+
+def group_advantages(
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    num_groups: int,
+    valid: torch.Tensor,
+    scale_std: bool = True,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """GRPO group-relative advantages ``(r_i - mean_g) / (std_g + eps)`` (Shao et al. 2024, eq. 3
+    of the GRPO paper); ``scale_std=False`` gives Dr. GRPO's ``r_i - mean_g`` (Liu et al. 2025).
+
+    Mean and std (Bessel-corrected, 0 for a single member) are over the valid members of each
+    group. All-equal groups and singleton groups give exactly 0; invalid rows give 0 and do not
+    move their group's statistics.
+
+    Args:
+        rewards: ``[N]`` float, NaN allowed on invalid rows. group_index: ``[N]`` int64 in ``[0, G)``.
+        num_groups: ``G``. valid: ``[N]`` bool (see :func:`valid_rows`). eps: added to the std.
+
+    Returns:
+        ``[N]`` float advantages, always finite.
+    """
+    w = valid.to(torch.float32)  # [N]
+    r = torch.where(valid, rewards, torch.zeros_like(rewards)).to(torch.float32)  # [N], NaN-free
+    count = _group_sum(w, group_index, num_groups)  # [G]
+    mean = _group_sum(r * w, group_index, num_groups) / count.clamp(min=1)  # [G]
+    dev = (r - mean[group_index]) * w  # [N]
+    if not scale_std:
+        return dev
+    var = _group_sum(dev.pow(2), group_index, num_groups) / (count - 1).clamp(min=1)  # [G]
+    return dev / (var.sqrt()[group_index] + eps)
+
+
+def control_baseline(
+    rewards: torch.Tensor, group_index: torch.Tensor, is_control: torch.Tensor, num_groups: int, valid: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Value baseline of each prompt: the mean reward of its valid control rollouts (MInTRL
+    eq. 10, the large-``beta_1`` limit of eq. 9).
+
+    Args:
+        rewards: ``[N]`` float. group_index: ``[N]`` int64 in ``[0, G)``.
+        is_control: ``[N]`` bool, True for pure on-policy control rollouts.
+        num_groups: ``G``. valid: ``[N]`` bool, default all rows with a finite reward.
+
+    Returns:
+        ``(baseline [G], defined [G] bool)``: ``defined`` is False for a group without any valid
+        control rollout; its baseline is 0 there and its rows must get no signal.
+    """
+    if valid is None:
+        valid = torch.isfinite(rewards)
+    w = (is_control & valid).to(torch.float32)  # [N]
+    r = torch.where(valid, rewards, torch.zeros_like(rewards)).to(torch.float32)
+    count = _group_sum(w, group_index, num_groups)  # [G]
+    return _group_sum(r * w, group_index, num_groups) / count.clamp(min=1), count > 0
+
+
+def control_advantages(
+    rewards: torch.Tensor, group_index: torch.Tensor, is_control: torch.Tensor, num_groups: int, valid: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``A(x, y) = r(x, y) - V_ctrl(x)`` for every rollout, control and semi-on-policy (MInTRL eq. 10).
+
+    Returns:
+        ``(advantages [N], has_signal [N] bool)``: rows that are invalid or whose group has no
+        valid control rollout get advantage 0 and ``has_signal`` False. A group whose control
+        rewards all equal a rollout's reward gives exactly 0 for that rollout.
+    """
+    if valid is None:
+        valid = torch.isfinite(rewards)
+    baseline, defined = control_baseline(rewards, group_index, is_control, num_groups, valid)
+    has_signal = valid & defined[group_index]
+    r = torch.where(valid, rewards, torch.zeros_like(rewards)).to(torch.float32)
+    return torch.where(has_signal, r - baseline[group_index], torch.zeros_like(r)), has_signal
+
+
+def mentor_advantages(
+    rewards: torch.Tensor, group_index: torch.Tensor, is_control: torch.Tensor, num_groups: int, valid: torch.Tensor, alpha: float,
+    eps: float = 1e-6,
+) -> torch.Tensor:
+    """MENTOR's advantages (Jiang et al. 2025, arXiv 2510.04140, eqs. 10-11): control (on-policy)
+    rows get GRPO advantages within the control rollouts of their group; intervention-guided rows
+    get ``alpha * max(r - mean_control, 0)`` (failures are not penalised, no std scaling).
+
+    Args:
+        rewards, group_index, is_control, num_groups, valid: as in :func:`group_advantages`.
+        alpha: weight of the guided rows' advantages (MENTOR decays it from 1 to 0).
+
+    Returns:
+        ``[N]`` float, 0 on invalid rows and in groups without a valid control rollout.
+    """
+    control_adv = group_advantages(rewards, group_index, num_groups, valid & is_control, scale_std=True, eps=eps)
+    baseline, defined = control_baseline(rewards, group_index, is_control, num_groups, valid)
+    r = torch.where(valid, rewards, torch.zeros_like(rewards)).to(torch.float32)
+    guided = alpha * (r - baseline[group_index]).clamp(min=0)
+    guided = torch.where(valid & ~is_control & defined[group_index], guided, torch.zeros_like(guided))
+    return torch.where(is_control, control_adv, guided)

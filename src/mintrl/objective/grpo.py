@@ -1,0 +1,110 @@
+"""``objective=grpo`` / ``dr_grpo``: group-relative policy optimisation with PPO clipping."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from mintrl.objective.advantages import group_advantages
+from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate
+from mintrl.objective.base import Objective, ObjectiveOutput
+from mintrl.objective.policy_gradient import KL_ESTIMATORS, clipped_surrogate, kl_penalty
+from mintrl.rollout.batch import RolloutBatch
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Detached mean of ``values`` over ``mask`` (0 when empty)."""
+    return (torch.where(mask, values.detach().float(), torch.zeros_like(values, dtype=torch.float32)).sum() / mask.sum().clamp(min=1))
+
+
+class GRPO(Objective):
+    """GRPO (Shao et al. 2024): group-relative advantages, per-token PPO-clip surrogate against the
+    rollout-time log-probs, optional KL to a frozen reference.
+
+    Per token: ``max(-A r, -A clip(r, 1-clip_low, 1+clip_high)) + kl_coef * KL_est`` with
+    ``r = pi_theta / pi_old``; aggregated with ``aggregation`` over the optimizer step.
+    Dr. GRPO (Liu et al. 2025) is ``scale_std=false, aggregation=seq-mean-token-sum``.
+
+    Args:
+        clip_low, clip_high: PPO clip range below / above 1 (DAPO clip-higher: 0.2 / 0.28).
+        dual_clip: cap on the loss of negative-advantage tokens (``c > 1``), or None.
+        kl_coef: weight of the KL penalty (0: no reference model is kept).
+        kl_estimator: ``k1``, ``k2`` or ``k3`` (see :func:`mintrl.objective.policy_gradient.kl_penalty`).
+        scale_std: divide advantages by the group's reward std (False: Dr. GRPO).
+        aggregation: ``token-mean``, ``seq-mean-token-sum`` or ``seq-mean-token-mean``.
+        mask_truncated: drop length-truncated responses from the loss.
+        eps: added to the group std.
+
+    Raises:
+        ValueError: a bad knob, naming the ``objective.*`` field.
+    """
+
+    def __init__(
+        self,
+        clip_low: float = 0.2,
+        clip_high: float = 0.2,
+        dual_clip: float | None = None,
+        kl_coef: float = 0.0,
+        kl_estimator: str = "k3",
+        scale_std: bool = True,
+        aggregation: str = "token-mean",
+        mask_truncated: bool = False,
+        eps: float = 1e-6,
+        context=None,
+    ):
+        super().__init__(mask_truncated=mask_truncated)
+        if clip_low < 0 or clip_low >= 1 or clip_high < 0:
+            raise ValueError(f"objective.clip_low must be in [0, 1) and objective.clip_high >= 0, got {clip_low}, {clip_high}")
+        if dual_clip is not None and dual_clip <= 1:
+            raise ValueError(f"objective.dual_clip must be > 1 or null, got {dual_clip}")
+        if kl_coef < 0:
+            raise ValueError(f"objective.kl_coef must be >= 0, got {kl_coef}")
+        if kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"objective.kl_estimator must be one of {KL_ESTIMATORS}, got {kl_estimator!r}")
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"objective.aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+        self.clip_low, self.clip_high, self.dual_clip = clip_low, clip_high, dual_clip
+        self.kl_coef, self.kl_estimator = kl_coef, kl_estimator
+        self.scale_std, self.aggregation, self.eps = scale_std, aggregation, eps
+        self.reference: torch.nn.Module | None = None
+
+    def setup(self, policy: torch.nn.Module) -> None:
+        """Snapshot the KL reference (the policy as training starts) when ``kl_coef > 0``."""
+        if self.kl_coef > 0 and self.reference is None:
+            self.reference = copy.deepcopy(policy).eval().requires_grad_(False)
+
+    def advantages(self, batch: RolloutBatch, rows: torch.Tensor) -> torch.Tensor:
+        """``[N]`` group-relative advantages over every rollout of each prompt's group."""
+        return group_advantages(batch.rewards, batch.group_index, batch.num_groups, rows, self.scale_std, self.eps)
+
+    def old_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[N, L]`` log-probs the ratio is taken against: the rollout-time policy's."""
+        return batch.rollout_logprobs
+
+    def extra_tensors(self, batch, valid, logprob_fn):
+        extras = {"advantages": self.advantages(batch, valid)}
+        if self.kl_coef > 0:
+            if self.reference is None:
+                raise RuntimeError("GRPO with kl_coef > 0 needs setup(policy) before prepare()")
+            self.reference.to(batch.input_ids.device)
+            extras["ref_logprobs"] = logprob_fn(self.reference, batch.input_ids, batch.attention_mask, batch.response_mask, batch.temperature)
+        return extras
+
+    def token_loss(self, batch: RolloutBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``[n, L]`` per-token loss (surrogate + KL) and detached metrics."""
+        mask = batch.extras["loss_mask"]
+        adv = batch.extras["advantages"][:, None]  # [n, 1]
+        loss, clipped, ratio = clipped_surrogate(logprobs, self.old_logprobs(batch), adv, self.clip_low, self.clip_high, self.dual_clip)
+        metrics = {"objective/clip_frac": masked_mean(clipped.float(), mask), "objective/ratio": masked_mean(ratio, mask)}
+        if self.kl_coef > 0:
+            kl = kl_penalty(logprobs, batch.extras["ref_logprobs"], self.kl_estimator)
+            loss = loss + self.kl_coef * kl
+            metrics["objective/kl"] = masked_mean(kl, mask)
+        rows = mask.any(-1)
+        metrics["objective/advantage_abs"] = (batch.extras["advantages"].abs() * rows).sum() / rows.sum().clamp(min=1)
+        return loss, metrics
+
+    def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:
+        loss, metrics = self.token_loss(batch, logprobs)
+        return ObjectiveOutput(aggregate(loss, batch.extras["loss_mask"], self.aggregation, totals), metrics)

@@ -1,0 +1,30 @@
+"""``objective=sft``: supervised fine-tuning on given trajectories (the SFT stage of SFT+GRPO)."""
+
+from __future__ import annotations
+
+import torch
+
+from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate
+from mintrl.objective.base import Objective, ObjectiveOutput
+from mintrl.objective.grpo import masked_mean
+from mintrl.rollout.batch import RolloutBatch
+
+
+class SupervisedNLL(Objective):
+    """Negative log-likelihood ``-log pi_theta(y_t)`` of every response token, aggregated over the
+    optimizer step (token mean by default). Rewards are not used: the SFT stage keeps only
+    positive-reward trajectories before training.
+
+    Args:
+        aggregation: see :func:`mintrl.objective.aggregation.aggregate`.
+    """
+
+    def __init__(self, aggregation: str = "token-mean", context=None):
+        super().__init__(uses_reward=False)
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"objective.aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+        self.aggregation = aggregation
+
+    def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:
+        mask = batch.extras["loss_mask"]
+        return ObjectiveOutput(aggregate(-logprobs, mask, self.aggregation, totals), {"objective/nll": masked_mean(-logprobs, mask)})
