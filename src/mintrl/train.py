@@ -17,6 +17,7 @@ from pathlib import Path
 
 import hydra
 import lightning.pytorch as L
+from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from mintrl.build import build_components
@@ -37,10 +38,20 @@ def run(cfg: DictConfig) -> dict:
     L.seed_everything(cfg.seed, workers=True)
     c = build_components(cfg)
     log.info("policy: %s", c.context.source)
-    if cfg.get("validate_at_start", True):
-        c.trainer.validate(c.module, datamodule=c.datamodule, verbose=False)
+    sft_summary = None
+    if cfg.get("sft"):  # SFT+GRPO: supervised stage first, RL continues from its weights
+        logger = instantiate(cfg.logger, name=f"{cfg.logger.get('name', 'tensorboard')}_sft") if cfg.get("logger") else False
+        sft_summary = instantiate(cfg.sft).run(c, cfg.trainer, logger=logger)
+        log.info("SFT stage: %s", sft_summary)
+    if cfg.get("validate_at_start", True) or not cfg.get("train", True):
+        metrics = c.trainer.validate(c.module, datamodule=c.datamodule, verbose=False)
+    if not cfg.get("train", True):  # evaluation only (the "base" row of the experiment grid)
+        reward = metrics[0].get("val/reward") if metrics else None
+        return {"steps": 0, "val_reward_first": reward, "val_reward_last": reward, "sft": sft_summary}
     c.trainer.fit(c.module, datamodule=c.datamodule)
     summary = next((cb.summary for cb in c.trainer.callbacks if cb.__class__.__name__ == "RunSummary"), {})
+    if sft_summary is not None:
+        summary["sft"] = sft_summary
     return summary
 
 

@@ -39,6 +39,8 @@ class ReasoningGymPrompts:
         train_seed, val_seed: generator seeds; must differ (disjoint seeds).
         instruction: user-message template with ``{question}``.
         max_prompt_tokens: longer prompts are rejected (tokens).
+        chat_template_kwargs: extra arguments of ``apply_chat_template`` (e.g. ``enable_thinking:
+            false`` for Qwen3's non-thinking mode, as in the paper).
 
     Raises:
         ValueError: unknown task (message lists valid names), non-positive sizes, equal seeds.
@@ -54,6 +56,7 @@ class ReasoningGymPrompts:
         val_seed: int = 2,
         instruction: str = DEFAULT_INSTRUCTION,
         max_prompt_tokens: int = 512,
+        chat_template_kwargs: dict | None = None,
     ):
         if task not in DATASETS:
             raise ValueError(f"data.prompts.task={task!r} is not a reasoning-gym task; valid: {sorted(DATASETS)}")
@@ -68,6 +71,7 @@ class ReasoningGymPrompts:
         self.sizes = {"train": train_size, "val": val_size}
         self.seeds = {"train": train_seed, "val": val_seed}
         self.instruction, self.max_prompt_tokens = instruction, max_prompt_tokens
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
     def build(self, split: str, tokenizer) -> list[PromptItem]:
         """Generate and chat-template the ``split`` ("train" or "val") prompts.
@@ -83,7 +87,7 @@ class ReasoningGymPrompts:
                 if not isinstance(entry.get(key), str) or not entry[key].strip():
                     raise ValueError(f"{self.task} {split} row {i}: field {key!r} is missing or empty")
             messages = [{"role": "user", "content": self.instruction.format(question=entry["question"])}]
-            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **self.chat_template_kwargs)
             ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
             if len(ids) > self.max_prompt_tokens:
                 raise ValueError(f"{self.task} {split} row {i}: prompt has {len(ids)} tokens > max_prompt_tokens={self.max_prompt_tokens}")

@@ -33,20 +33,31 @@ class SelfPrivilegedIntervention:
     Args:
         context: the run's :class:`mintrl.build.ModelContext` (gives the frozen step-0 model).
         temperature: sampling temperature of the intervention policy.
+        teacher: None for the frozen step-0 policy, or a teacher model (``embedded``, HF folder or
+            hub id), loaded once per run through ``context.teacher``. With the policy's vocabulary
+            its token ids and log-probs pass through; otherwise text is re-tokenised both ways and
+            the behaviour log-probs of corrections are unknown (0.0, documented fallback).
+        teacher_dtype: weights dtype of a loaded teacher.
         note: user-message template with ``{question}`` and ``{reference}``.
     """
 
-    def __init__(self, context, temperature: float = 1.0, note: str = DEFAULT_NOTE):
+    def __init__(self, context, temperature: float = 1.0, note: str = DEFAULT_NOTE, teacher: str | None = None,
+                 teacher_dtype: str = "float32"):
         if temperature <= 0:
             raise ValueError(f"intervention.temperature must be positive, got {temperature}")
-        self.tokenizer = context.tokenizer
-        self.sampler = HFSampler(context.frozen_policy(), context.tokenizer)
+        loaded = context.teacher(teacher, teacher_dtype)
+        self.policy_tokenizer = context.tokenizer
+        self.tokenizer = loaded.tokenizer
+        self.shared_vocab = loaded.tokenizer is context.tokenizer or (
+            len(loaded.tokenizer) == len(context.tokenizer) and loaded.tokenizer.get_vocab() == context.tokenizer.get_vocab())
+        self.sampler = HFSampler(loaded.model, loaded.tokenizer)
         self.temperature = temperature
         self.note = note
 
     def prompt_ids(self, r: InterventionRequest) -> list[int]:
         """Privileged prompt + retained response ids."""
-        return privileged_prompt_ids(self.tokenizer, self.note, r.question, r.reference) + list(r.response_ids)
+        response = list(r.response_ids) if self.shared_vocab else self.tokenizer.encode(r.response_text, add_special_tokens=False)
+        return privileged_prompt_ids(self.tokenizer, self.note, r.question, r.reference) + response
 
     def _generate(self, requests: Sequence[InterventionRequest], max_new_tokens: int, keep_eos: bool) -> list[Correction]:
         if not requests:
@@ -56,7 +67,15 @@ class SelfPrivilegedIntervention:
         out = []
         for ids, lps in zip(gen.token_ids, gen.logprobs):
             kept = [(t, lp) for t, lp in zip(ids.tolist(), lps.tolist()) if keep_eos or t not in eos]
-            out.append(Correction([t for t, _ in kept], [lp for _, lp in kept]))
+            if self.shared_vocab:
+                out.append(Correction([t for t, _ in kept], [lp for _, lp in kept]))
+                continue
+            text = self.tokenizer.decode([t for t, _ in kept], skip_special_tokens=True)
+            policy_ids = self.policy_tokenizer.encode(text, add_special_tokens=False)[:max_new_tokens]
+            ended = keep_eos and any(t in eos for t, _ in kept)
+            if ended and self.policy_tokenizer.eos_token_id is not None:
+                policy_ids = policy_ids[: max_new_tokens - 1] + [self.policy_tokenizer.eos_token_id]
+            out.append(Correction(policy_ids, [0.0] * len(policy_ids)))
         return out
 
     def intervene(self, requests: Sequence[InterventionRequest], max_new_tokens: int) -> list[Correction]:

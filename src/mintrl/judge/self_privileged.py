@@ -45,16 +45,22 @@ class SelfPrivilegedJudge:
 
     Args:
         context: the run's :class:`mintrl.build.ModelContext`.
+        teacher: None for the frozen step-0 policy (self, MInTRL section 5.1), or a teacher model
+            (``embedded``, HF folder or hub id; e.g. the paper's Qwen3-4B-Instruct-2507), loaded once
+            per run through ``context.teacher`` and shared with a teacher intervention.
+        teacher_dtype: weights dtype of a loaded teacher.
         max_new_tokens: verdict length budget (tokens).
         temperature: judge sampling temperature.
         prompt: template with ``{question}``, ``{reference}``, ``{prefix}``, ``{steps}``.
     """
 
-    def __init__(self, context, max_new_tokens: int = 16, temperature: float = 1.0, prompt: str = DEFAULT_PROMPT):
+    def __init__(self, context, max_new_tokens: int = 16, temperature: float = 1.0, prompt: str = DEFAULT_PROMPT,
+                 teacher: str | None = None, teacher_dtype: str = "float32"):
         if max_new_tokens <= 0:
             raise ValueError(f"judge.max_new_tokens must be positive, got {max_new_tokens}")
-        self.tokenizer = context.tokenizer
-        self.sampler = HFSampler(context.frozen_policy(), context.tokenizer)
+        loaded = context.teacher(teacher, teacher_dtype)
+        self.tokenizer = loaded.tokenizer
+        self.sampler = HFSampler(loaded.model, loaded.tokenizer)
         self.max_new_tokens, self.temperature, self.prompt = max_new_tokens, temperature, prompt
 
     def prompt_ids(self, r: ReviewRequest) -> list[int]:
