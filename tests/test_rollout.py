@@ -89,6 +89,11 @@ def test_semi_on_policy_rollouts_of_the_embedded_model(embedded, tokenizer, item
     assert not (batch.intervention_mask & ~resp).any()
     assert torch.isfinite(batch.rollout_logprobs[resp]).all() and (batch.rollout_logprobs[resp] <= 0).all()
     assert (batch.rollout_logprobs[~resp] == 0).all()
+    # behaviour log-probs: the policy's own on its tokens, the rule writer's log 1 = 0 on intervention tokens
+    policy_tokens = resp & ~batch.intervention_mask
+    assert torch.equal(batch.behaviour_logprobs[policy_tokens], batch.rollout_logprobs[policy_tokens])
+    assert (batch.behaviour_logprobs[batch.intervention_mask] == 0).all()
+    assert batch.prompts is not None and [p.index for p in batch.prompts] == [it.index for it in items[:6]]
     s = batch.stats
     assert s["rollout/offpolicy_frac"] == pytest.approx(batch.intervention_mask.sum().item() / resp.sum().item())
     assert s["judge/keep"] + s["judge/revise"] + s["judge/unparseable"] == pytest.approx(s["judge/reviews_per_rollout"] * 24)
