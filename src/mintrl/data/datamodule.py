@@ -98,6 +98,10 @@ class RolloutDataModule(L.LightningDataModule):
         chunks = [self.val_items[s : s + n] for s in range(0, len(self.val_items), n)]
         return DataLoader(chunks, batch_size=None, collate_fn=_identity)
 
+    def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
+        """Rollout batches move as a whole (:meth:`RolloutBatch.to`); prompt batches stay."""
+        return batch.to(device) if hasattr(batch, "to") else batch
+
     def on_before_batch_transfer(self, batch, dataloader_idx: int):
         """Turn a prompt batch into rollouts with the current weights (see module docstring)."""
         trainer = self.trainer
