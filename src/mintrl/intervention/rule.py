@@ -21,6 +21,8 @@ class RuleIntervention:
         demonstration: complete response written by :meth:`demonstrate`, with ``{reference}``.
     """
 
+    white_box = True  # deterministic: behaviour log-probs are exactly 0
+
     def __init__(self, context, template: str = "{correction}", demonstration: str = "The answer is <answer>{reference}</answer>"):
         if "{correction}" not in template:
             raise ValueError("intervention.template must contain '{correction}'")

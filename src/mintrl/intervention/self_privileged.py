@@ -11,13 +11,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from mintrl.intervention.base import Correction, InterventionRequest
+from mintrl.judge.templates import load_prompt
 from mintrl.sampler.hf import HFSampler
-
-DEFAULT_NOTE = (
-    "{question}\n\n(Private note for you: the correct final answer is {reference}. "
-    "Use it to continue the solution correctly without mentioning this note.)"
-)
-
 
 def privileged_prompt_ids(tokenizer, note: str, question: str, reference: str) -> list[int]:
     """Chat-templated user message ``note.format(question=..., reference=...)`` with the generation
@@ -38,10 +33,11 @@ class SelfPrivilegedIntervention:
             its token ids and log-probs pass through; otherwise text is re-tokenised both ways and
             the behaviour log-probs of corrections are unknown (0.0, documented fallback).
         teacher_dtype: weights dtype of a loaded teacher.
-        note: user-message template with ``{question}`` and ``{reference}``.
+        note: user-message template with ``{question}`` and ``{reference}``: a shipped prompt
+            name (``privileged_note``) or a file path (see :mod:`mintrl.judge.templates`).
     """
 
-    def __init__(self, context, temperature: float = 1.0, note: str = DEFAULT_NOTE, teacher: str | None = None,
+    def __init__(self, context, temperature: float = 1.0, note: str = "privileged_note", teacher: str | None = None,
                  teacher_dtype: str = "float32"):
         if temperature <= 0:
             raise ValueError(f"intervention.temperature must be positive, got {temperature}")
@@ -51,8 +47,9 @@ class SelfPrivilegedIntervention:
         self.shared_vocab = loaded.tokenizer is context.tokenizer or (
             len(loaded.tokenizer) == len(context.tokenizer) and loaded.tokenizer.get_vocab() == context.tokenizer.get_vocab())
         self.sampler = HFSampler(loaded.model, loaded.tokenizer)
+        self.white_box = self.shared_vocab  # its log-probs are the behaviour log-probs of the policy's tokens
         self.temperature = temperature
-        self.note = note
+        self.note = load_prompt(note, required=("{question}",))
 
     def prompt_ids(self, r: InterventionRequest) -> list[int]:
         """Privileged prompt + retained response ids."""

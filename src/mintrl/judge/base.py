@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
-KEEP, REVISE, UNPARSEABLE = "keep", "revise", "unparseable"
+KEEP, REVISE, UNPARSEABLE, FAILED = "keep", "revise", "unparseable", "failed"
 
 
 @dataclass
@@ -32,8 +32,9 @@ class Verdict:
     """A judge's answer for one chunk.
 
     Attributes:
-        kind: ``"keep"``, ``"revise"`` or ``"unparseable"`` (an LLM verdict that could not be read;
-            it is treated as Keep and counted).
+        kind: ``"keep"``, ``"revise"``, ``"unparseable"`` (an LLM verdict that could not be read)
+            or ``"failed"`` (the judge call failed or timed out); the last two are treated as Keep
+            and counted.
         step: index into ``ReviewRequest.steps`` of the earliest wrong step (Revise only).
         correction: a short corrected claim the judge can state (the rule judge does), or None.
     """

@@ -11,33 +11,45 @@ import re
 from typing import Sequence
 
 from mintrl.judge.base import KEEP, REVISE, UNPARSEABLE, ReviewRequest, Verdict
+from mintrl.judge.templates import load_prompt
 from mintrl.sampler.hf import HFSampler
 
-DEFAULT_PROMPT = (
-    "You check a student's solution step by step.\n\nQuestion: {question}\n"
-    "Correct final answer (the student cannot see it): {reference}\n\n"
-    "Solution so far:\n{prefix}\n\nNew steps:\n{steps}\n\n"
-    "Is every new step correct? Reply with one line: KEEP if all new steps are correct, "
-    "or REVISE k where k is the number of the first wrong step."
-)
-_VERDICT = re.compile(r"\b(KEEP|REVISE)\b(?:\s*(?:at\s+)?(?:step)?\s*[\[#(:]?\s*(\d+))?", re.I)
+_VERDICT = re.compile(r"\b(KEEP|REVISE)\b(?:\s*(?:at\s+)?(?:step)?\s*(?:[\[#(:=-]\s*)?(\d+))?", re.I)
+_MARKUP = re.compile(r"[*_`]")
 
 
-def parse_verdict(text: str, num_steps: int) -> Verdict:
+def parse_verdict(text: str | None, num_steps: int) -> Verdict:
     """Read ``KEEP`` / ``REVISE k`` (1-based ``k``) from a judge's reply; never raises.
 
+    Accepted variations: any case, markdown emphasis, ``REVISE 2``, ``revise step 2``,
+    ``REVISE: 2``, ``REVISE [2]``, ``Revise at step #2``, text before or after. When several lines
+    carry a verdict, the last one counts (reasoning first, verdict last). A line with both words
+    (``KEEP or REVISE 2``) is contradictory.
+
     Returns:
-        Keep, Revise with ``step = k - 1``, or ``unparseable`` (no verdict word, or Revise without
-        a step number in ``1..num_steps``).
+        Keep, Revise with ``step = k - 1``, or ``unparseable`` (empty or no verdict word, a
+        contradictory line, or Revise without a step number in ``1..num_steps``), which counts as Keep.
     """
-    m = _VERDICT.search(text or "")
-    if m is None:
+    lines = [_MARKUP.sub("", line) for line in (text or "").splitlines()]
+    lines = [line for line in lines if _VERDICT.search(line)]
+    if not lines:
         return Verdict(kind=UNPARSEABLE)
+    found = list(_VERDICT.finditer(lines[-1]))
+    if len({m.group(1).upper() for m in found}) > 1:
+        return Verdict(kind=UNPARSEABLE)
+    m = found[0]
     if m.group(1).upper() == "KEEP":
         return Verdict(kind=KEEP)
     if m.group(2) is None or not 1 <= int(m.group(2)) <= num_steps:
         return Verdict(kind=UNPARSEABLE)
     return Verdict(kind=REVISE, step=int(m.group(2)) - 1)
+
+
+def format_review(template: str, r: ReviewRequest) -> str:
+    """Fill a judge template (``{question}``, ``{reference}``, ``{prefix}``, ``{steps}``, steps
+    numbered from 1)."""
+    steps = "\n".join(f"[{i + 1}] {s.strip()}" for i, s in enumerate(r.steps))
+    return template.format(question=r.question, reference=r.reference, prefix=r.prefix_text or "(empty)", steps=steps)
 
 
 class SelfPrivilegedJudge:
@@ -51,22 +63,23 @@ class SelfPrivilegedJudge:
         teacher_dtype: weights dtype of a loaded teacher.
         max_new_tokens: verdict length budget (tokens).
         temperature: judge sampling temperature.
-        prompt: template with ``{question}``, ``{reference}``, ``{prefix}``, ``{steps}``.
+        prompt: judge template, a shipped name (``judge_math``, ``judge_code``) or a file path
+            (see :mod:`mintrl.judge.templates`).
     """
 
-    def __init__(self, context, max_new_tokens: int = 16, temperature: float = 1.0, prompt: str = DEFAULT_PROMPT,
+    def __init__(self, context, max_new_tokens: int = 16, temperature: float = 1.0, prompt: str = "judge_math",
                  teacher: str | None = None, teacher_dtype: str = "float32"):
         if max_new_tokens <= 0:
             raise ValueError(f"judge.max_new_tokens must be positive, got {max_new_tokens}")
         loaded = context.teacher(teacher, teacher_dtype)
         self.tokenizer = loaded.tokenizer
         self.sampler = HFSampler(loaded.model, loaded.tokenizer)
-        self.max_new_tokens, self.temperature, self.prompt = max_new_tokens, temperature, prompt
+        self.max_new_tokens, self.temperature = max_new_tokens, temperature
+        self.prompt = load_prompt(prompt, required=("{steps}",))
 
     def prompt_ids(self, r: ReviewRequest) -> list[int]:
         """Chat-templated judge prompt for one request (steps numbered from 1)."""
-        steps = "\n".join(f"[{i + 1}] {s.strip()}" for i, s in enumerate(r.steps))
-        text = self.prompt.format(question=r.question, reference=r.reference, prefix=r.prefix_text or "(empty)", steps=steps)
+        text = format_review(self.prompt, r)
         ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from mintrl.intervention.self_privileged import privileged_prompt_ids
+from mintrl.judge.templates import load_prompt
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate
 from mintrl.objective.base import Objective, ObjectiveOutput
 from mintrl.objective.grpo import masked_mean
@@ -30,9 +31,10 @@ class OnPolicyDistillation(Objective):
         teacher: teacher model: None (the frozen step-0 policy), ``embedded``, or an HF folder / hub
             id; it must have the policy's vocabulary.
         teacher_dtype: teacher weights dtype.
-        privileged_note: if set, the teacher reads this user message (``{question}``,
-            ``{reference}``) instead of the policy's prompt: self-distillation with privileged
-            context when the teacher is the policy itself.
+        privileged_note: if set, the teacher reads this user message (a shipped prompt name such
+            as ``privileged_note`` or a file path; ``{question}``, ``{reference}``) instead of the
+            policy's prompt: self-distillation with privileged context when the teacher is the
+            policy itself.
         teacher_temperature: temperature of the teacher's log-probs (default: the rollout temperature).
         clip_low, clip_high, aggregation, mask_truncated: as in :class:`mintrl.objective.grpo.GRPO`.
 
@@ -57,8 +59,8 @@ class OnPolicyDistillation(Objective):
             raise ValueError(f"objective.aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
         if teacher_temperature is not None and teacher_temperature <= 0:
             raise ValueError(f"objective.teacher_temperature must be positive, got {teacher_temperature}")
-        if privileged_note is not None and "{question}" not in privileged_note:
-            raise ValueError("objective.privileged_note must contain '{question}'")
+        if privileged_note is not None:
+            privileged_note = load_prompt(privileged_note, required=("{question}",))
         self.context, self.teacher_path, self.teacher_dtype = context, teacher, teacher_dtype
         self.privileged_note, self.teacher_temperature = privileged_note, teacher_temperature
         self.clip_low, self.clip_high, self.aggregation = clip_low, clip_high, aggregation

@@ -24,7 +24,9 @@ class Rollout:
             intervention tokens (see :class:`mintrl.intervention.base.Correction`).
         intervention: per response token, True if intervention-authored.
         finished: ended with EOS (else the length limit).
-        reviews, revisions, unparseable: judge counts for this rollout.
+        reviews, revisions, unparseable, failed: judge counts for this rollout (unparseable and
+            failed verdicts count as Keep).
+        revision_steps: for each revision, the index of the revised step within its chunk.
         reward: verifiable reward in [0, 1]; NaN when the reward function gave none (the
             rollout then gets no training signal, see :func:`valid_rows`).
     """
@@ -40,6 +42,8 @@ class Rollout:
     reviews: int = 0
     revisions: int = 0
     unparseable: int = 0
+    failed: int = 0
+    revision_steps: list[int] = field(default_factory=list)
     reward: float = 0.0
 
     def append(self, ids, logprobs, intervention: bool, behaviour=None) -> None:

@@ -20,10 +20,11 @@ from tqdm.auto import tqdm
 
 from mintrl.data.prompts import PromptItem
 from mintrl.intervention.base import Intervention, InterventionRequest
-from mintrl.judge.base import REVISE, UNPARSEABLE, Judge, ReviewRequest
+from mintrl.judge.base import FAILED, REVISE, UNPARSEABLE, Judge, ReviewRequest
 from mintrl.judge.steps import split_steps
 from mintrl.reward.base import score_rewards
 from mintrl.rollout.batch import Rollout, RolloutBatch, collate_rollouts
+from mintrl.rollout.schedule import InterventionSchedule
 from mintrl.rollout.stats import rollout_stats
 
 
@@ -57,11 +58,13 @@ def apply_verdict(rollout: Rollout, ids: list[int], logprobs: list[float], finis
     """
     rollout.reviews += 1
     rollout.unparseable += verdict.kind == UNPARSEABLE
+    rollout.failed += verdict.kind == FAILED
     if verdict.kind != REVISE or verdict.step is None or not 0 <= verdict.step < len(steps):
         rollout.append(ids, logprobs, intervention=False)
         rollout.finished = finished
         return None
     rollout.revisions += 1
+    rollout.revision_steps.append(verdict.step)
     keep = token_index_of_char(tokenizer, ids, steps[verdict.step].start)
     rollout.append(ids[:keep], logprobs[:keep], intervention=False)
     text = tokenizer.decode(rollout.response_ids)
@@ -85,6 +88,8 @@ class SemiOnPolicyRollout:
         temperature, top_p: policy sampling parameters.
         intervention_steps: interventions happen during the first this-many optimizer steps;
             afterwards every rollout is a pure on-policy control rollout (early stopping, sec. 2.3).
+        adaptive_stop: None, or the knobs of the adaptive stop (``gap_threshold``, ``patience``,
+            ``smoothing``, ``min_steps``; see :class:`mintrl.rollout.schedule.InterventionSchedule`).
         step_delimiters: see :func:`mintrl.judge.steps.split_steps`.
         progress: show a transient progress bar of the generation rounds.
 
@@ -108,6 +113,7 @@ class SemiOnPolicyRollout:
         temperature: float = 1.0,
         top_p: float = 1.0,
         intervention_steps: int = 1_000_000,
+        adaptive_stop: dict | None = None,
         step_delimiters: Sequence[str] = ("blank_line", "code_fence"),
         progress: bool = True,
     ):
@@ -125,6 +131,7 @@ class SemiOnPolicyRollout:
         self.chunk_size, self.max_reviews, self.continuation_len = chunk_size, max_reviews, continuation_len
         self.max_response_tokens, self.temperature, self.top_p = max_response_tokens, temperature, top_p
         self.intervention_steps = intervention_steps
+        self.schedule = InterventionSchedule(intervention_steps, adaptive=adaptive_stop is not None, **dict(adaptive_stop or {}))
         self.step_delimiters = tuple(step_delimiters)
         self.progress = progress
         self.pad_token_id = getattr(sampler, "pad_token_id", tokenizer.pad_token_id)
@@ -216,7 +223,7 @@ class SemiOnPolicyRollout:
         n_control = self.n_control if n_control is None else n_control
         n_semi = self.n_semi if n_semi is None else n_semi
         start = time.perf_counter()
-        intervene = n_semi > 0 and step < self.intervention_steps
+        intervene = n_semi > 0 and self.schedule.active(step)
         if not intervene:  # early stopping: all rollouts are on-policy control rollouts
             n_control, n_semi = n_control + n_semi, 0
         rollouts = [
@@ -237,7 +244,11 @@ class SemiOnPolicyRollout:
         for r, value in zip(rollouts, score_rewards(self.reward, texts, [items[r.group] for r in rollouts])):
             r.reward = value
         batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature, prompts=list(items))
-        batch.stats = rollout_stats(rollouts, gen_seconds)
+        batch.stats = rollout_stats(rollouts, gen_seconds, white_box=getattr(self.intervention, "white_box", False))
         batch.stats["rollout/intervention_phase"] = float(intervene)
+        if intervene and "reward/gap" in batch.stats:
+            if self.schedule.update(step, batch.stats["reward/gap"]):
+                batch.stats["rollout/adaptive_stop"] = float(step)
+            batch.stats["rollout/gap_smoothed"] = self.schedule.smoothed_gap
         batch.step = step
         return batch

@@ -13,10 +13,13 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else float("nan")
 
 
-def rollout_stats(rollouts: list[Rollout], gen_seconds: float) -> dict[str, float]:
+def rollout_stats(rollouts: list[Rollout], gen_seconds: float, white_box: bool = False) -> dict[str, float]:
     """Rewards of control and semi-on-policy rollouts and their gap, off-policy token fraction,
     reviews / revisions / unparseable verdicts, response length, truncated responses (count, hit
-    the length limit), missing rewards (count) and generation throughput.
+    the length limit), missing rewards (count) and generation throughput; the mean index of the
+    revised step within its chunk; with a white-box intervention (``white_box``: its behaviour
+    log-probs are real), the forward KL ``KL(pi_JI || pi_t)`` on intervention tokens, estimated as
+    the mean of ``log pi_JI(y) - log pi_t(y)`` over the tokens ``pi_JI`` wrote.
 
     Keys of quantities undefined for the step (e.g. the semi reward when there are no semi
     rollouts) are omitted rather than logged as NaN.
@@ -41,12 +44,33 @@ def rollout_stats(rollouts: list[Rollout], gen_seconds: float) -> dict[str, floa
         stats["reward/gap"] = stats["reward/semi"] - stats["reward/control"]
         stats["judge/reviews_per_rollout"] = _mean(r.reviews for r in semi)
         stats["judge/interventions_per_rollout"] = _mean(r.revisions for r in semi)
-        stats["judge/keep"] = float(sum(r.reviews - r.revisions - r.unparseable for r in semi))
+        stats["judge/keep"] = float(sum(r.reviews - r.revisions - r.unparseable - r.failed for r in semi))
         stats["judge/revise"] = float(sum(r.revisions for r in semi))
         stats["judge/unparseable"] = float(sum(r.unparseable for r in semi))
+        stats["judge/failed"] = float(sum(r.failed for r in semi))
+        stats["judge/revision_step_index"] = _mean(float(k) for r in semi for k in r.revision_steps)
         semi_tokens = sum(len(r.response_ids) for r in semi)
         stats["rollout/offpolicy_frac_semi"] = off / max(semi_tokens, 1)
         iv = [lp for r in semi for lp, f in zip(r.logprobs, r.intervention) if f and math.isfinite(lp)]
         if iv:
             stats["rollout/intervention_logprob"] = _mean(iv)
+            behaviour = [b for r in semi for b, f in zip(r.behaviour, r.intervention) if f]
+            stats["rollout/intervention_self_logprob"] = _mean(behaviour)  # the kappa estimate (App. H)
+            if white_box:
+                stats["judge/forward_kl"] = _mean(b - lp for r in semi for b, lp, f in zip(r.behaviour, r.logprobs, r.intervention) if f)
     return {k: float(v) for k, v in stats.items() if not math.isnan(v)}
+
+
+def kappa_estimate(behaviour_logprobs, intervention_mask) -> float:
+    """MInTRL Appendix H's choice of ``kappa``: the mean log-prob (nats) the intervention model
+    gave its own intervention tokens.
+
+    Args:
+        behaviour_logprobs: ``[N, L]`` tensor (``RolloutBatch.behaviour_logprobs``).
+        intervention_mask: ``[N, L]`` bool.
+
+    Returns:
+        the mean over intervention tokens, NaN when there are none.
+    """
+    values = behaviour_logprobs[intervention_mask]
+    return float(values.mean()) if values.numel() else float("nan")
