@@ -161,3 +161,27 @@ def test_kappa_estimate_hand_value():
     mask = torch.tensor([[False, True, True, False], [False, False, True, True]])
     assert kappa_estimate(behaviour, mask) == pytest.approx((-0.1 - 0.3 - 2.0 - 0.5) / 4)
     assert math.isnan(kappa_estimate(behaviour, torch.zeros_like(mask)))
+
+
+def test_rollout_engine_applies_the_adaptive_stop(embedded, tokenizer):
+    from mintrl.data.prompts import ReasoningGymPrompts
+    from mintrl.intervention.rule import RuleIntervention
+    from mintrl.judge.rule import RuleJudge
+    from mintrl.reward import ReasoningGymReward
+    from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
+    from mintrl.sampler import HFSampler
+
+    from conftest import ARITHMETIC
+
+    items = ReasoningGymPrompts(task_kwargs=ARITHMETIC, train_size=4, val_size=2).build("train", tokenizer)
+    # a threshold no gap can reach from below (rewards are in [0, 1]): the first intervened step ends the phase
+    engine = SemiOnPolicyRollout(HFSampler(embedded.model, tokenizer), RuleJudge(), RuleIntervention(ModelContext(embedded)),
+                                 ReasoningGymReward(), tokenizer, n_control=1, n_semi=1, chunk_size=8, max_reviews=1,
+                                 continuation_len=8, max_response_tokens=16, progress=False,
+                                 adaptive_stop={"gap_threshold": 2.0, "patience": 1, "smoothing": 0.0})
+    torch.manual_seed(0)
+    first = engine.generate(items[:2], step=0)
+    assert first.stats["rollout/intervention_phase"] == 1.0 and first.stats["rollout/adaptive_stop"] == 0.0
+    assert first.stats["rollout/gap_smoothed"] == pytest.approx(first.stats["reward/gap"])
+    second = engine.generate(items[2:4], step=1)
+    assert second.stats["rollout/intervention_phase"] == 0.0 and second.is_control.all()
