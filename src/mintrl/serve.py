@@ -17,6 +17,7 @@ import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from mintrl.model.tokens import chat_ids
 from mintrl.sampler.hf import HFSampler
 
 
@@ -86,8 +87,7 @@ class ChatServer:
         temperature = float(request.get("temperature", 1.0))
         if max_tokens <= 0:
             raise ValueError("max_tokens must be positive")
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        ids = chat_ids(self.tokenizer, messages)
         with self._generate_lock:
             if temperature <= 0:  # greedy: a very low temperature on the same sampler
                 temperature = 1e-4

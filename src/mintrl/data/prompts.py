@@ -8,6 +8,8 @@ from typing import Any
 import reasoning_gym
 from reasoning_gym.factory import DATASETS
 
+from mintrl.model.tokens import chat_ids
+
 DEFAULT_INSTRUCTION = "{question}\nGive the final answer inside <answer></answer> tags."
 
 
@@ -87,8 +89,7 @@ class ReasoningGymPrompts:
                 if not isinstance(entry.get(key), str) or not entry[key].strip():
                     raise ValueError(f"{self.task} {split} row {i}: field {key!r} is missing or empty")
             messages = [{"role": "user", "content": self.instruction.format(question=entry["question"])}]
-            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, **self.chat_template_kwargs)
-            ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+            ids = chat_ids(tokenizer, messages, **self.chat_template_kwargs)
             if len(ids) > self.max_prompt_tokens:
                 raise ValueError(f"{self.task} {split} row {i}: prompt has {len(ids)} tokens > max_prompt_tokens={self.max_prompt_tokens}")
             items.append(PromptItem(i, entry["question"], entry["answer"], ids, entry, self.task))

@@ -12,14 +12,13 @@ from typing import Sequence
 
 from mintrl.intervention.base import Correction, InterventionRequest
 from mintrl.judge.templates import load_prompt
+from mintrl.model.tokens import chat_ids, same_vocabulary
 from mintrl.sampler.hf import HFSampler
 
 def privileged_prompt_ids(tokenizer, note: str, question: str, reference: str) -> list[int]:
     """Chat-templated user message ``note.format(question=..., reference=...)`` with the generation
     prompt: the start of a response written with privileged context (MInTRL section 5.1)."""
-    messages = [{"role": "user", "content": note.format(question=question, reference=reference)}]
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    return chat_ids(tokenizer, [{"role": "user", "content": note.format(question=question, reference=reference)}])
 
 
 class SelfPrivilegedIntervention:
@@ -44,8 +43,7 @@ class SelfPrivilegedIntervention:
         loaded = context.teacher(teacher, teacher_dtype)
         self.policy_tokenizer = context.tokenizer
         self.tokenizer = loaded.tokenizer
-        self.shared_vocab = loaded.tokenizer is context.tokenizer or (
-            len(loaded.tokenizer) == len(context.tokenizer) and loaded.tokenizer.get_vocab() == context.tokenizer.get_vocab())
+        self.shared_vocab = same_vocabulary(loaded.tokenizer, context.tokenizer)
         self.sampler = HFSampler(loaded.model, loaded.tokenizer)
         self.white_box = self.shared_vocab  # its log-probs are the behaviour log-probs of the policy's tokens
         self.temperature = temperature

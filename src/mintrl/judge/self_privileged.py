@@ -12,6 +12,7 @@ from typing import Sequence
 
 from mintrl.judge.base import KEEP, REVISE, UNPARSEABLE, ReviewRequest, Verdict
 from mintrl.judge.templates import load_prompt
+from mintrl.model.tokens import chat_ids
 from mintrl.sampler.hf import HFSampler
 
 _VERDICT = re.compile(r"\b(KEEP|REVISE)\b(?:\s*(?:at\s+)?(?:step)?\s*(?:[\[#(:=-]\s*)?(\d+))?", re.I)
@@ -80,8 +81,7 @@ class SelfPrivilegedJudge:
     def prompt_ids(self, r: ReviewRequest) -> list[int]:
         """Chat-templated judge prompt for one request (steps numbered from 1)."""
         text = format_review(self.prompt, r)
-        ids = self.tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True)
-        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        return chat_ids(self.tokenizer, [{"role": "user", "content": text}])
 
     def review(self, requests: Sequence[ReviewRequest]) -> list[Verdict]:
         """One batched generation over all requests, parsed with :func:`parse_verdict`."""

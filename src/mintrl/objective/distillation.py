@@ -6,16 +6,12 @@ import torch
 
 from mintrl.intervention.self_privileged import privileged_prompt_ids
 from mintrl.judge.templates import load_prompt
+from mintrl.model.tokens import same_vocabulary
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate
 from mintrl.objective.base import Objective, ObjectiveOutput
 from mintrl.objective.grpo import masked_mean
 from mintrl.objective.policy_gradient import clipped_surrogate
 from mintrl.rollout.batch import RolloutBatch
-
-
-def same_vocabulary(a, b) -> bool:
-    """True when two tokenizers map every token string to the same id."""
-    return len(a) == len(b) and a.get_vocab() == b.get_vocab()
 
 
 class OnPolicyDistillation(Objective):

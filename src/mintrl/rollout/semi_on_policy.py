@@ -130,7 +130,6 @@ class SemiOnPolicyRollout:
         self.n_control, self.n_semi = n_control, n_semi
         self.chunk_size, self.max_reviews, self.continuation_len = chunk_size, max_reviews, continuation_len
         self.max_response_tokens, self.temperature, self.top_p = max_response_tokens, temperature, top_p
-        self.intervention_steps = intervention_steps
         self.schedule = InterventionSchedule(intervention_steps, adaptive=adaptive_stop is not None, **dict(adaptive_stop or {}))
         self.step_delimiters = tuple(step_delimiters)
         self.progress = progress
