@@ -1,0 +1,139 @@
+"""Sandbox launcher: isolate, limit, drop privileges, then run the harness (stdlib only).
+
+Run as ``python -I -S launcher.py '<json config>'`` by :class:`mintrl.reward.sandbox.Sandbox`, in
+a new session (its own process group), with a scrubbed environment; the program's JSON arrives on
+stdin and is passed through to the harness. This file is never imported by the package: it runs
+as a fresh, single-threaded process so that ``unshare``/``fork``/``setuid`` are safe.
+
+Steps (each isolation that the OS refuses is recorded, never silently assumed):
+
+1. ``unshare`` new network, PID, mount and IPC namespaces (root: directly; otherwise inside a new
+   user namespace when the kernel allows unprivileged ones).
+2. ``fork``: the child is PID 1 of the new PID namespace, so when it exits or is killed the kernel
+   kills every process the program started, whatever session or group they moved to.
+3. Child: private mounts, a fresh ``/proc``, size-capped ``tmpfs`` on ``/tmp``, ``/var/tmp`` and
+   ``/dev/shm`` (the working directory ``/tmp/work`` lives there and vanishes with the namespace);
+   resource limits; ``setgroups([])``/``setgid``/``setuid`` to the unprivileged sandbox uid (root
+   only); parent-death signal SIGKILL; ``exec`` of the harness.
+4. Parent: waits up to the wall-clock limit, then SIGKILLs the child and its process group, and
+   writes a status file (wait status, timeout flag, isolation report) into a directory only it can
+   write.
+"""
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import sys
+import time
+
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+PR_SET_PDEATHSIG = 1
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _unshare(flags):
+    return libc.unshare(ctypes.c_int(flags)) == 0
+
+
+def _mount(source, target, fstype, flags, data=None):
+    enc = lambda s: None if s is None else s.encode()  # noqa: E731
+    if libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
+        raise OSError(ctypes.get_errno(), f"mount {target}")
+
+
+def _isolate(root):
+    """Enter new namespaces; return which ones were made."""
+    flags = CLONE_NEWNET | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC  # the child makes a second mount ns
+    if root and _unshare(flags):
+        return {"network": True, "pid": True, "mount": True, "user_namespace": False}
+    if not root:
+        uid, gid = os.getuid(), os.getgid()
+        if _unshare(CLONE_NEWUSER | flags):
+            for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"), ("/proc/self/gid_map", f"{gid} {gid} 1")):
+                with open(path, "w") as f:
+                    f.write(text)
+            return {"network": True, "pid": True, "mount": True, "user_namespace": True}
+    # last resort: whatever single namespaces are allowed (each may fail)
+    return {"network": _unshare(CLONE_NEWNET), "pid": False, "mount": False, "user_namespace": False}
+
+
+def _child(cfg, isolation, root):
+    """PID 1 of the sandbox (or a plain child): set up and exec the harness. Never returns."""
+    try:
+        workdir = cfg["workdir"]
+        if isolation["mount"]:
+            # a mount namespace of its own: the launcher parent must keep seeing the real /tmp
+            if not _unshare(CLONE_NEWNS):
+                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
+            _mount(None, "/", None, MS_REC | MS_PRIVATE)
+            if isolation["pid"]:
+                _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            for target in ("/tmp", "/var/tmp", "/dev/shm"):
+                if os.path.isdir(target):
+                    _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['tmp_bytes']},mode=1777")
+            workdir = "/tmp/work"
+            os.mkdir(workdir, 0o700)
+        if root:
+            os.chown(workdir, cfg["uid"], cfg["gid"])
+        lim = cfg["limits"]
+        for name, value in (("RLIMIT_CPU", lim["cpu_s"]), ("RLIMIT_AS", lim["address_space_bytes"]),
+                            ("RLIMIT_FSIZE", lim["file_size_bytes"]), ("RLIMIT_NPROC", lim["processes"]),
+                            ("RLIMIT_NOFILE", lim["open_files"]), ("RLIMIT_CORE", 0)):
+            hard = value + 1 if name == "RLIMIT_CPU" else value  # SIGXCPU at the soft limit, SIGKILL 1 s later
+            resource.setrlimit(getattr(resource, name), (value, hard))
+        if root:
+            os.setgroups([])
+            os.setgid(cfg["gid"])
+            os.setuid(cfg["uid"])
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid, which clears it
+        os.chdir(workdir)
+        env = dict(cfg["env"], HOME=workdir, TMPDIR=workdir)
+        os.execve(cfg["python"], [cfg["python"], "-I", cfg["harness"]], env)
+    except BaseException as exc:  # noqa: BLE001 - report and exit with the launcher's own code
+        os.write(2, f"mintrl-sandbox launcher: {type(exc).__name__}: {exc}\n".encode())
+    os._exit(125)
+
+
+def main():
+    cfg = json.loads(sys.argv[1])
+    root = os.geteuid() == 0
+    isolation = _isolate(root)
+    isolation["unprivileged_user"] = root
+    pid = os.fork()
+    if pid == 0:
+        _child(cfg, isolation, root)
+    timed_out = False
+
+    def on_alarm(signum, frame):
+        nonlocal timed_out
+        timed_out = True
+        try:
+            os.kill(pid, signal.SIGKILL)  # PID 1 of the namespace: the kernel kills the rest
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    start = time.monotonic()
+    signal.setitimer(signal.ITIMER_REAL, cfg["limits"]["wall_s"])
+    _, status, usage = os.wait4(pid, 0)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    report = {"status": status, "timed_out": timed_out, "wall_s": time.monotonic() - start,
+              "cpu_s": usage.ru_utime + usage.ru_stime, "isolation": isolation}
+    with open(cfg["status_path"], "w") as f:
+        json.dump(report, f)
+    if not isolation["pid"]:
+        # without a PID namespace, stray children that stayed in our process group die with it
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+if __name__ == "__main__":
+    main()

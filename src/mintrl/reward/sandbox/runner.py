@@ -1,0 +1,262 @@
+"""Run untrusted programs against their tests in isolated, resource-limited processes.
+
+Each program runs in its own process tree (``launcher.py`` -> ``harness.py``): new network, PID,
+mount and IPC namespaces where the OS allows them, an unprivileged user per worker slot (when this
+process is root), resource limits, a scrubbed environment, a private size-capped ``/tmp`` holding a
+fresh working directory, and a wall-clock limit after which the whole process tree is killed. A
+bounded thread pool runs up to ``workers`` programs at once.
+
+What happens where the OS refuses an isolation is reported by :meth:`Sandbox.isolation` (and
+logged once): without a network namespace the program can open connections; without a PID
+namespace a program that leaves its process group can outlive the wall-clock limit; without root
+the program runs as the calling user (inside a user namespace when the kernel allows one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import queue
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Sequence
+
+log = logging.getLogger(__name__)
+
+_HERE = Path(__file__).resolve().parent
+LAUNCHER, HARNESS = str(_HERE / "launcher.py"), str(_HERE / "harness.py")
+_SAFE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
+             "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+class Outcome(str, Enum):
+    """How a program ended: all tests passed, a test failed or the program raised, the wall-clock
+    or CPU-time limit was hit, or it crashed (a signal, a memory/process/file-size limit, or a
+    launcher failure)."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+
+
+@dataclass(frozen=True)
+class Program:
+    """One untrusted solution and its tests.
+
+    Attributes:
+        solution: Python source of the solution (untrusted).
+        tests: Python source of the tests: ``assert`` statements (MBPP style) and/or a
+            ``check(candidate)`` function (HumanEval style).
+        entry_point: name of the function passed to ``check``; None when the tests are plain asserts.
+    """
+
+    solution: str
+    tests: str
+    entry_point: str | None = None
+
+
+@dataclass(frozen=True)
+class ProgramResult:
+    """What one run produced.
+
+    Attributes:
+        outcome: the :class:`Outcome`. passed, total: asserts that passed / ran (0/0 unless the
+        tests ran to the end). stdout, stderr: the first ``max_output_bytes`` of each (decoded,
+        harness result line removed). wall_s: seconds the program ran (launcher's clock).
+    """
+
+    outcome: Outcome
+    passed: int = 0
+    total: int = 0
+    stdout: str = ""
+    stderr: str = ""
+    wall_s: float = 0.0
+
+    @property
+    def fraction(self) -> float:
+        """Fraction of asserts passed (0 when the tests did not run to the end or there are none)."""
+        return self.passed / self.total if self.total else 0.0
+
+
+class Sandbox:
+    """Bounded, isolated runner of untrusted Python programs.
+
+    Args:
+        workers: programs run at once (default: the CPU count); each slot has its own sandbox uid,
+            so the process limit of one program does not starve another.
+        timeout_s: wall-clock limit per program (seconds).
+        cpu_s: CPU-time limit per program (seconds; SIGXCPU, then SIGKILL one second later).
+        memory_mb: address-space limit per process (MiB).
+        file_size_mb: largest file a program may write, stdout and stderr included (MiB).
+        processes: process/thread limit per sandbox uid (counts all of that slot's processes).
+        open_files: file-descriptor limit per process.
+        tmp_mb: size of the private ``/tmp`` (and ``/var/tmp``, ``/dev/shm``) tmpfs (MiB).
+        max_output_bytes: bytes of stdout/stderr read back per program (bytes).
+        uid_base: first sandbox uid (slot ``k`` runs as ``uid_base + k``; used only as root).
+        python: interpreter that runs the harness; it must be executable by the sandbox uid. Default:
+            the first of this interpreter, its real path, its base interpreter and ``python3`` on
+            the system ``PATH`` that passes the self-check (only the standard library is needed).
+        require_network_isolation: raise at the first run when no network namespace can be made,
+            instead of logging a warning and running anyway.
+
+    Raises:
+        ValueError: a non-positive limit (field named).
+        RuntimeError: (first run) the self-check program did not pass, i.e. the sandbox cannot run
+            programs here (message says why), or network isolation was required but unavailable.
+    """
+
+    def __init__(
+        self,
+        workers: int | None = None,
+        timeout_s: float = 10.0,
+        cpu_s: int = 10,
+        memory_mb: int = 1024,
+        file_size_mb: int = 16,
+        processes: int = 32,
+        open_files: int = 64,
+        tmp_mb: int = 64,
+        max_output_bytes: int = 65536,
+        uid_base: int = 61000,
+        python: str | None = None,
+        require_network_isolation: bool = False,
+    ):
+        workers = workers or os.cpu_count() or 1
+        for name, value in (("workers", workers), ("timeout_s", timeout_s), ("cpu_s", cpu_s), ("memory_mb", memory_mb),
+                            ("file_size_mb", file_size_mb), ("processes", processes), ("open_files", open_files),
+                            ("tmp_mb", tmp_mb), ("max_output_bytes", max_output_bytes)):
+            if value <= 0:
+                raise ValueError(f"sandbox.{name} must be positive, got {value}")
+        self.workers, self.timeout_s, self.max_output_bytes = int(workers), float(timeout_s), int(max_output_bytes)
+        self.limits = {"wall_s": float(timeout_s), "cpu_s": int(cpu_s), "address_space_bytes": int(memory_mb) << 20,
+                       "file_size_bytes": int(file_size_mb) << 20, "processes": int(processes), "open_files": int(open_files)}
+        self.tmp_bytes, self.uid_base = int(tmp_mb) << 20, int(uid_base)
+        # the first interpreter the sandbox uid can run (a venv under /root is not readable by it)
+        self._pythons = [python] if python else list(dict.fromkeys(p for p in (
+            sys.executable, os.path.realpath(sys.executable), getattr(sys, "_base_executable", None),
+            shutil.which("python3", path=_SAFE_ENV["PATH"])) if p))
+        self.python = self._pythons[0]
+        self.require_network_isolation = require_network_isolation
+        self._slots: queue.Queue[int] = queue.Queue()
+        for k in range(self.workers):
+            self._slots.put(k)
+        self._isolation: dict | None = None
+
+    # ------------------------------------------------------------------ public
+    def run(self, programs: Sequence[Program]) -> list[ProgramResult]:
+        """Run ``programs`` (in parallel, up to ``workers`` at once); results in input order."""
+        self._self_check()
+        if not programs:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.workers, len(programs))) as pool:
+            return list(pool.map(self._run_in_slot, programs))
+
+    def isolation(self) -> dict:
+        """Which isolations this machine granted (``network``, ``pid``, ``mount``,
+        ``unprivileged_user``, ``user_namespace``: bools), from the self-check run."""
+        self._self_check()
+        return dict(self._isolation)
+
+    # ----------------------------------------------------------------- private
+    def _self_check(self) -> None:
+        if self._isolation is not None:
+            return
+        probe = Program("def f():\n    return 1\n", "assert f() == 1\n")
+        errors = []
+        for python in self._pythons:
+            self.python = python
+            result, isolation = self._run_one(probe, slot=0)
+            if result.outcome is Outcome.PASSED:
+                break
+            errors.append(f"{python}: {result.outcome.value}: {result.stderr.strip()[-300:]!r}")
+        else:
+            raise RuntimeError(f"code sandbox self-check failed for every interpreter tried (they must be executable by "
+                               f"uid {self.uid_base}; set sandbox.python): " + "; ".join(errors))
+        log.info("code sandbox: interpreter %s, isolation %s", self.python, isolation)
+        missing = [k for k in ("network", "pid", "mount", "unprivileged_user") if not isolation.get(k)]
+        if missing:
+            if self.require_network_isolation and not isolation.get("network"):
+                raise RuntimeError("sandbox.require_network_isolation=true but this OS refused a network namespace")
+            log.warning("code sandbox: no %s isolation on this machine (see mintrl.reward.sandbox docs)", ", ".join(missing))
+        self._isolation = isolation
+
+    def _run_in_slot(self, program: Program) -> ProgramResult:
+        slot = self._slots.get()
+        try:
+            return self._run_one(program, slot)[0]
+        finally:
+            self._slots.put(slot)
+
+    def _run_one(self, program: Program, slot: int) -> tuple[ProgramResult, dict]:
+        nonce = secrets.token_hex(16)
+        tmp = tempfile.mkdtemp(prefix="mintrl-sandbox-")
+        try:
+            work = os.path.join(tmp, "work")  # used only where no private /tmp can be mounted
+            os.mkdir(work, 0o700)
+            cfg = {"workdir": work, "uid": self.uid_base + slot, "gid": self.uid_base + slot, "limits": self.limits,
+                   "tmp_bytes": self.tmp_bytes, "python": self.python, "harness": HARNESS, "env": _SAFE_ENV,
+                   "status_path": os.path.join(tmp, "status.json")}
+            job = json.dumps({**dataclasses.asdict(program), "nonce": nonce}).encode()
+            with open(os.path.join(tmp, "stdout"), "w+b") as out, open(os.path.join(tmp, "stderr"), "w+b") as err:
+                proc = subprocess.Popen([sys.executable, "-I", "-S", LAUNCHER, json.dumps(cfg)], stdin=subprocess.PIPE,
+                                        stdout=out, stderr=err, env=_SAFE_ENV, start_new_session=True, close_fds=True)
+                try:
+                    proc.communicate(job, timeout=self.timeout_s + 10.0)
+                except subprocess.TimeoutExpired:  # the launcher's own timer failed: kill its whole group
+                    _kill_group(proc)
+                except BaseException:
+                    _kill_group(proc)
+                    raise
+                stdout, stderr = _head(out, self.max_output_bytes), _head(err, self.max_output_bytes)
+            try:
+                with open(cfg["status_path"]) as f:
+                    status = json.load(f)
+            except (OSError, ValueError):
+                return ProgramResult(Outcome.CRASHED, stderr=stderr or f"launcher exited with {proc.returncode}"), {}
+            return _result(status, stdout, stderr, nonce, self.limits["cpu_s"]), status["isolation"]
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _head(f, n: int) -> str:
+    f.seek(0)
+    return f.read(n).decode("utf-8", "replace")
+
+
+def _result(status: dict, stdout: str, stderr: str, nonce: str, cpu_limit: float) -> ProgramResult:
+    """Outcome from the launcher's wait status and the harness's nonce line."""
+    wall, code, cpu = status["wall_s"], status["status"], status["cpu_s"]
+    lines = stdout.rstrip("\n").split("\n")
+    counted = lines[-1].split() if lines and lines[-1].startswith(nonce) else None
+    if counted:
+        stdout = "\n".join(lines[:-1]).rstrip("\n")
+    signalled = os.WTERMSIG(code) if os.WIFSIGNALED(code) else None
+    if status["timed_out"] or signalled == signal.SIGXCPU or (signalled == signal.SIGKILL and cpu >= cpu_limit):
+        return ProgramResult(Outcome.TIMEOUT, stdout=stdout, stderr=stderr, wall_s=wall)
+    if os.WIFSIGNALED(code):
+        return ProgramResult(Outcome.CRASHED, stdout=stdout, stderr=stderr, wall_s=wall)
+    exit_code = os.WEXITSTATUS(code)
+    if exit_code == 0 and counted and len(counted) == 3:
+        passed, total = int(counted[1]), int(counted[2])
+        outcome = Outcome.PASSED if passed == total else Outcome.FAILED
+        return ProgramResult(outcome, passed, total, stdout, stderr, wall)
+    outcome = Outcome.CRASHED if exit_code in (2, 125) else Outcome.FAILED  # 2: resource limit, 125: launcher
+    return ProgramResult(outcome, stdout=stdout, stderr=stderr, wall_s=wall)
