@@ -26,7 +26,8 @@ def check_config(cfg: DictConfig) -> None:
     Raises:
         ValueError: a field of ``POSITIVE_FIELDS`` that is not a positive integer, or of
             ``NON_NEGATIVE_FIELDS`` that is negative; ``trainer.max_steps`` not a multiple of the
-            optimizer updates per rollout batch.
+            optimizer updates per rollout batch; code problems (``CodePrompts``) scored by a reward
+            other than ``CodeReward``, or the reverse.
     """
     for fields, low in ((POSITIVE_FIELDS, 1), (NON_NEGATIVE_FIELDS, 0)):
         for name in fields:
@@ -43,6 +44,11 @@ def check_config(cfg: DictConfig) -> None:
     max_steps = (cfg.get("trainer") or {}).get("max_steps")
     if isinstance(max_steps, int) and max_steps > 0 and max_steps % updates:
         raise ValueError(f"trainer.max_steps={max_steps} (optimizer updates) must be a multiple of module.epochs x module.minibatches = {updates}")
+    prompts_target = str(((cfg.get("data") or {}).get("prompts") or {}).get("_target_", ""))
+    reward_target = str((cfg.get("reward") or {}).get("_target_", ""))
+    if prompts_target and reward_target and prompts_target.endswith("CodePrompts") != reward_target.endswith("CodeReward"):
+        raise ValueError(f"data.prompts ({prompts_target}) and reward ({reward_target}) do not match: "
+                         "code problems need reward=code (e.g. `data=humaneval reward=code`), other tasks another reward")
 
 
 class ModelContext:

@@ -10,7 +10,9 @@ class Reward(Protocol):
     """A verifiable reward over a batch of decoded responses.
 
     ``__call__(responses, items)`` returns one value per response: a float (usually in [0, 1]) or
-    None when no reward could be computed (that rollout then gets no training signal).
+    None when no reward could be computed (that rollout then gets no training signal). A reward may
+    also have ``metrics() -> dict[str, float]``: counters since the last call, logged with the
+    step's rollout statistics (e.g. ``code/timeout``).
     """
 
     def __call__(self, responses: Sequence[str], items: Sequence) -> Sequence[float | None]:

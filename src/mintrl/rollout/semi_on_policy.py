@@ -244,6 +244,7 @@ class SemiOnPolicyRollout:
             r.reward = value
         batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature, prompts=list(items))
         batch.stats = rollout_stats(rollouts, gen_seconds, white_box=getattr(self.intervention, "white_box", False))
+        batch.stats.update(getattr(self.reward, "metrics", dict)())  # e.g. code/{passed,failed,timeout,crashed}
         batch.stats["rollout/intervention_phase"] = float(intervene)
         if intervene and "reward/gap" in batch.stats:
             if self.schedule.update(step, batch.stats["reward/gap"]):
