@@ -41,3 +41,14 @@ def tiny_model():
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
                          eos_token_id=2, pad_token_id=0, bos_token_id=1)
     return LlamaForCausalLM(config).eval()
+
+
+SANDBOX_REPORT: list[str] = []  # filled by test_sandbox's hostile suite, printed in the summary
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print how many hostile programs the code sandbox contained (tests/test_sandbox.py)."""
+    if SANDBOX_REPORT:
+        terminalreporter.section("code sandbox")
+        for line in SANDBOX_REPORT:
+            terminalreporter.write_line(line)

@@ -1,12 +1,15 @@
 """The experiment grid: every config composes with the paper's settings; OPD, SFT+GRPO and the
 teacher judge-intervention on the real embedded model; every ``_cpu`` row trains (slow)."""
 
+import inspect
 from pathlib import Path
 
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from hydra._internal.utils import _locate
 from hydra.utils import instantiate
+from omegaconf import OmegaConf
 
 from mintrl.build import ModelContext, build_components, check_config
 from mintrl.data.prompts import ReasoningGymPrompts
@@ -45,6 +48,25 @@ def test_every_experiment_composes_and_its_objective_instantiates(name):
     objective = instantiate(cfg.objective, context=None)
     assert callable(objective)
     assert cfg.task_name != "train", "each experiment names its runs"
+
+
+def _unknown_arguments(node, path="") -> list[str]:
+    """Config keys that the ``_target_`` they configure does not accept (recursively)."""
+    bad = []
+    if isinstance(node, dict):
+        if isinstance(node.get("_target_"), str):
+            params = inspect.signature(_locate(node["_target_"])).parameters
+            if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+                bad += [f"{path}.{k}" for k in node if not k.startswith("_") and k not in params]
+        for key, value in node.items():
+            bad += _unknown_arguments(value, f"{path}.{key}" if path else key)
+    return bad
+
+
+@pytest.mark.parametrize("name", EXPERIMENTS)
+def test_every_component_accepts_every_configured_argument(name):
+    cfg = OmegaConf.to_container(_compose(f"experiment={name}"), resolve=False)
+    assert _unknown_arguments(cfg) == []
 
 
 @pytest.mark.parametrize("row", MATH_ROWS)

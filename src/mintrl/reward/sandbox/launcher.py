@@ -12,7 +12,8 @@ Steps (each isolation that the OS refuses is recorded, never silently assumed):
 2. ``fork``: the child is PID 1 of the new PID namespace, so when it exits or is killed the kernel
    kills every process the program started, whatever session or group they moved to.
 3. Child: private mounts, a fresh ``/proc``, size-capped ``tmpfs`` on ``/tmp``, ``/var/tmp`` and
-   ``/dev/shm`` (the working directory ``/tmp/work`` lives there and vanishes with the namespace);
+   ``/dev/shm`` (the working directory ``/tmp/work`` lives there and vanishes with the namespace),
+   every other mount remounted read-only, and (when not root) the caller's home hidden under a tmpfs;
    resource limits; ``setgroups([])``/``setgid``/``setuid`` to the unprivileged sandbox uid (root
    only); parent-death signal SIGKILL; ``exec`` of the harness.
 4. Parent: waits up to the wall-clock limit, then SIGKILLs the child and its process group, and
@@ -30,7 +31,9 @@ import time
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+MOUNT_OPTION_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": 1024, "nodiratime": 2048,
+                      "relatime": 1 << 21, "strictatime": 1 << 24}
 PR_SET_PDEATHSIG = 1
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -44,6 +47,24 @@ def _mount(source, target, fstype, flags, data=None):
     enc = lambda s: None if s is None else s.encode()  # noqa: E731
     if libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
         raise OSError(ctypes.get_errno(), f"mount {target}")
+
+
+def _read_only_mounts():
+    """Remount every mount of this (private) mount namespace read-only, keeping its other flags
+    (a user namespace may not clear them). Returns whether all remounts succeeded."""
+    ok = True
+    with open("/proc/self/mountinfo") as f:
+        mounts = [line.split() for line in f]
+    for fields in mounts:
+        target = fields[4].encode().decode("unicode_escape")  # \040 = space
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for option in fields[5].split(","):
+            flags |= MOUNT_OPTION_FLAGS.get(option, 0)
+        try:
+            _mount(None, target, None, flags)
+        except OSError:
+            ok = False
+    return ok
 
 
 def _isolate(root):
@@ -62,7 +83,7 @@ def _isolate(root):
     return {"network": _unshare(CLONE_NEWNET), "pid": False, "mount": False, "user_namespace": False}
 
 
-def _child(cfg, isolation, root):
+def _child(cfg, isolation, root, report_fd):
     """PID 1 of the sandbox (or a plain child): set up and exec the harness. Never returns."""
     try:
         workdir = cfg["workdir"]
@@ -71,9 +92,12 @@ def _child(cfg, isolation, root):
             if not _unshare(CLONE_NEWNS):
                 raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
             _mount(None, "/", None, MS_REC | MS_PRIVATE)
+            read_only = _read_only_mounts()  # before the writable tmpfs mounts below
+            os.write(report_fd, b"1" if read_only else b"0")
             if isolation["pid"]:
                 _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-            for target in ("/tmp", "/var/tmp", "/dev/shm"):
+            home = None if root else cfg["caller_home"]  # the caller's own files: hidden
+            for target in ("/tmp", "/var/tmp", "/dev/shm", *([home] if home and home != "/" else [])):
                 if os.path.isdir(target):
                     _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['tmp_bytes']},mode=1777")
             workdir = "/tmp/work"
@@ -103,10 +127,13 @@ def main():
     cfg = json.loads(sys.argv[1])
     root = os.geteuid() == 0
     isolation = _isolate(root)
-    isolation["unprivileged_user"] = root
+    isolation["separate_user"] = root  # root drops to a per-slot uid; others already run unprivileged
+    report_r, report_w = os.pipe()  # the child says whether the read-only remount worked
     pid = os.fork()
     if pid == 0:
-        _child(cfg, isolation, root)
+        os.close(report_r)
+        _child(cfg, isolation, root, report_w)
+    os.close(report_w)
     timed_out = False
 
     def on_alarm(signum, frame):
@@ -122,6 +149,7 @@ def main():
     signal.setitimer(signal.ITIMER_REAL, cfg["limits"]["wall_s"])
     _, status, usage = os.wait4(pid, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
+    isolation["read_only"] = os.read(report_r, 1) == b"1"
     report = {"status": status, "timed_out": timed_out, "wall_s": time.monotonic() - start,
               "cpu_s": usage.ru_utime + usage.ru_stime, "isolation": isolation}
     with open(cfg["status_path"], "w") as f:

@@ -8,8 +8,10 @@ bounded thread pool runs up to ``workers`` programs at once.
 
 What happens where the OS refuses an isolation is reported by :meth:`Sandbox.isolation` (and
 logged once): without a network namespace the program can open connections; without a PID
-namespace a program that leaves its process group can outlive the wall-clock limit; without root
-the program runs as the calling user (inside a user namespace when the kernel allows one).
+namespace a program that leaves its process group can outlive the wall-clock limit; without a
+mount namespace there is no private ``/tmp`` or read-only filesystem, and the working directory is
+a fresh folder in the system temporary directory. Without root the program runs as the calling user
+(inside a user namespace when the kernel allows one, with the caller's home directory hidden).
 """
 
 from __future__ import annotations
@@ -109,6 +111,8 @@ class Sandbox:
             the system ``PATH`` that passes the self-check (only the standard library is needed).
         require_network_isolation: raise at the first run when no network namespace can be made,
             instead of logging a warning and running anyway.
+        tmp_dir: where the per-program folders (status, stdout, stderr; removed after each run)
+            are made (default: the system temporary directory).
 
     Raises:
         ValueError: a non-positive limit (field named).
@@ -130,6 +134,7 @@ class Sandbox:
         uid_base: int = 61000,
         python: str | None = None,
         require_network_isolation: bool = False,
+        tmp_dir: str | None = None,
     ):
         workers = workers or os.cpu_count() or 1
         for name, value in (("workers", workers), ("timeout_s", timeout_s), ("cpu_s", cpu_s), ("memory_mb", memory_mb),
@@ -146,7 +151,7 @@ class Sandbox:
             sys.executable, os.path.realpath(sys.executable), getattr(sys, "_base_executable", None),
             shutil.which("python3", path=_SAFE_ENV["PATH"])) if p))
         self.python = self._pythons[0]
-        self.require_network_isolation = require_network_isolation
+        self.require_network_isolation, self.tmp_dir = require_network_isolation, tmp_dir
         self._slots: queue.Queue[int] = queue.Queue()
         for k in range(self.workers):
             self._slots.put(k)
@@ -162,8 +167,10 @@ class Sandbox:
             return list(pool.map(self._run_in_slot, programs))
 
     def isolation(self) -> dict:
-        """Which isolations this machine granted (``network``, ``pid``, ``mount``,
-        ``unprivileged_user``, ``user_namespace``: bools), from the self-check run."""
+        """Which isolations this machine granted, from the self-check run (bools): ``network``,
+        ``pid``, ``mount`` namespaces, ``read_only`` (every mount but the private tmpfs remounted
+        read-only), ``separate_user`` (root: programs run as a per-slot uid), ``user_namespace``
+        (not root: the namespaces were made inside a user namespace)."""
         self._self_check()
         return dict(self._isolation)
 
@@ -183,7 +190,7 @@ class Sandbox:
             raise RuntimeError(f"code sandbox self-check failed for every interpreter tried (they must be executable by "
                                f"uid {self.uid_base}; set sandbox.python): " + "; ".join(errors))
         log.info("code sandbox: interpreter %s, isolation %s", self.python, isolation)
-        missing = [k for k in ("network", "pid", "mount", "unprivileged_user") if not isolation.get(k)]
+        missing = [k for k in ("network", "pid", "mount", "read_only") if not isolation.get(k)]
         if missing:
             if self.require_network_isolation and not isolation.get("network"):
                 raise RuntimeError("sandbox.require_network_isolation=true but this OS refused a network namespace")
@@ -199,13 +206,14 @@ class Sandbox:
 
     def _run_one(self, program: Program, slot: int) -> tuple[ProgramResult, dict]:
         nonce = secrets.token_hex(16)
-        tmp = tempfile.mkdtemp(prefix="mintrl-sandbox-")
+        tmp = tempfile.mkdtemp(prefix="mintrl-sandbox-", dir=self.tmp_dir)
         try:
             work = os.path.join(tmp, "work")  # used only where no private /tmp can be mounted
             os.mkdir(work, 0o700)
             cfg = {"workdir": work, "uid": self.uid_base + slot, "gid": self.uid_base + slot, "limits": self.limits,
                    "tmp_bytes": self.tmp_bytes, "python": self.python, "harness": HARNESS, "env": _SAFE_ENV,
-                   "status_path": os.path.join(tmp, "status.json")}
+                   "status_path": os.path.join(tmp, "status.json"),
+                   "caller_home": os.path.expanduser("~")}
             job = json.dumps({**dataclasses.asdict(program), "nonce": nonce}).encode()
             with open(os.path.join(tmp, "stdout"), "w+b") as out, open(os.path.join(tmp, "stderr"), "w+b") as err:
                 proc = subprocess.Popen([sys.executable, "-I", "-S", LAUNCHER, json.dumps(cfg)], stdin=subprocess.PIPE,

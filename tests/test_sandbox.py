@@ -1,0 +1,241 @@
+"""The code sandbox: canonical HumanEval solutions pass, wrong ones fail, assert counting, early
+exits, and the hostile-program suite (each program bounds itself, so even a sandbox failure cannot
+exhaust this machine)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from mintrl.data.code import CodePrompts
+from mintrl.reward.sandbox import Outcome, Program, Sandbox
+
+from conftest import SANDBOX_REPORT
+
+UID_BASE = 62000  # not the default: a training run elsewhere on this machine uses 61000+
+LIMITS = dict(timeout_s=3.0, cpu_s=3, memory_mb=512, file_size_mb=4, processes=16, max_output_bytes=4096, uid_base=UID_BASE)
+
+
+def sandbox_processes() -> list[int]:
+    """PIDs of live processes owned by a test sandbox uid (there must be none between runs)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/status") as f:
+                    uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+            except (OSError, StopIteration):
+                continue
+            if UID_BASE <= uid < UID_BASE + 8:
+                pids.append(int(entry))
+    return pids
+
+
+@pytest.fixture()
+def sandbox(tmp_path):
+    box = Sandbox(workers=2, tmp_dir=str(tmp_path / "runs"), **LIMITS)
+    (tmp_path / "runs").mkdir()
+    yield box
+    assert sandbox_processes() == [], "a sandboxed process outlived its run"
+    assert os.listdir(tmp_path / "runs") == [], "a run left its folder behind"
+
+
+@pytest.fixture(scope="module")
+def humaneval():
+    return CodePrompts().rows()
+
+
+def test_this_machine_grants_every_isolation(sandbox):
+    iso = sandbox.isolation()
+    assert iso == {"network": True, "pid": True, "mount": True, "read_only": True, "user_namespace": False, "separate_user": True}
+
+
+def test_all_164_canonical_humaneval_solutions_pass_and_empty_bodies_fail(sandbox, humaneval):
+    assert len(humaneval) == 164
+    right = sandbox.run([Program(r["reference"], r["tests"], r["entry_point"]) for r in humaneval])
+    assert Counter(r.outcome for r in right) == {Outcome.PASSED: 164}, [(h["task_id"], r.stderr) for h, r in zip(humaneval, right) if r.outcome is not Outcome.PASSED]
+    assert all(r.total > 0 and r.passed == r.total for r in right)
+    wrong = sandbox.run([Program(r["prompt"] + "    return None\n", r["tests"], r["entry_point"]) for r in humaneval])
+    assert Counter(r.outcome for r in wrong) == {Outcome.FAILED: 164}
+
+
+def test_asserts_are_counted_one_by_one(sandbox):
+    add = "def add(a, b):\n    return a + b if a < 5 else 0\n"
+    mbpp = sandbox.run([Program(add, "assert add(1, 2) == 3\nassert add(2, 2) == 4\nassert add(7, 1) == 8\n")])[0]
+    assert (mbpp.outcome, mbpp.passed, mbpp.total, mbpp.fraction) == (Outcome.FAILED, 2, 3, pytest.approx(2 / 3))
+    # HumanEval style: asserts inside check's loops count per execution; helper asserts do not count
+    tests = "def helper(x):\n    assert x >= 0\n    return x\n\ndef check(candidate):\n    assert candidate(1, 1) == 2\n    for i in range(10):\n        assert candidate(helper(i), 0) == i\n"
+    he = sandbox.run([Program(add, tests, "add")])[0]
+    assert (he.outcome, he.passed, he.total) == (Outcome.FAILED, 6, 11)
+    ok = sandbox.run([Program("def add(a, b):\n    return a + b\n", tests, "add")])[0]
+    assert (ok.outcome, ok.passed, ok.total, ok.fraction) == (Outcome.PASSED, 11, 11, 1.0)
+
+
+@pytest.mark.parametrize("solution", [
+    "import sys\nsys.exit(0)\n",
+    "import os\nos._exit(0)\n",
+    "def add(a, b):\n    raise SystemExit(0)\n",
+    "import os\nprint('\\n' + 'x' * 32 + ' 1 1')\nos._exit(0)\n",  # a forged result line without the nonce
+])
+def test_exiting_early_or_forging_the_result_line_is_not_a_pass(sandbox, solution):
+    result = sandbox.run([Program(solution, "assert add(1, 2) == 3\n")])[0]
+    assert result.outcome is Outcome.FAILED and result.total == 0
+
+
+def test_parallel_runs_give_the_serial_outcomes(tmp_path, humaneval):
+    rows = humaneval[:12]
+    programs = [Program(r["reference"], r["tests"], r["entry_point"]) for r in rows]
+    programs += [Program(r["prompt"] + "    return 0\n", r["tests"], r["entry_point"]) for r in rows]
+    programs += [Program("while True:\n    pass\n", "assert True\n"), Program("x = bytearray(600 << 20)\n", "assert True\n"),
+                 Program("def f():\n    return 1\n", "assert f() == 1\nassert f() == 2\n")]
+    serial = Sandbox(workers=1, **LIMITS).run(programs)
+    parallel = Sandbox(workers=2, **LIMITS).run(programs)
+    assert [(r.outcome, r.passed, r.total) for r in serial] == [(r.outcome, r.passed, r.total) for r in parallel]
+    assert Counter(r.outcome for r in serial) == {Outcome.PASSED: 12, Outcome.FAILED: 13, Outcome.TIMEOUT: 1, Outcome.CRASHED: 1}
+
+
+# ---------------------------------------------------------------- hostile programs
+# Each program stops by itself after a bounded amount of damage, so that even if the sandbox failed
+# it could not exhaust the machine: at most 200 sleeping processes, 3 GB of memory, 3 GB of output.
+
+FORK_BOMB = """
+import os, time
+for _ in range(200):
+    if os.fork() == 0:
+        time.sleep(30)
+        os._exit(0)
+"""
+MEMORY_BOMB = """
+chunks = []
+for _ in range(30):  # stops at 3 GB
+    chunks.append(b"x" * (100 << 20))
+"""
+STDOUT_FLOOD = """
+import sys
+line = "y" * (1 << 20)
+for _ in range(3000):  # stops at 3 GB
+    sys.stdout.write(line)
+"""
+FILES = """
+import os, pathlib
+errors = []
+pathlib.Path("/tmp/mintrl-hostile-marker").write_text("x")  # the sandbox's private /tmp
+for action in (lambda: os.remove({canary!r}), lambda: pathlib.Path({outside!r}).write_text("x"),
+               lambda: pathlib.Path("/root/mintrl-hostile-marker").write_text("x"),
+               lambda: pathlib.Path("/etc/mintrl-hostile-marker").write_text("x")):
+    try:
+        action()
+    except OSError as exc:
+        errors.append(exc)
+if errors:
+    raise errors[0]
+"""
+NETWORK = """
+import socket
+socket.create_connection(("127.0.0.1", {port}), timeout=2).sendall(b"leak")
+"""
+KILL_PARENT = """
+import os, signal
+os.kill({pid}, signal.SIGKILL)
+"""
+SECRETS = """
+import os
+print(sorted(os.environ.items()))
+for path in ("/proc/{pid}/environ", "/proc/1/environ", "/root/.bashrc"):
+    try:
+        print(open(path, "rb").read())
+    except OSError as exc:
+        print("blocked", path, type(exc).__name__)
+"""
+SLEEPER = '__builtins__["__import__"]("time").sleep(3600) if isinstance(__builtins__, dict) else __builtins__.__import__("time").sleep(3600)\n'
+DAEMON = """
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(60)
+    os._exit(0)
+time.sleep(0.5)
+"""
+
+
+def test_hostile_programs_are_contained(tmp_path, monkeypatch):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    outside.chmod(0o777)  # world-writable: only the sandbox's own mounts and user keep it safe
+    canary = outside / "canary"
+    canary.write_text("keep me")
+    canary.chmod(0o666)
+    secret = "mintrl-secret-7f3a9c"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    monkeypatch.setenv("HF_TOKEN", secret)
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    accepted = []
+
+    def accept():
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not accepted:
+            try:
+                accepted.append(server.accept())
+            except OSError:
+                pass
+
+    listener = threading.Thread(target=accept, daemon=True)
+    listener.start()
+    suite = {  # name: (solution, expected outcome)
+        "infinite loop": ("while True:\n    pass\n", Outcome.TIMEOUT),
+        "fork bomb": (FORK_BOMB, Outcome.CRASHED),
+        "memory bomb": (MEMORY_BOMB, Outcome.CRASHED),
+        "files outside the working directory": (FILES.format(canary=str(canary), outside=str(outside / "new")), Outcome.FAILED),
+        "network connection": (NETWORK.format(port=server.getsockname()[1]), Outcome.FAILED),
+        "killing the parent process": (KILL_PARENT.format(pid=os.getpid()), Outcome.FAILED),
+        "gigabytes to stdout": (STDOUT_FLOOD, Outcome.CRASHED),
+        "reading secrets from the environment": (SECRETS.format(pid=os.getpid()), Outcome.PASSED),
+        "sleeping without imports": (SLEEPER, Outcome.TIMEOUT),
+        "daemon that leaves its session": (DAEMON, Outcome.PASSED),
+    }
+    (tmp_path / "runs").mkdir()
+    box = Sandbox(workers=2, tmp_dir=str(tmp_path / "runs"), **LIMITS)
+    start = time.monotonic()
+    results = dict(zip(suite, box.run([Program(src, "assert True\n") for src, _ in suite.values()])))
+    elapsed = time.monotonic() - start
+    listener.join(timeout=0)
+    checks = {
+        "files outside the working directory": canary.read_text() == "keep me" and sorted(os.listdir(outside)) == ["canary"]
+        and not os.path.exists("/tmp/mintrl-hostile-marker") and not os.path.exists("/root/mintrl-hostile-marker")
+        and not os.path.exists("/etc/mintrl-hostile-marker"),
+        "network connection": not accepted,
+        "gigabytes to stdout": len(results["gigabytes to stdout"].stdout.encode()) <= LIMITS["max_output_bytes"],
+        "reading secrets from the environment": secret not in results["reading secrets from the environment"].stdout
+        and "OPENAI_API_KEY" not in results["reading secrets from the environment"].stdout,
+        "sleeping without imports": results["sleeping without imports"].wall_s < LIMITS["timeout_s"] + 1.0,
+    }
+    leftovers = sandbox_processes()
+    contained = {name: results[name].outcome is expected and checks.get(name, True) for name, (_, expected) in suite.items()}
+    contained = {name: ok and not leftovers for name, ok in contained.items()}
+    SANDBOX_REPORT.append(f"hostile programs contained: {sum(contained.values())}/{len(suite)} in {elapsed:.1f} s "
+                          f"(isolation: {box.isolation()})")
+    for name, ok in contained.items():
+        SANDBOX_REPORT.append(f"  {'ok  ' if ok else 'FAIL'} {name}: {results[name].outcome.value} in {results[name].wall_s:.2f} s")
+    server.close()
+    os.kill(os.getpid(), 0)  # this process is alive
+    assert leftovers == [] and os.listdir(tmp_path / "runs") == []
+    assert contained == {name: True for name in suite}, {n: (results[n].outcome, results[n].stderr[-200:]) for n in suite}
+    assert elapsed < 4 * LIMITS["timeout_s"] + 10
+
+
+def test_bad_limits_and_an_unusable_interpreter_are_clear_errors(tmp_path):
+    with pytest.raises(ValueError, match="sandbox.timeout_s must be positive"):
+        Sandbox(timeout_s=0)
+    box = Sandbox(workers=1, python=str(tmp_path / "no-python"), **LIMITS)
+    with pytest.raises(RuntimeError, match="self-check failed.*no-python"):
+        box.run([Program("x = 1\n", "assert x == 1\n")])
