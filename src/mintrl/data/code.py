@@ -50,12 +50,13 @@ def normalise_row(row: dict[str, Any], i: int, name: str) -> dict[str, Any]:
             raise ValueError(f"{name} row {i}: field {key!r} is missing or empty")
         return value
 
-    if "entry_point" in row or "canonical_solution" in row:  # HumanEval
+    present = sorted(k for k, v in row.items() if v is not None)  # datasets fills a file's missing columns with None
+    if "entry_point" in present or "canonical_solution" in present:  # HumanEval
         prompt = need("prompt")
         return {"task_id": str(row.get("task_id", i)), "question": f"Complete this Python function:\n```python\n{prompt}```",
                 "reference": prompt + need("canonical_solution"), "prompt": prompt, "tests": need("test"),
                 "entry_point": need("entry_point")}
-    if "test_list" in row:  # MBPP
+    if "test_list" in present:  # MBPP
         tests = row["test_list"]
         if not isinstance(tests, list) or not tests or not all(isinstance(t, str) and t.strip() for t in tests):
             raise ValueError(f"{name} row {i}: field 'test_list' must be a non-empty list of assert strings")
@@ -66,7 +67,7 @@ def normalise_row(row: dict[str, Any], i: int, name: str) -> dict[str, Any]:
         return {"task_id": str(row.get("task_id", i)), "question": text.strip() + "\nYour code should pass these tests:\n" + "\n".join(tests),
                 "reference": need("code"), "prompt": "", "tests": setup + "\n" + "\n".join(tests), "entry_point": None}
     raise ValueError(f"{name} row {i}: neither HumanEval format (prompt, canonical_solution, test, entry_point) "
-                     f"nor MBPP format (text, code, test_list); fields: {sorted(row)}")
+                     f"nor MBPP format (text, code, test_list); fields: {present}")
 
 
 class CodePrompts:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-BLANK_LINE = r"\n[ \t]*\n\s*"
+BLANK_LINE = r"\n(?:[ \t]*\n)+"  # a line break and the blank lines after it (the next line's indent stays with it)
 CODE_FENCE = r"(?m)^[ \t]*```"
 
 

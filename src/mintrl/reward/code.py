@@ -43,7 +43,9 @@ class CodeReward:
 
     Programs run in the :class:`~mintrl.reward.sandbox.Sandbox` (never in this process). Outcome
     counts since the last :meth:`metrics` call are logged per step as ``code/{passed,failed,
-    timeout,crashed}``.
+    timeout,crashed}``; a program the sandbox itself failed to run (full disk, no free process)
+    gets no reward (None: no training signal, counted in ``reward/missing``) and is counted as
+    ``code/sandbox_error``.
 
     Args:
         sandbox: the program runner.
@@ -57,17 +59,16 @@ class CodeReward:
         self.sandbox, self.fraction = sandbox, fraction
         self._counts: Counter[str] = Counter()
 
-    def __call__(self, responses: Sequence[str], items: Sequence) -> list[float]:
+    def __call__(self, responses: Sequence[str], items: Sequence) -> list[float | None]:
         """Rewards of ``N`` decoded responses for their prompt items (``item.entry`` = problem row)."""
         programs = [build_program(extract_code(r), item.entry) for r, item in zip(responses, items)]
         results = self.sandbox.run(programs)
-        self._counts.update(r.outcome.value for r in results)
-        if self.fraction:
-            return [r.fraction for r in results]
-        return [float(r.outcome is Outcome.PASSED) for r in results]
+        self._counts.update("sandbox_error" if r.sandbox_error else r.outcome.value for r in results)
+        # a sandbox failure says nothing about the program: no reward (no signal), not a zero
+        return [None if r.sandbox_error else r.fraction if self.fraction else float(r.outcome is Outcome.PASSED) for r in results]
 
     def metrics(self) -> dict[str, float]:
         """Outcome counts since the last call (then reset): ``code/<outcome>``."""
-        out = {f"code/{o.value}": float(self._counts[o.value]) for o in Outcome}
+        out = {f"code/{o}": float(self._counts[o]) for o in (*(o.value for o in Outcome), "sandbox_error")}
         self._counts.clear()
         return out

@@ -76,6 +76,9 @@ class ProgramResult:
         outcome: the :class:`Outcome`. passed, total: asserts that passed / ran (0/0 unless the
         tests ran to the end). stdout, stderr: the first ``max_output_bytes`` of each (decoded,
         harness result line removed). wall_s: seconds the program ran (launcher's clock).
+        sandbox_error: set when the sandbox itself failed (no temporary folder, no process could
+        be started, the launcher left no status); the outcome is then CRASHED but says nothing about
+        the program.
     """
 
     outcome: Outcome
@@ -84,6 +87,7 @@ class ProgramResult:
     stdout: str = ""
     stderr: str = ""
     wall_s: float = 0.0
+    sandbox_error: str | None = None
 
     @property
     def fraction(self) -> float:
@@ -105,7 +109,8 @@ class Sandbox:
         open_files: file-descriptor limit per process.
         tmp_mb: size of the private ``/tmp`` (and ``/var/tmp``, ``/dev/shm``) tmpfs (MiB).
         max_output_bytes: bytes of stdout/stderr read back per program (bytes).
-        uid_base: first sandbox uid (slot ``k`` runs as ``uid_base + k``; used only as root).
+        uid_base: first sandbox uid (used only as root): slot ``k`` of local data-parallel rank ``r``
+            (``LOCAL_RANK``) runs as ``uid_base + r * workers + k``.
         python: interpreter that runs the harness; it must be executable by the sandbox uid. Default:
             the first of this interpreter, its real path, its base interpreter and ``python3`` on
             the system ``PATH`` that passes the self-check (only the standard library is needed).
@@ -178,6 +183,8 @@ class Sandbox:
     def _self_check(self) -> None:
         if self._isolation is not None:
             return
+        # data-parallel ranks on one machine get disjoint slot uids (their process limits are per uid)
+        self._first_uid = self.uid_base + int(os.environ.get("LOCAL_RANK", 0)) * self.workers
         probe = Program("def f():\n    return 1\n", "assert f() == 1\n")
         errors = []
         for python in self._pythons:
@@ -188,7 +195,7 @@ class Sandbox:
             errors.append(f"{python}: {result.outcome.value}: {result.stderr.strip()[-300:]!r}")
         else:
             raise RuntimeError(f"code sandbox self-check failed for every interpreter tried (they must be executable by "
-                               f"uid {self.uid_base}; set sandbox.python): " + "; ".join(errors))
+                               f"uid {self._first_uid}; set sandbox.python): " + "; ".join(errors))
         log.info("code sandbox: interpreter %s, isolation %s", self.python, isolation)
         missing = [k for k in ("network", "pid", "mount", "read_only") if not isolation.get(k)]
         if missing:
@@ -201,6 +208,9 @@ class Sandbox:
         slot = self._slots.get()
         try:
             return self._run_one(program, slot)[0]
+        except OSError as exc:  # e.g. a full disk or no free process: the program did not run
+            log.warning("code sandbox could not run a program: %s", exc)
+            return ProgramResult(Outcome.CRASHED, sandbox_error=f"{type(exc).__name__}: {exc}")
         finally:
             self._slots.put(slot)
 
@@ -210,7 +220,8 @@ class Sandbox:
         try:
             work = os.path.join(tmp, "work")  # used only where no private /tmp can be mounted
             os.mkdir(work, 0o700)
-            cfg = {"workdir": work, "uid": self.uid_base + slot, "gid": self.uid_base + slot, "limits": self.limits,
+            uid = self._first_uid + slot
+            cfg = {"workdir": work, "uid": uid, "gid": uid, "limits": self.limits,
                    "tmp_bytes": self.tmp_bytes, "python": self.python, "harness": HARNESS, "env": _SAFE_ENV,
                    "status_path": os.path.join(tmp, "status.json"),
                    "caller_home": os.path.expanduser("~")}
@@ -230,7 +241,8 @@ class Sandbox:
                 with open(cfg["status_path"]) as f:
                     status = json.load(f)
             except (OSError, ValueError):
-                return ProgramResult(Outcome.CRASHED, stderr=stderr or f"launcher exited with {proc.returncode}"), {}
+                error = f"the launcher left no status (exit {proc.returncode})"
+                return ProgramResult(Outcome.CRASHED, stderr=stderr, sandbox_error=error), {}
             return _result(status, stdout, stderr, nonce, self.limits["cpu_s"]), status["isolation"]
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
