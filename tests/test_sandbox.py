@@ -239,3 +239,26 @@ def test_bad_limits_and_an_unusable_interpreter_are_clear_errors(tmp_path):
     box = Sandbox(workers=1, python=str(tmp_path / "no-python"), **LIMITS)
     with pytest.raises(RuntimeError, match="self-check failed.*no-python"):
         box.run([Program("x = 1\n", "assert x == 1\n")])
+
+
+def test_a_package_installed_under_tmp_still_works(tmp_path):
+    """The new mounts hide /tmp (and, for non-root callers, the home directory) from the program:
+    the harness must not be read from there after they are made."""
+    import importlib.util
+    import shutil
+    import sys
+
+    import mintrl.reward.sandbox as package
+
+    copy = tmp_path / "site" / "sandbox"
+    shutil.copytree(os.path.dirname(package.__file__), copy)
+    spec = importlib.util.spec_from_file_location("copied_runner", copy / "runner.py")
+    runner = importlib.util.module_from_spec(spec)
+    sys.modules["copied_runner"] = runner
+    try:
+        spec.loader.exec_module(runner)
+        assert runner.HARNESS.startswith(str(tmp_path))
+        result = runner.Sandbox(workers=1, **LIMITS).run([runner.Program("def f():\n    return 2\n", "assert f() == 2\n")])[0]
+    finally:
+        del sys.modules["copied_runner"]
+    assert (result.outcome.value, result.passed, result.total) == ("passed", 1, 1)

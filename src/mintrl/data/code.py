@@ -22,8 +22,7 @@ from typing import Any
 
 import torch
 
-from mintrl.data.prompts import PromptItem
-from mintrl.model.tokens import chat_ids
+from mintrl.data.prompts import PromptItem, prompt_ids
 
 CODE_INSTRUCTION = "{question}\nWrite the complete solution in one ```python code block."
 HUMANEVAL = "humaneval"
@@ -125,9 +124,7 @@ class CodePrompts:
         """Chat-templated prompt items of ``split``; ``item.entry`` holds the tests for the code reward."""
         items = []
         for i, row in enumerate(self.split(split)):
-            messages = [{"role": "user", "content": self.instruction.format(question=row["question"])}]
-            ids = chat_ids(tokenizer, messages, **self.chat_template_kwargs)
-            if len(ids) > self.max_prompt_tokens:
-                raise ValueError(f"{self.task} {split} problem {row['task_id']}: prompt has {len(ids)} tokens > max_prompt_tokens={self.max_prompt_tokens}")
+            ids = prompt_ids(tokenizer, self.instruction, row["question"], self.max_prompt_tokens,
+                             f"{self.task} {split} problem {row['task_id']}", **self.chat_template_kwargs)
             items.append(PromptItem(i, row["question"], row["reference"], ids, row, self.task))
         return items

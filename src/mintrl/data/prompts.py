@@ -31,6 +31,18 @@ class PromptItem:
     task: str = ""
 
 
+def prompt_ids(tokenizer, instruction: str, question: str, max_prompt_tokens: int, where: str, **chat_template_kwargs) -> list[int]:
+    """Token ids of the chat-templated user message ``instruction.format(question=question)``.
+
+    Raises:
+        ValueError: the prompt is longer than ``max_prompt_tokens`` (``where`` names the row).
+    """
+    ids = chat_ids(tokenizer, [{"role": "user", "content": instruction.format(question=question)}], **chat_template_kwargs)
+    if len(ids) > max_prompt_tokens:
+        raise ValueError(f"{where}: prompt has {len(ids)} tokens > max_prompt_tokens={max_prompt_tokens}")
+    return ids
+
+
 class ReasoningGymPrompts:
     """Train and validation prompts of one reasoning-gym task, from disjoint seeds.
 
@@ -88,9 +100,7 @@ class ReasoningGymPrompts:
             for key in ("question", "answer"):
                 if not isinstance(entry.get(key), str) or not entry[key].strip():
                     raise ValueError(f"{self.task} {split} row {i}: field {key!r} is missing or empty")
-            messages = [{"role": "user", "content": self.instruction.format(question=entry["question"])}]
-            ids = chat_ids(tokenizer, messages, **self.chat_template_kwargs)
-            if len(ids) > self.max_prompt_tokens:
-                raise ValueError(f"{self.task} {split} row {i}: prompt has {len(ids)} tokens > max_prompt_tokens={self.max_prompt_tokens}")
+            ids = prompt_ids(tokenizer, self.instruction, entry["question"], self.max_prompt_tokens, f"{self.task} {split} row {i}",
+                             **self.chat_template_kwargs)
             items.append(PromptItem(i, entry["question"], entry["answer"], ids, entry, self.task))
         return items

@@ -1,6 +1,6 @@
 """Sandbox harness: run one untrusted solution against its tests (stdlib only).
 
-Runs as the unprivileged sandbox user (``python -I harness.py``), reads one JSON object from stdin:
+Runs as the unprivileged sandbox user (``python -I -c <this file>``), reads one JSON object from stdin:
 ``{"solution": str, "tests": str, "entry_point": str | null, "nonce": str}``.
 
 1. ``exec`` the solution in a fresh namespace (``__name__ == "__main__"`` is *not* set, so a

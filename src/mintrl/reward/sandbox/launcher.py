@@ -83,7 +83,7 @@ def _isolate(root):
     return {"network": _unshare(CLONE_NEWNET), "pid": False, "mount": False, "user_namespace": False}
 
 
-def _child(cfg, isolation, root, report_fd):
+def _child(cfg, isolation, root, report_fd, harness_source):
     """PID 1 of the sandbox (or a plain child): set up and exec the harness. Never returns."""
     try:
         workdir = cfg["workdir"]
@@ -117,7 +117,8 @@ def _child(cfg, isolation, root, report_fd):
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid, which clears it
         os.chdir(workdir)
         env = dict(cfg["env"], HOME=workdir, TMPDIR=workdir)
-        os.execve(cfg["python"], [cfg["python"], "-I", cfg["harness"]], env)
+        # the harness goes in as source text: its file may sit under a path the new mounts hide
+        os.execve(cfg["python"], [cfg["python"], "-I", "-c", harness_source], env)
     except BaseException as exc:  # noqa: BLE001 - report and exit with the launcher's own code
         os.write(2, f"mintrl-sandbox launcher: {type(exc).__name__}: {exc}\n".encode())
     os._exit(125)
@@ -125,6 +126,8 @@ def _child(cfg, isolation, root, report_fd):
 
 def main():
     cfg = json.loads(sys.argv[1])
+    with open(cfg["harness"]) as f:
+        harness_source = f.read()
     root = os.geteuid() == 0
     isolation = _isolate(root)
     isolation["separate_user"] = root  # root drops to a per-slot uid; others already run unprivileged
@@ -132,7 +135,7 @@ def main():
     pid = os.fork()
     if pid == 0:
         os.close(report_r)
-        _child(cfg, isolation, root, report_w)
+        _child(cfg, isolation, root, report_w, harness_source)
     os.close(report_w)
     timed_out = False
 
