@@ -47,6 +47,7 @@ def run(cfg: DictConfig) -> dict:
         metrics = c.trainer.validate(c.module, datamodule=c.datamodule, verbose=False)
     if not cfg.get("train", True):  # evaluation only (the "base" row of the experiment grid)
         reward = metrics[0].get("val/reward") if metrics else None
+        log.info("evaluation only (train=false): val/reward = %s over %d validation prompts", reward, len(c.datamodule.val_items))
         return {"steps": 0, "val_reward_first": reward, "val_reward_last": reward, "sft": sft_summary}
     c.trainer.fit(c.module, datamodule=c.datamodule)
     summary = next((cb.summary for cb in c.trainer.callbacks if cb.__class__.__name__ == "RunSummary"), {})
