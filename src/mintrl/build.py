@@ -44,9 +44,12 @@ def check_config(cfg: DictConfig) -> None:
     max_steps = (cfg.get("trainer") or {}).get("max_steps")
     if isinstance(max_steps, int) and max_steps > 0 and max_steps % updates:
         raise ValueError(f"trainer.max_steps={max_steps} (optimizer updates) must be a multiple of module.epochs x module.minibatches = {updates}")
-    prompts_target = str(((cfg.get("data") or {}).get("prompts") or {}).get("_target_", ""))
+    prompts = (cfg.get("data") or {}).get("prompts") or {}
+    prompts = prompts.get("source") if str(prompts.get("_target_", "")).endswith("BenchmarkPrompts") else prompts
+    prompts_target = str((prompts or {}).get("_target_", ""))
+    code_prompts = prompts_target.endswith("CodePrompts") or bool(prompts_target.endswith("HubPrompts") and prompts.get("code"))
     reward_target = str((cfg.get("reward") or {}).get("_target_", ""))
-    if prompts_target and reward_target and prompts_target.endswith("CodePrompts") != reward_target.endswith("CodeReward"):
+    if prompts_target and reward_target and code_prompts != reward_target.endswith("CodeReward"):
         raise ValueError(f"data.prompts ({prompts_target}) and reward ({reward_target}) do not match: "
                          "code problems need reward=code (e.g. `data=humaneval reward=code`), other tasks another reward")
 

@@ -10,13 +10,14 @@ the gradient of an update do not depend on the split (see :mod:`mintrl.objective
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import lightning.pytorch as L
 import torch
 from lightning.pytorch.utilities import grad_norm
 
 from mintrl.logprobs import token_logprobs
+from mintrl.metrics import PassAtK
 from mintrl.objective.aggregation import StepTotals, step_totals
 from mintrl.rollout.batch import RolloutBatch
 
@@ -49,6 +50,8 @@ class PolicyModule(L.LightningModule):
         micro_batch_rows: rows per forward/backward (gradient accumulation); None = a whole
             mini-batch at once. Does not change the result, only peak memory.
         max_grad_norm: clip the global gradient L2 norm to this before each update (None: no clipping).
+        val_pass_at_k: the ``k`` of the logged ``val/pass@k`` (unbiased estimator over
+            ``data.val_samples_per_prompt`` samples per validation prompt; ``k`` above that is NaN).
 
     Raises:
         ValueError: non-positive sizes, naming the ``module.*`` field.
@@ -66,6 +69,7 @@ class PolicyModule(L.LightningModule):
         minibatches: int = 1,
         micro_batch_rows: int | None = None,
         max_grad_norm: float | None = 1.0,
+        val_pass_at_k: Sequence[int] = (1,),
     ):
         super().__init__()
         for name, value in (("logprob_chunk_tokens", logprob_chunk_tokens), ("epochs", epochs), ("minibatches", minibatches),
@@ -85,6 +89,7 @@ class PolicyModule(L.LightningModule):
         self.history: list[dict[str, float]] = []  # per train step: rollout stats + loss
         self.val_history: list[tuple[int, float]] = []  # (global_step, val/reward)
         self._val_rewards: list[torch.Tensor] = []
+        self.val_pass = PassAtK(val_pass_at_k)  # reduced over data-parallel ranks by torchmetrics
 
     @property
     def updates_per_batch(self) -> int:
@@ -193,17 +198,23 @@ class PolicyModule(L.LightningModule):
     def validation_step(self, batch: RolloutBatch, batch_idx: int) -> None:
         """Collects rewards of control rollouts on held-out prompts."""
         self._val_rewards.append(batch.rewards)
+        order = torch.argsort(batch.group_index, stable=True)  # [N] rows grouped by prompt
+        self.val_pass.update(batch.rewards[order].view(batch.num_groups, -1))  # [G, samples per prompt]
         lengths = batch.response_mask.sum(-1).float()
         self.log("val/response_len", lengths.mean(), batch_size=len(batch), on_epoch=True)
 
     def on_validation_epoch_end(self) -> None:
-        """Logs ``val/reward``: mean reward over all validation rollouts with a reward (pass@1 at
-        the rollout temperature)."""
+        """Logs ``val/reward``: mean reward over all validation rollouts with a reward, and
+        ``val/pass@k``: the unbiased pass@k (Chen et al. 2021) with "correct" = reward 1, over the
+        validation prompts of all ranks. The two differ where rewards give partial credit."""
         if not self._val_rewards:
             return
         reward = torch.cat(self._val_rewards).nanmean()
         self._val_rewards.clear()
         self.log("val/reward", reward, prog_bar=True)
+        for k, value in self.val_pass.compute().items():
+            self.log(f"val/pass@{k}", value)
+        self.val_pass.reset()
         if not self.trainer.sanity_checking:
             self.val_history.append((int(self.global_step), float(reward)))
 

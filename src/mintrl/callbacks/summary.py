@@ -14,7 +14,8 @@ def _mean(values):
 
 class RunSummary(L.Callback):
     """Prints first vs last held-out and control reward, the off-policy fraction and where the
-    logs, checkpoint and Hugging Face folder are; ``self.summary`` keeps the numbers."""
+    logs, checkpoints (last, and the best by a monitored metric such as ``val/pass@1``) and Hugging
+    Face folder are; ``self.summary`` keeps the numbers."""
 
     def __init__(self) -> None:
         self.summary: dict = {}
@@ -29,6 +30,7 @@ class RunSummary(L.Callback):
         k = max(1, len(hist) // 4)
         ckpt = getattr(trainer.checkpoint_callback, "last_model_path", "") or getattr(trainer.checkpoint_callback, "best_model_path", "")
         export = next((c for c in trainer.callbacks if c.__class__.__name__ == "HFExport"), None)
+        best = next((c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None) and c.best_model_path), None)
         self.summary = {
             "steps": trainer.global_step,
             "minutes": (time.perf_counter() - self._t0) / 60,
@@ -40,6 +42,9 @@ class RunSummary(L.Callback):
             "offpolicy_frac": _mean(h.get("rollout/offpolicy_frac") for h in hist),
             "log_dir": getattr(trainer.logger, "log_dir", None),
             "checkpoint": ckpt,
+            "best_checkpoint": best.best_model_path if best else None,
+            "best_score": float(best.best_model_score) if best and best.best_model_score is not None else None,
+            "best_monitor": best.monitor if best else None,
             "hf_folder": str(export.dirpath or f"{trainer.default_root_dir}/hf_policy") if export else None,
         }
         if not trainer.is_global_zero:
@@ -53,6 +58,7 @@ class RunSummary(L.Callback):
             f"  semi-on-policy minus control:   {fmt(s['semi_minus_control'])}   off-policy token fraction: {fmt(s['offpolicy_frac'])}",
             f"  TensorBoard logs: {s['log_dir']}   (tensorboard --logdir {s['log_dir']})",
             f"  Lightning checkpoint: {s['checkpoint'] or 'none'}",
+            *([f"  best checkpoint ({s['best_monitor']} = {fmt(s['best_score'])}): {s['best_checkpoint']}"] if s["best_checkpoint"] else []),
             f"  Hugging Face policy: {s['hf_folder']}", "=" * 72,
         ]
         print("\n".join(lines), flush=True)

@@ -1,7 +1,8 @@
 """Prompt sources and the rollout-streaming data module (``data=`` config group)."""
 
+from mintrl.data.benchmarks import BenchmarkPrompts, ChampPrompts, HubPrompts
 from mintrl.data.code import CodePrompts
 from mintrl.data.datamodule import PromptStream, RolloutDataModule
 from mintrl.data.prompts import PromptItem, ReasoningGymPrompts
 
-__all__ = ["CodePrompts", "PromptItem", "PromptStream", "ReasoningGymPrompts", "RolloutDataModule"]
+__all__ = ["BenchmarkPrompts", "ChampPrompts", "CodePrompts", "HubPrompts", "PromptItem", "PromptStream", "ReasoningGymPrompts", "RolloutDataModule"]

@@ -112,8 +112,10 @@ class CodePrompts:
         return self._rows
 
     def split(self, split: str) -> list[dict[str, Any]]:
-        """The problems of ``split`` ("train" or "val")."""
+        """The problems of ``split`` ("train", "val", or "all" for every problem in file order)."""
         rows = self.rows()
+        if split == "all":
+            return list(rows)
         if self.val_size >= len(rows):
             raise ValueError(f"data.prompts.val_size={self.val_size} leaves no training problems out of {len(rows)}")
         order = torch.randperm(len(rows), generator=torch.Generator().manual_seed(self.split_seed)).tolist()

@@ -3,5 +3,6 @@
 from mintrl.reward.answer import ReasoningGymReward, extract_answer
 from mintrl.reward.base import Reward, score_rewards
 from mintrl.reward.code import CodeReward, build_program, extract_code
+from mintrl.reward.math import MathVerifyReward
 
-__all__ = ["CodeReward", "ReasoningGymReward", "Reward", "build_program", "extract_answer", "extract_code", "score_rewards"]
+__all__ = ["CodeReward", "MathVerifyReward", "ReasoningGymReward", "Reward", "build_program", "extract_answer", "extract_code", "score_rewards"]

@@ -1,0 +1,153 @@
+"""Evaluation: the pass@k estimator and its data-parallel reduction, math-verify grading, CHAMP and
+hub benchmark sources, and ``mintrl-eval`` on the embedded model (base, HF folder and Lightning
+checkpoint give the same numbers)."""
+
+from __future__ import annotations
+
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from hydra import compose, initialize_config_dir
+
+from mintrl.data import ChampPrompts, HubPrompts
+from mintrl.evaluate import evaluate
+from mintrl.metrics import PassAtK, correct_counts, pass_at_k
+from mintrl.model import embedded_smollm2
+from mintrl.reward import MathVerifyReward
+from mintrl.train import CONFIG_DIR
+
+NAN = float("nan")
+
+
+@pytest.mark.parametrize("k, expected", [(1, 2 / 5), (2, 1 - 3 / 10), (3, 1 - 1 / 10), (4, 1.0), (5, 1.0)])
+def test_pass_at_k_by_hand_n5_c2(k, expected):
+    # 1 - C(3, k) / C(5, k): C(3,1)/C(5,1) = 3/5, C(3,2)/C(5,2) = 3/10, C(3,3)/C(5,3) = 1/10, then 0
+    assert pass_at_k(5, 2, k) == pytest.approx(expected)
+
+
+def test_pass_at_k_edges_and_bad_arguments():
+    assert pass_at_k(5, 0, 3) == 0.0 and pass_at_k(5, 5, 1) == 1.0 and pass_at_k(200, 1, 1) == pytest.approx(1 / 200)
+    for n, c, k in ((5, 2, 0), (5, 2, 6), (5, 6, 1)):
+        with pytest.raises(ValueError, match="pass@k needs"):
+            pass_at_k(n, c, k)
+
+
+def test_metric_counts_correct_samples_and_skips_short_rows():
+    rewards = torch.tensor([[1.0, 0.0, 1.0, 0.0, 0.0],      # c = 2 of 5
+                            [0.5, 1.0, NAN, NAN, NAN],      # partial credit is not a pass; 2 valid samples
+                            [0.0, 0.0, 0.0, 0.0, 0.0]])
+    assert correct_counts(rewards)[0].tolist() == [5, 2, 5] and correct_counts(rewards)[1].tolist() == [2, 1, 0]
+    metric = PassAtK(ks=[1, 2, 3])
+    metric.update(rewards)
+    out = metric.compute()
+    assert out[1] == pytest.approx((0.4 + 0.5 + 0.0) / 3)
+    assert out[2] == pytest.approx((0.7 + 1.0 + 0.0) / 3)
+    assert out[3] == pytest.approx((0.9 + 0.0) / 2)  # the 2-sample row cannot estimate pass@3
+    assert metric.skipped.tolist() == [0.0, 0.0, 1.0]
+
+
+def _rank(rank: int, port: int, queue) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    metric = PassAtK(ks=[1, 2])
+    shard = [torch.tensor([[1.0, 1.0, 0.0, 0.0, 0.0]]),  # rank 0: one problem, c = 2
+             torch.tensor([[0.0] * 5, [1.0] * 5])][rank]  # rank 1: two problems, c = 0 and 5
+    metric.update(shard)
+    queue.put((rank, metric.compute()))
+    dist.destroy_process_group()
+
+
+def test_metric_reduces_over_two_real_ranks():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_rank, args=(r, port, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = dict(queue.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+    # the mean over all three problems, not the mean of the two ranks' means (0.4 and 0.5)
+    expected = {1: (0.4 + 0.0 + 1.0) / 3, 2: (0.7 + 0.0 + 1.0) / 3}
+    for rank in (0, 1):
+        assert results[rank] == pytest.approx(expected)
+
+
+def test_math_verify_reward_grades_equivalent_forms():
+    reward = MathVerifyReward()
+    items = [SimpleNamespace(reference="2^(n-1)")] * 4 + [SimpleNamespace(reference="72")] * 3
+    responses = ["<answer>2^{n-1}</answer>", "so \\boxed{2^n}", "<answer>2^(n-1)</answer>", "no idea",
+                 "<answer>72</answer>", "<answer>\\frac{144}{2}</answer>", "<answer>71</answer>"]
+    assert reward(responses, items) == [1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0]
+
+
+def test_champ_answerable_subset():
+    rows = ChampPrompts().rows()
+    assert len(rows) == 129  # of 270 in v0: answers that are one gradable expression
+    assert rows[0] == {"id": "P_Combinatorics_1", "question": rows[0]["question"], "answer": "239"}
+    assert all("or equivalently" not in r["answer"] and r["answer"] not in ("Yes", "No") for r in rows)
+
+
+def test_hub_benchmark_offline_is_a_clear_error_and_a_local_copy_loads(tmp_path, monkeypatch, tokenizer):
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(RuntimeError, match="needs the Hugging Face hub .* or a local copy"):
+        HubPrompts("openai/gsm8k", name="main", split="test", question_field="question", answer_field="answer").rows()
+    local = tmp_path / "gsm8k_test.jsonl"
+    local.write_text("\n".join(json.dumps(r) for r in [
+        {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = 7\n#### 7"},
+        {"question": "Half of 10?", "answer": "#### 5"}]))
+    prompts = HubPrompts(str(local), question_field="question", answer_field="answer", answer_pattern=r"####\s*(.+)$")
+    items = prompts.build("val", tokenizer)
+    assert [(i.question, i.reference) for i in items] == [("Tom has 3 apples and buys 4. How many?", "7"), ("Half of 10?", "5")]
+    assert MathVerifyReward()(["<answer>7</answer>", "<answer>6</answer>"], items) == [1.0, 0.0]
+    with pytest.raises(ValueError, match="row 0: field 'problem' is missing"):
+        HubPrompts(str(local)).rows()
+
+
+def _eval_cfg(tmp_path, ckpt_path, name):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose("eval", overrides=[f"ckpt_path={ckpt_path}", "n=4", "ks=[1,2,4]", "limit=6", "max_response_tokens=24",
+                                          f"paths.output_dir={tmp_path / name}", "seed=3"])
+
+
+def test_mintrl_eval_gives_the_same_pass_at_k_for_base_hf_folder_and_lightning_checkpoint(tmp_path):
+    base = evaluate(_eval_cfg(tmp_path, "base", "base"))
+    assert base["problems"] == 6 and base["n"] == 4 and base["benchmark"] == "basic_arithmetic_heldout"
+    p = base["pass_at_k"]
+    assert 0.0 < p[1] <= p[2] <= p[4] < 1.0  # seed 3: 1/3, 5/9, 5/6 on these 6 problems
+    saved = json.loads((tmp_path / "base" / "eval.json").read_text())
+    assert saved["pass_at_k"] == {str(k): v for k, v in p.items()}
+    assert "| basic_arithmetic_heldout | base | 6 | 4 |" in (tmp_path / "base" / "eval.md").read_text()
+    loaded = embedded_smollm2()  # the same weights as an HF folder and as a mintrl Lightning checkpoint
+    folder = tmp_path / "hf"
+    loaded.model.save_pretrained(folder)
+    loaded.tokenizer.save_pretrained(folder)
+    ckpt = tmp_path / "policy.ckpt"
+    torch.save({"state_dict": {f"policy.{k}": v for k, v in loaded.model.state_dict().items()}}, ckpt)
+    for path, name in ((folder, "from_hf"), (ckpt, "from_ckpt")):
+        other = evaluate(_eval_cfg(tmp_path, path, name))
+        assert other["pass_at_k"] == pytest.approx(p) and other["mean_reward"] == pytest.approx(base["mean_reward"])
+    with pytest.raises(FileNotFoundError, match="no such checkpoint"):
+        evaluate(_eval_cfg(tmp_path, tmp_path / "missing.ckpt", "missing"))
+
+
+def test_every_benchmark_config_composes():
+    names = sorted(f[:-5] for f in os.listdir(os.path.join(CONFIG_DIR, "benchmark")))
+    assert {"heldout", "arithmetic_hard", "gsm_symbolic", "humaneval", "champ", "gsm8k", "math500", "aime24",
+            "livecodebench", "humaneval_plus", "mbpp_plus"} <= set(names)
+    from mintrl.build import check_config
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        for name in names:
+            cfg = compose("eval", overrides=[f"benchmark={name}", "ckpt_path=base"])
+            check_config(cfg)
+            assert cfg.benchmark.name and cfg.reward._target_ and cfg.data.prompts.source._target_

@@ -1,0 +1,236 @@
+"""Multirun summary (MInTRL Figure 6), keyword shift (Figure 5), sweep configs and the analysis
+notebook, on a fabricated multirun with known numbers."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mintrl import summary
+from mintrl.keywords import keyword_counts, keyword_rates, keyword_shift, shift_table
+from mintrl.train import CONFIG_DIR
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# job -> (overrides, {tag: [(step, value), ...]}); None: the job has no event files
+JOBS = {
+    "0": (["+sweep=intensity", "rollout.progress=false", "judge=none"],
+          {"rollout/offpolicy_frac": [(1, 0.0), (2, 0.0), (3, 0.0)], "val/reward": [(0, 0.20), (3, 0.30)],
+           "reward/control": [(1, 0.1), (2, 0.2), (3, 0.3)]}),
+    "1": (["+sweep=intensity", "rollout.progress=false", "rollout.max_reviews=1"],
+          {"rollout/offpolicy_frac": [(1, 0.01), (2, 0.03), (3, 0.02)],
+           "val/pass@1": [(0, 0.20), (3, 0.35)], "val/reward": [(0, 0.9), (3, 0.9)],  # val/pass@1 preferred
+           "reward/control": [(1, 0.1), (2, 0.3), (3, 0.4)], "train/policy_entropy": [(1, 1.5), (2, 1.4), (3, 1.3)]}),
+    "2": (["+sweep=intensity", "rollout.progress=false", "rollout.max_reviews=4"],
+          {"rollout/offpolicy_frac": [(1, 0.04), (2, 0.06), (3, 0.05)], "val/pass@1": [(0, 0.20), (3, 0.25)],
+           "reward/control": [(1, 0.1), (2, 0.1), (3, 0.2)]}),
+    "10": (["+sweep=intensity", "rollout.progress=false", "rollout.max_reviews=8"], None),
+}
+
+
+def _write_job(job_dir: Path, overrides: list[str], scalars: dict | None) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    (job_dir / ".hydra").mkdir(parents=True)
+    (job_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
+    if scalars is None:
+        return
+    writer = SummaryWriter(log_dir=str(job_dir / "tensorboard"))
+    for tag, points in scalars.items():
+        for step, value in points:
+            writer.add_scalar(tag, value, step)
+    writer.close()
+
+
+@pytest.fixture(scope="module")
+def multirun(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("multirun")
+    for name, (overrides, scalars) in JOBS.items():
+        _write_job(root / name, overrides, scalars)
+    (root / "multirun.yaml").write_text("hydra: {}\n")
+    return root
+
+
+def test_jobs_are_read_in_job_order_and_a_job_without_events_is_missing(multirun):
+    jobs = summary.read_multirun(multirun)
+    assert [j.name for j in jobs] == ["0", "1", "2", "10"]
+    assert jobs[1].overrides == JOBS["1"][0]
+    assert jobs[3].scalars is None and jobs[0].scalars is not None
+
+
+def test_summary_rows_offpolicy_fraction_final_pass_and_delta(multirun):
+    rows = {r["job"]: r for r in summary.summarize(summary.read_multirun(multirun))}
+    assert rows["0"]["no_intervention"] and not rows["1"]["no_intervention"]
+    assert rows["0"]["pass_at_1_tag"] == "val/reward" and rows["1"]["pass_at_1_tag"] == "val/pass@1"
+    assert rows["0"]["final_pass_at_1"] == pytest.approx(0.30, abs=1e-6)
+    assert rows["1"]["offpolicy_frac"] == pytest.approx(0.02, abs=1e-6)
+    assert rows["2"]["offpolicy_frac"] == pytest.approx(0.05, abs=1e-6)
+    assert rows["1"]["final_pass_at_1"] == pytest.approx(0.35, abs=1e-6)
+    assert rows["1"]["delta_pass_at_1"] == pytest.approx(0.05, abs=1e-6)
+    assert rows["2"]["delta_pass_at_1"] == pytest.approx(-0.05, abs=1e-6)
+    assert rows["0"]["delta_pass_at_1"] == pytest.approx(0.0, abs=1e-9)
+    assert rows["10"]["missing"] and rows["10"]["final_pass_at_1"] is None and rows["10"]["delta_pass_at_1"] is None
+    assert rows["1"]["varying"] == ["rollout.max_reviews=1"]  # shared overrides are left out
+
+
+def test_without_a_no_intervention_job_deltas_are_none(multirun):
+    jobs = [j for j in summary.read_multirun(multirun) if j.name != "0"]
+    assert all(r["delta_pass_at_1"] is None for r in summary.summarize(jobs))
+    base = summary.read_job(multirun / "0")  # an explicit baseline run
+    rows = summary.summarize(jobs, baseline=base)
+    assert rows[0]["delta_pass_at_1"] == pytest.approx(0.05, abs=1e-6)
+
+
+def test_no_intervention_detection_and_baseline_matching():
+    assert summary.is_no_intervention(["judge=none"])
+    assert summary.is_no_intervention(["+rollout.n_semi=0"])
+    assert summary.is_no_intervention(["experiment=no_intervention"])
+    assert summary.is_no_intervention([], {"judge": {"_target_": "mintrl.judge.none.KeepJudge"}})
+    assert summary.is_no_intervention([], {"rollout": {"n_semi": 0}})
+    assert not summary.is_no_intervention(["judge=rule", "rollout.n_semi=2"], {"judge": {"_target_": "mintrl.judge.rule.RuleJudge"}})
+    baselines = [(["seed=0", "judge=none"], 0.3), (["seed=1", "judge=none"], 0.5)]
+    assert summary.baseline_pass_at_1(["seed=1", "judge=rule"], baselines) == 0.5
+    assert summary.baseline_pass_at_1(["judge=rule"], baselines) == pytest.approx(0.4)  # tie: mean
+    assert summary.baseline_pass_at_1(["judge=rule"], []) is None
+    assert summary.normalize_override("rollout.progress=False") == "rollout.progress=false"
+
+
+def test_table_lists_the_numbers_and_the_missing_job(multirun):
+    table = summary.markdown_table(summary.summarize(summary.read_multirun(multirun)))
+    lines = table.splitlines()
+    assert lines[0].startswith("| job | overrides | off-policy frac | final val pass@1 | delta pass@1 vs no-intervention")
+    assert "| 0 (no-intervention) | judge=none | 0.000 | 0.300 | +0.000 |" in lines
+    assert "| 1 | rollout.max_reviews=1 | 0.020 | 0.350 | +0.050 |" in lines
+    assert "| 2 | rollout.max_reviews=4 | 0.050 | 0.250 | -0.050 |" in lines
+    assert any(line.startswith("| 10 |") and "missing" in line for line in lines)
+
+
+def test_cli_prints_table_writes_figure_and_json(multirun, tmp_path, capsys):
+    fig, rows = tmp_path / "fig" / "intensity.png", tmp_path / "rows.json"
+    assert summary.main([str(multirun), "--figure", str(fig), "--json", str(rows)]) == 0
+    out = capsys.readouterr().out
+    assert "| 1 | rollout.max_reviews=1 | 0.020 | 0.350 | +0.050 |" in out
+    assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and fig.stat().st_size > 5000
+    data = json.loads(rows.read_text())
+    assert [r["job"] for r in data] == ["0", "1", "2", "10"]
+    assert data[2]["delta_pass_at_1"] == pytest.approx(-0.05, abs=1e-6)
+
+
+def test_cli_errors_name_the_directory(tmp_path, capsys):
+    empty = tmp_path / "empty_multirun"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError, match="empty_multirun"):
+        summary.find_jobs(empty)
+    with pytest.raises(SystemExit) as e:
+        summary.main([str(empty)])
+    assert e.value.code == 2 and str(empty) in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        summary.main([str(tmp_path / "nowhere")])
+    assert "nowhere" in capsys.readouterr().err
+
+
+# --- keyword shift (Figure 5) ---------------------------------------------------------------------
+
+TEXT = ("Wait, maybe we can use the sum. Waiting is not waiting; actually we will compute it. "
+        "Alternatively, WE CAN reuse.")  # 20 words
+LONG = " ".join(["step"] * 510) + " wait we can maybe"  # words 511-514: the phrase crosses word 512
+
+
+def test_keyword_counts_whole_words_phrases_and_window():
+    counts, n = keyword_counts(TEXT)
+    assert n == 20
+    assert counts == {"wait": 1, "actually": 1, "maybe": 1, "alternatively": 1,
+                      "compute": 1, "use": 1, "we can": 2, "we will": 1}  # not waiting / reuse
+    counts, n = keyword_counts(LONG)
+    assert n == 512
+    assert counts["wait"] == 1 and counts["we can"] == 0 and counts["maybe"] == 0
+    counts, n = keyword_counts(TEXT, first_words=4)
+    assert n == 4 and counts["we can"] == 1 and counts["use"] == 0
+    fenced = "Maybe.\n```python\nwait = use(x)\n```\nWait."
+    assert keyword_counts(fenced)[0]["wait"] == 1 and keyword_counts(fenced)[1] == 2
+    assert keyword_counts(fenced, keep_code=True)[0]["wait"] == 2
+
+
+def test_keyword_rates_per_1000_window_words():
+    rates = keyword_rates([TEXT, LONG])  # 20 + 512 words
+    assert rates["wait"] == pytest.approx(1000 * 2 / 532)
+    assert rates["we can"] == pytest.approx(1000 * 2 / 532)
+    assert rates["maybe"] == pytest.approx(1000 * 1 / 532)
+    assert rates["alternatively"] == pytest.approx(1000 / 532)
+    with pytest.raises(ValueError, match="no words"):
+        keyword_rates(["", "..."])
+
+
+def test_keyword_shift_difference_and_relative_change():
+    shift = keyword_shift(["wait use use"], ["wait wait use"])
+    assert shift["wait"]["a"] == pytest.approx(1000 / 3) and shift["wait"]["b"] == pytest.approx(2000 / 3)
+    assert shift["wait"]["diff"] == pytest.approx(1000 / 3) and shift["wait"]["rel_pct"] == pytest.approx(100.0)
+    assert shift["use"]["rel_pct"] == pytest.approx(-50.0)
+    assert shift["maybe"]["rel_pct"] is None and shift["maybe"]["diff"] == 0
+    assert "| wait | 333.33 | 666.67 | +333.33 | +100.0 |" in shift_table(shift)
+
+
+# --- sweep configs --------------------------------------------------------------------------------
+
+SWEEPS = {"intensity": {"rollout.chunk_size", "rollout.max_reviews", "rollout.continuation_len"},
+          "kappa": {"objective.kappa"}, "anchor": {"objective"}, "judge": {"judge"}}
+
+
+def _compose(overrides):
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose("train", overrides=overrides, return_hydra_config=True)
+
+
+@pytest.mark.parametrize("name", sorted(SWEEPS))
+def test_sweep_configs_compose_and_every_job_composes(name):
+    from omegaconf import OmegaConf
+
+    params = dict(_compose([f"+sweep={name}"]).hydra.sweeper.params)
+    assert set(params) == SWEEPS[name]
+    grid = [[f"{k}={v}" for v in str(values).split(",")] for k, values in params.items()]
+    jobs = list(itertools.product(*grid))
+    assert 2 <= len(jobs) <= 8  # CPU-sized
+    for job in jobs:
+        cfg = _compose([f"+sweep={name}", *job])
+        for o in job:
+            key, value = o.split("=")
+            got = cfg.hydra.runtime.choices[key] if key in ("objective", "judge") else OmegaConf.select(cfg, key)
+            assert str(got) == value
+    if name == "intensity":
+        assert {len(str(v).split(",")) for v in params.values()} == {2}
+    if name == "judge":
+        assert "none" in str(params["judge"]).split(",")
+        assert cfg.hydra.runtime.choices["intervention"] == "self_privileged"
+    if name == "kappa":
+        assert _compose([f"+sweep={name}"]).hydra.runtime.choices["objective"] == "regression_const"
+
+
+# --- notebook -------------------------------------------------------------------------------------
+
+def test_analysis_notebook_executes_headless(multirun, monkeypatch, tmp_path):
+    import nbformat
+    from nbclient import NotebookClient
+
+    runs = {"none": str(multirun / "0"), "reviews1": str(multirun / "1"), "no events": str(multirun / "10")}
+    monkeypatch.setenv("MINTRL_RUNS", json.dumps(runs))
+    monkeypatch.setenv("MINTRL_MULTIRUN", str(multirun))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    nb = nbformat.read(ROOT / "notebooks" / "analysis.ipynb", as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("import sys; print('PREFIX=' + sys.prefix)"))
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert f"PREFIX={sys.prefix}" in text  # the kernel runs this venv's python
+    assert "skipped no events" in text
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert len(images) >= 2  # training dynamics + Figure 6
+    tables = "".join(o["data"].get("text/markdown", "") for o in outputs if "data" in o)
+    assert "| 1 | rollout.max_reviews=1 | 0.020 | 0.350 | +0.050 |" in tables
