@@ -16,6 +16,7 @@ from hydra import compose, initialize_config_dir
 
 from mintrl.data import ChampPrompts, HubPrompts
 from mintrl.evaluate import evaluate
+from mintrl.keywords import main as keywords_main
 from mintrl.metrics import PassAtK, correct_counts, pass_at_k
 from mintrl.model import embedded_smollm2
 from mintrl.reward import MathVerifyReward
@@ -119,7 +120,7 @@ def _eval_cfg(tmp_path, ckpt_path, name):
                                           f"paths.output_dir={tmp_path / name}", "seed=3"])
 
 
-def test_mintrl_eval_gives_the_same_pass_at_k_for_base_hf_folder_and_lightning_checkpoint(tmp_path):
+def test_mintrl_eval_gives_the_same_pass_at_k_for_base_hf_folder_and_lightning_checkpoint(tmp_path, capsys):
     base = evaluate(_eval_cfg(tmp_path, "base", "base"))
     assert base["problems"] == 6 and base["n"] == 4 and base["benchmark"] == "basic_arithmetic_heldout"
     p = base["pass_at_k"]
@@ -127,6 +128,12 @@ def test_mintrl_eval_gives_the_same_pass_at_k_for_base_hf_folder_and_lightning_c
     saved = json.loads((tmp_path / "base" / "eval.json").read_text())
     assert saved["pass_at_k"] == {str(k): v for k, v in p.items()}
     assert "| basic_arithmetic_heldout | base | 6 | 4 |" in (tmp_path / "base" / "eval.md").read_text()
+    samples = [json.loads(line) for line in (tmp_path / "base" / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 24 and sorted({s["problem"] for s in samples}) == list(range(6))
+    assert sum(s["reward"] for s in samples) / 24 == pytest.approx(base["mean_reward"])
+    # with n = k = 4, a problem's pass@4 is 1 exactly when one of its 4 samples is right
+    solved = sum(any(s["reward"] == 1.0 for s in samples if s["problem"] == q) for q in range(6))
+    assert p[4] == pytest.approx(solved / 6)
     loaded = embedded_smollm2()  # the same weights as an HF folder and as a mintrl Lightning checkpoint
     folder = tmp_path / "hf"
     loaded.model.save_pretrained(folder)
@@ -136,6 +143,9 @@ def test_mintrl_eval_gives_the_same_pass_at_k_for_base_hf_folder_and_lightning_c
     for path, name in ((folder, "from_hf"), (ckpt, "from_ckpt")):
         other = evaluate(_eval_cfg(tmp_path, path, name))
         assert other["pass_at_k"] == pytest.approx(p) and other["mean_reward"] == pytest.approx(base["mean_reward"])
+    keywords_main([str(tmp_path / "base" / "samples.jsonl"), str(tmp_path / "from_hf" / "samples.jsonl")])
+    table = capsys.readouterr().out
+    assert "| wait |" in table and "| we will |" in table
     with pytest.raises(FileNotFoundError, match="no such checkpoint"):
         evaluate(_eval_cfg(tmp_path, tmp_path / "missing.ckpt", "missing"))
 

@@ -72,7 +72,8 @@ def markdown_table(result: dict) -> str:
 
 
 def evaluate(cfg: DictConfig) -> dict:
-    """Run one evaluation; write ``eval.json`` and ``eval.md`` into ``cfg.paths.output_dir``.
+    """Run one evaluation; write ``eval.json``, ``eval.md`` and (``save_samples``) every sampled
+    response with its reward as ``samples.jsonl`` into ``cfg.paths.output_dir``.
 
     Returns:
         ``{"benchmark", "checkpoint", "problems", "n", "temperature", "pass_at_k": {k: value},
@@ -87,6 +88,7 @@ def evaluate(cfg: DictConfig) -> dict:
     c = build_components(cfg)
     if kind == "lightning":
         load_lightning_policy(c.context.policy, str(cfg.ckpt_path))
+    c.module.keep_val_samples = bool(cfg.get("save_samples", True))
     metrics = c.trainer.validate(c.module, datamodule=c.datamodule, verbose=False)[0]
     result = {
         "benchmark": str(cfg.benchmark.name),
@@ -103,6 +105,10 @@ def evaluate(cfg: DictConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps(result, indent=2))
     (out / "eval.md").write_text(table + "\n")
+    if c.module.keep_val_samples:  # this rank's samples (for keyword analysis: mintrl-keywords)
+        rank = "" if c.trainer.world_size == 1 else f".rank{c.trainer.global_rank}"
+        with open(out / f"samples{rank}.jsonl", "w") as f:
+            f.writelines(json.dumps(row) + "\n" for row in c.module.val_samples)
     if c.trainer.is_global_zero:
         print("\n" + table + f"\n(written to {out}/eval.json and eval.md)", flush=True)
     return result

@@ -120,3 +120,44 @@ def shift_table(shift: dict[str, dict[str, float | None]], name_a: str = "A", na
         rel = "n/a" if s["rel_pct"] is None else f"{s['rel_pct']:+.1f}"
         lines.append(f"| {kw} | {s['a']:.2f} | {s['b']:.2f} | {s['diff']:+.2f} | {rel} |")
     return "\n".join(lines)
+
+
+def read_responses(path: str) -> list[str]:
+    """The ``response`` field of every line of a ``samples.jsonl`` written by ``mintrl-eval``.
+
+    Raises:
+        ValueError: a line that is not JSON or has no ``response`` string (line number named).
+    """
+    import json
+
+    responses = []
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                response = json.loads(line).get("response")
+            except (ValueError, AttributeError):
+                response = None
+            if not isinstance(response, str):
+                raise ValueError(f"{path} line {number}: not a JSON object with a 'response' string")
+            responses.append(response)
+    return responses
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``mintrl-keywords A/samples.jsonl B/samples.jsonl [--first-words 512]``: the keyword-shift
+    table of run B against run A (e.g. A = GRPO, B = MInTRL evaluation samples)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="mintrl-keywords", description=main.__doc__)
+    parser.add_argument("samples_a")
+    parser.add_argument("samples_b")
+    parser.add_argument("--first-words", type=int, default=512, help="window per response (words)")
+    args = parser.parse_args(argv)
+    shift = keyword_shift(read_responses(args.samples_a), read_responses(args.samples_b), args.first_words)
+    print(shift_table(shift, args.samples_a, args.samples_b))
+
+
+if __name__ == "__main__":
+    main()

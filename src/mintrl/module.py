@@ -90,6 +90,8 @@ class PolicyModule(L.LightningModule):
         self.val_history: list[tuple[int, float]] = []  # (global_step, val/reward)
         self._val_rewards: list[torch.Tensor] = []
         self.val_pass = PassAtK(val_pass_at_k)  # reduced over data-parallel ranks by torchmetrics
+        self.keep_val_samples = False  # mintrl-eval sets it: val_samples gets every decoded response
+        self.val_samples: list[dict] = []
 
     @property
     def updates_per_batch(self) -> int:
@@ -198,10 +200,24 @@ class PolicyModule(L.LightningModule):
     def validation_step(self, batch: RolloutBatch, batch_idx: int) -> None:
         """Collects rewards of control rollouts on held-out prompts."""
         self._val_rewards.append(batch.rewards)
+        if self.keep_val_samples:
+            self.val_samples.extend(self._decoded_samples(batch))
         order = torch.argsort(batch.group_index, stable=True)  # [N] rows grouped by prompt
         self.val_pass.update(batch.rewards[order].view(batch.num_groups, -1))  # [G, samples per prompt]
         lengths = batch.response_mask.sum(-1).float()
         self.log("val/response_len", lengths.mean(), batch_size=len(batch), on_epoch=True)
+
+    def _decoded_samples(self, batch: RolloutBatch) -> list[dict]:
+        """``{"problem", "question", "response", "reward"}`` per row (reward None when missing)."""
+        rows = []
+        for i in range(len(batch)):
+            ids = batch.input_ids[i][batch.response_mask[i]].tolist()
+            item = batch.prompts[int(batch.group_index[i])]
+            reward = float(batch.rewards[i])
+            rows.append({"problem": item.index, "question": item.question,
+                         "response": self.tokenizer.decode(ids, skip_special_tokens=True),
+                         "reward": None if reward != reward else reward})
+        return rows
 
     def on_validation_epoch_end(self) -> None:
         """Logs ``val/reward``: mean reward over all validation rollouts with a reward, and
