@@ -100,3 +100,92 @@ def test_checkpoint_round_trip_restores_exact_predictions_and_decisions():
     assert torch.equal(restored.predict(z), rail.predict(z))
     assert (restored.phase, restored.recorded, restored.live_decisions) == (rail.phase, rail.recorded, rail.live_decisions)
     assert [restored.decide(z) for _ in range(20)] == [rail.decide(z) for _ in range(20)]
+
+
+# ------------------------------------------------------------------ on the embedded model
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+
+from mintrl.allocation import Brancher, EntropyAllocation, RailAllocation, anchors  # noqa: E402
+from mintrl.build import ModelContext  # noqa: E402
+from mintrl.data.prompts import ReasoningGymPrompts  # noqa: E402
+from mintrl.intervention.rule import RuleIntervention  # noqa: E402
+from mintrl.judge.none import KeepJudge  # noqa: E402
+from mintrl.reward import ReasoningGymReward  # noqa: E402
+from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout  # noqa: E402
+from mintrl.sampler import HFSampler  # noqa: E402
+
+from conftest import ARITHMETIC  # noqa: E402
+
+DELIMITERS = ("blank_line", "code_fence")
+
+
+@pytest.fixture(scope="module")
+def items(tokenizer):
+    return ReasoningGymPrompts(task_kwargs=ARITHMETIC, train_size=8, val_size=2).build("train", tokenizer)
+
+
+def _engine(embedded, tokenizer, allocation, max_tokens=48):
+    return SemiOnPolicyRollout(HFSampler(embedded.model, tokenizer), KeepJudge(), RuleIntervention(ModelContext(embedded)),
+                               ReasoningGymReward(), tokenizer, n_control=4, n_semi=0, max_response_tokens=max_tokens,
+                               progress=False, allocation=allocation)
+
+
+def test_branches_share_the_prefix_and_are_rescored_at_the_training_temperature(embedded, tokenizer, items):
+    from mintrl.rollout.batch import Rollout
+
+    torch.manual_seed(0)
+    engine = _engine(embedded, tokenizer, None)
+
+    parent = Rollout(group=0, is_control=True, prompt_ids=list(items[0].prompt_ids))
+    text = tokenizer.encode("First, add the numbers.\n\nThe sum is", add_special_tokens=False)
+    parent.append(text, [-0.5] * len(text), intervention=False)
+    found = anchors(parent, tokenizer, DELIMITERS)
+    assert len(found) == 1 and found[0][1:3] == (1, 2) and found[0][3] == pytest.approx(0.5)
+    k = found[0][0]
+    assert tokenizer.decode(parent.response_ids[k:]).startswith("The sum")
+    brancher = Brancher(engine.sampler, tokenizer, ReasoningGymReward(), temperature=1.0, top_p=1.0, max_response_tokens=24)
+    children = brancher.branch(parent, k, 3, 1.5, items[0])
+    assert len(children) == 3
+    for c in children:
+        assert c.response_ids[:k] == parent.response_ids[:k] and c.logprobs[:k] == parent.logprobs[:k]
+        assert (c.group, c.is_control) == (0, True) and len(c.response_ids) <= 24 and not math.isnan(c.reward)
+        assert c.logprobs[k:] != c.behaviour[k:]  # sampled at T=1.5, trained at T=1: rescored
+
+
+def test_entropy_allocation_never_exceeds_the_budget(embedded, tokenizer, items):
+    torch.manual_seed(1)
+    engine = _engine(embedded, tokenizer, EntropyAllocation(budget_per_step=12, percentile=0.5, branch_budget=3))
+    batch = engine.generate(items[:2], step=0)  # 2 prompts x 4 initial rollouts + at most 4 from branching
+    assert 8 <= len(batch) <= 12 and batch.stats["allocation/budget_used"] == len(batch)
+    branches = batch.stats["allocation/branches"]
+    assert (branches > 0) == (len(batch) > 8) and len(batch) - 8 <= 3 * branches
+    with pytest.raises(ValueError, match="budget_per_step=6 is below this step's 8 initial rollouts"):
+        _engine(embedded, tokenizer, EntropyAllocation(budget_per_step=6)).generate(items[:2], step=0)
+
+
+def test_rail_allocation_goes_live_and_its_state_survives_a_checkpoint(tmp_path):
+    from mintrl.train import CONFIG_DIR, run
+
+    overrides = [f"paths.output_dir={tmp_path}", "allocation=rail", "allocation.budget_per_step=16", "allocation.promote_after=1",
+                 "allocation.refit_every=1", "allocation.fit_steps=5", "trainer.max_steps=2", "data.prompts_per_step=2",
+                 "data.prompts.val_size=2", "data.val_samples_per_prompt=1", "rollout.max_response_tokens=32",
+                 "rollout.chunk_size=8", "rollout.continuation_len=8", "rollout.progress=false"]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    summary = run(cfg)
+    assert summary["steps"] == 2
+    from mintrl.analysis import load_scalars
+
+    scalars = load_scalars(tmp_path / "tensorboard")
+    used = [v for _, v in scalars["allocation/budget_used"]]
+    assert all(8 <= u <= 16 for u in used)  # 2 prompts x (2 + 2) initial, never above the cap
+    per_prompt = [v for _, v in scalars["allocation/rollouts_per_prompt"]]
+    assert all(4 <= p and 2 * p <= u for p, u in zip(per_prompt, used))  # rejected shadow branches use budget, not group places
+    ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
+    state = ckpt["RolloutDataModule"]["rollout"]["allocation"]["rail"]
+    assert state["recorded"] == scalars["allocation/traces"][-1][1] and state["recorded"] >= 1
+    assert state["phase"] == "live" and scalars["allocation/live"][-1][1] == 1.0  # promoted after its first trace
+    restored = RailAllocation(budget_per_step=16, budgets=[2, 4], temperatures=[0.8, 1.2], promote_after=1)
+    restored.load_state_dict(ckpt["RolloutDataModule"]["rollout"]["allocation"])
+    assert restored.rail.phase == state["phase"] and len(restored.rail.traces) == len(state["traces"])

@@ -13,7 +13,8 @@ from mintrl.judge.rule import RuleJudge
 from mintrl.judge.steps import split_steps
 from mintrl.reward import ReasoningGymReward, extract_answer
 from mintrl.rollout.batch import Rollout
-from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout, apply_verdict, token_index_of_char
+from mintrl.judge.steps import token_index_of_char
+from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout, apply_verdict
 from mintrl.sampler import HFSampler
 
 from conftest import ARITHMETIC

@@ -103,7 +103,7 @@ class Components:
 def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
     """Instantiate every component of ``cfg`` in dependency order.
 
-    model -> sampler -> judge, intervention, reward -> rollout -> data -> objective -> module ->
+    model -> sampler -> judge, intervention, reward, allocation -> rollout -> data -> objective -> module ->
     logger, callbacks -> trainer.
     """
     check_config(cfg)
@@ -113,7 +113,9 @@ def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
     judge = instantiate(cfg.judge, context=context)
     intervention = instantiate(cfg.intervention, context=context)
     reward = instantiate(cfg.reward)
-    rollout = instantiate(cfg.rollout, sampler=sampler, judge=judge, intervention=intervention, reward=reward, tokenizer=tokenizer)
+    allocation = instantiate(cfg.allocation) if cfg.get("allocation") else None
+    rollout = instantiate(cfg.rollout, sampler=sampler, judge=judge, intervention=intervention, reward=reward, tokenizer=tokenizer,
+                          allocation=allocation)
     datamodule = instantiate(cfg.data, rollout=rollout, tokenizer=tokenizer)
     module = instantiate(cfg.module, policy=context.policy, objective=instantiate(cfg.objective, context=context), tokenizer=tokenizer)
     built_trainer = None

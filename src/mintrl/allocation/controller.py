@@ -56,9 +56,10 @@ class GainController(nn.Module):
         """Refit on a trace window (oldest first) with Adam; returns the final loss."""
         optimizer = torch.optim.Adam(self.parameters(), lr=lr)
         loss = torch.tensor(float("nan"))
-        for _ in range(steps):
-            optimizer.zero_grad()
-            loss = recency_huber_loss(self(states, actions), gains, decay, delta)
-            loss.backward()
-            optimizer.step()
+        with torch.inference_mode(False), torch.enable_grad():  # rollouts are generated under no_grad
+            for _ in range(steps):
+                optimizer.zero_grad()
+                loss = recency_huber_loss(self(states.clone(), actions.clone()), gains.clone(), decay, delta)
+                loss.backward()
+                optimizer.step()
         return float(loss.detach())

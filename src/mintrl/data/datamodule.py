@@ -109,4 +109,14 @@ class RolloutDataModule(L.LightningDataModule):
             return self.rollout.generate(batch, step=trainer.global_step)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.val_seed + batch[0].index)
-            return self.rollout.generate(batch, n_control=self.val_samples_per_prompt, n_semi=0)
+            return self.rollout.generate(batch, n_control=self.val_samples_per_prompt, n_semi=0, allocate=False)
+
+    def state_dict(self) -> dict:
+        """The rollout engine's state (intervention schedule, allocation controller): Lightning
+        stores it in every checkpoint and restores it on resume."""
+        return {"rollout": self.rollout.state_dict()} if hasattr(self.rollout, "state_dict") else {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore :meth:`state_dict`."""
+        if state_dict.get("rollout") and hasattr(self.rollout, "load_state_dict"):
+            self.rollout.load_state_dict(state_dict["rollout"])

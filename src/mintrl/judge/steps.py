@@ -8,6 +8,7 @@ text back, so a step index maps to a cut position in the text and then to a toke
 from __future__ import annotations
 
 import re
+from typing import Sequence
 from dataclasses import dataclass
 
 BLANK_LINE = r"\n(?:[ \t]*\n)+"  # a line break and the blank lines after it (the next line's indent stays with it)
@@ -60,3 +61,16 @@ def split_steps(text: str, delimiters: tuple[str, ...] = ("blank_line", "code_fe
     bounds = sorted(c for c in cuts if 0 < c < len(text))
     edges = [0, *bounds, len(text)]
     return [Step(a, b, text[a:b]) for a, b in zip(edges, edges[1:]) if b > a]
+
+
+def token_index_of_char(tokenizer, ids: Sequence[int], char: int) -> int:
+    """Largest ``k`` with ``len(decode(ids[:k])) <= char``: the number of tokens that lie wholly
+    before character ``char`` of ``decode(ids)`` (a token straddling it is dropped). Binary search."""
+    lo, hi = 0, len(ids)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(tokenizer.decode(list(ids[:mid]))) <= char:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

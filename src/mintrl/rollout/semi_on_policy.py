@@ -18,27 +18,16 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
+from mintrl.allocation.branching import Brancher
+from mintrl.allocation.budget import RolloutBudget
 from mintrl.data.prompts import PromptItem
 from mintrl.intervention.base import Intervention, InterventionRequest
 from mintrl.judge.base import FAILED, REVISE, UNPARSEABLE, Judge, ReviewRequest
-from mintrl.judge.steps import split_steps
+from mintrl.judge.steps import split_steps, token_index_of_char
 from mintrl.reward.base import score_rewards
 from mintrl.rollout.batch import Rollout, RolloutBatch, collate_rollouts
 from mintrl.rollout.schedule import InterventionSchedule
 from mintrl.rollout.stats import rollout_stats
-
-
-def token_index_of_char(tokenizer, ids: Sequence[int], char: int) -> int:
-    """Largest ``k`` with ``len(decode(ids[:k])) <= char``: the number of tokens that lie wholly
-    before character ``char`` of ``decode(ids)`` (a token straddling it is dropped). Binary search."""
-    lo, hi = 0, len(ids)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if len(tokenizer.decode(list(ids[:mid]))) <= char:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 def apply_verdict(rollout: Rollout, ids: list[int], logprobs: list[float], finished: bool, steps, verdict, item: PromptItem, tokenizer) -> InterventionRequest | None:
@@ -116,6 +105,7 @@ class SemiOnPolicyRollout:
         adaptive_stop: dict | None = None,
         step_delimiters: Sequence[str] = ("blank_line", "code_fence"),
         progress: bool = True,
+        allocation=None,
     ):
         for name, value, low in (
             ("n_control", n_control, 1), ("n_semi", n_semi, 0), ("chunk_size", chunk_size, 1),
@@ -133,6 +123,7 @@ class SemiOnPolicyRollout:
         self.schedule = InterventionSchedule(intervention_steps, adaptive=adaptive_stop is not None, **dict(adaptive_stop or {}))
         self.step_delimiters = tuple(step_delimiters)
         self.progress = progress
+        self.allocation = allocation
         self.pad_token_id = getattr(sampler, "pad_token_id", tokenizer.pad_token_id)
 
     # ------------------------------------------------------------------ generation
@@ -205,15 +196,41 @@ class SemiOnPolicyRollout:
         for r, lp in zip(touched, scored):
             r.logprobs = [float(lp[k]) if flag else old for k, (flag, old) in enumerate(zip(r.intervention, r.logprobs))]
 
+    def _allocate(self, rollouts: list[Rollout], items: list[PromptItem]) -> dict:
+        """Branch extra rollouts within ``allocation.budget_per_step`` (RAIL); returns the stats
+        and, under ``"_extra"``, the new scored rollouts."""
+        total = getattr(self.allocation, "budget_per_step", None)
+        if self.allocation is None or not total:
+            return {}
+        budget = RolloutBudget(total)
+        if budget.take(len(rollouts)) < len(rollouts):
+            raise ValueError(f"allocation.budget_per_step={total} is below this step's {len(rollouts)} initial rollouts "
+                             "(data.prompts_per_step x (rollout.n_control + rollout.n_semi))")
+        brancher = Brancher(self.sampler, self.tokenizer, self.reward, self.temperature, self.top_p, self.max_response_tokens)
+        extra, stats = self.allocation.allocate(rollouts, items, brancher, budget, self.step_delimiters)
+        return {**stats, "allocation/budget_used": float(budget.used), "_extra": extra}
+
+    def state_dict(self) -> dict:
+        """The intervention schedule's and the allocation's state (saved in checkpoints by the data module)."""
+        return {"schedule": self.schedule.state_dict(), "allocation": self.allocation.state_dict() if self.allocation else {}}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`."""
+        self.schedule.load_state_dict(state["schedule"])
+        if self.allocation is not None and state.get("allocation"):
+            self.allocation.load_state_dict(state["allocation"])
+
     # ------------------------------------------------------------------ public
     @torch.no_grad()
-    def generate(self, items: list[PromptItem], step: int = 0, n_control: int | None = None, n_semi: int | None = None) -> RolloutBatch:
+    def generate(self, items: list[PromptItem], step: int = 0, n_control: int | None = None, n_semi: int | None = None,
+                 allocate: bool = True) -> RolloutBatch:
         """All rollouts for one optimizer step.
 
         Args:
             items: the step's ``G`` prompts.
             step: the optimizer step (decides the intervention phase).
             n_control, n_semi: override the group sizes (validation uses ``n_semi=0``).
+            allocate: let the allocation component branch extra rollouts (validation: False).
 
         Returns:
             :class:`RolloutBatch` with ``G * (n_control + n_semi)`` rows, grouped by prompt,
@@ -242,9 +259,12 @@ class SemiOnPolicyRollout:
         texts = self.tokenizer.batch_decode([r.response_ids for r in rollouts], skip_special_tokens=True)
         for r, value in zip(rollouts, score_rewards(self.reward, texts, [items[r.group] for r in rollouts])):
             r.reward = value
+        allocation_stats = self._allocate(rollouts, items) if allocate else {}
+        rollouts += allocation_stats.pop("_extra", [])
         batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature, prompts=list(items))
         batch.stats = rollout_stats(rollouts, gen_seconds, white_box=getattr(self.intervention, "white_box", False))
         batch.stats.update(getattr(self.reward, "metrics", dict)())  # e.g. code/{passed,failed,timeout,crashed}
+        batch.stats.update(allocation_stats)
         batch.stats["rollout/intervention_phase"] = float(intervene)
         if intervene and "reward/gap" in batch.stats:
             if self.schedule.update(step, batch.stats["reward/gap"]):

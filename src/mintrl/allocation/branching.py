@@ -1,0 +1,69 @@
+"""Branching: more continuations of a rollout from one of its step boundaries (an anchor)."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from mintrl.judge.steps import split_steps, token_index_of_char
+from mintrl.reward.base import score_rewards
+from mintrl.rollout.batch import Rollout
+
+
+def anchors(rollout: Rollout, tokenizer, delimiters: Sequence[str]) -> list[tuple[int, int, int, float]]:
+    """Candidate anchors of a rollout: the starts of its steps after the first (MInTRL's step
+    segmentation), where the next token was written by the policy.
+
+    Returns:
+        ``(token index, step index, number of steps, surprisal)`` per anchor; the surprisal
+        ``-log pi_t(first token after the anchor)`` (nats) is a one-sample estimate of the anchor's
+        entropy, free from the rollout's own log-probs.
+    """
+    steps = split_steps(tokenizer.decode(rollout.response_ids), delimiters)
+    out, seen = [], set()
+    for s, step in enumerate(steps[1:], start=1):
+        k = token_index_of_char(tokenizer, rollout.response_ids, step.start)
+        if 0 < k < len(rollout.response_ids) and k not in seen and not rollout.intervention[k]:
+            seen.add(k)
+            out.append((k, s, len(steps), -rollout.logprobs[k]))
+    return out
+
+
+class Brancher:
+    """Writes and scores branches with the rollout engine's sampler and reward.
+
+    Args:
+        sampler, tokenizer, reward: the rollout engine's. temperature: the policy temperature of
+        the training log-probs. top_p: nucleus of the branches. max_response_tokens: length limit
+        (tokens, prefix included).
+    """
+
+    def __init__(self, sampler, tokenizer, reward, temperature: float, top_p: float, max_response_tokens: int):
+        self.sampler, self.tokenizer, self.reward = sampler, tokenizer, reward
+        self.temperature, self.top_p, self.max_response_tokens = temperature, top_p, max_response_tokens
+
+    def branch(self, parent: Rollout, anchor: int, m: int, temperature: float, item) -> list[Rollout]:
+        """``m`` on-policy rollouts that share ``parent``'s first ``anchor`` response tokens and
+        continue at ``temperature``; scored with the reward. Their ``logprobs`` are log pi_t at the
+        training temperature (rescored when ``temperature`` differs), ``behaviour`` the sampling
+        log-probs."""
+        budget = self.max_response_tokens - anchor
+        if m <= 0 or budget <= 0:
+            return []
+        prefix = parent.prompt_ids + parent.response_ids[:anchor]
+        gen = self.sampler.generate([prefix] * m, budget, temperature, self.top_p)
+        children = []
+        for ids, lps, finished in zip(gen.token_ids, gen.logprobs, gen.finished):
+            child = Rollout(group=parent.group, is_control=True, prompt_ids=list(parent.prompt_ids))
+            child.append(parent.response_ids[:anchor], parent.logprobs[:anchor], intervention=False, behaviour=parent.behaviour[:anchor])
+            child.intervention[:anchor] = parent.intervention[:anchor]
+            child.append(ids.tolist(), lps.tolist(), intervention=False)
+            child.finished = bool(finished)
+            children.append(child)
+        if temperature != self.temperature:
+            scored = self.sampler.score([c.prompt_ids + c.response_ids for c in children], [len(c.prompt_ids) for c in children], self.temperature)
+            for c, lp in zip(children, scored):
+                c.logprobs = c.logprobs[:anchor] + [float(x) for x in lp[anchor:]]
+        texts = self.tokenizer.batch_decode([c.response_ids for c in children], skip_special_tokens=True)
+        for c, value in zip(children, score_rewards(self.reward, texts, [item] * len(children))):
+            c.reward = value
+        return children

@@ -1,0 +1,108 @@
+"""``allocation=rail``: RAIL's learned branching (RAIL section 3.2) over MInTRL's rollouts."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+
+from mintrl.allocation.branching import anchors
+from mintrl.allocation.features import FEATURES, anchor_features
+from mintrl.allocation.gain import realized_gain
+from mintrl.allocation.rail import RailController
+from mintrl.reward.answer import extract_answer
+
+
+def _mean(values):
+    values = [v for v in values if not math.isnan(v)]
+    return sum(values) / len(values) if values else float("nan")
+
+
+class RailAllocation:
+    """Per prompt, the ``anchors_per_prompt`` highest-entropy anchors of its control rollouts are
+    offered to the :class:`RailController`: in the shadow phase it tries budgets in increasing order
+    while the group's reward variance grows (accept-or-stop: a branch that does not raise it is
+    discarded); in the live phase it branches with its best action when the predicted gain passes the
+    gate (eq. 10). Every executed branch is a trace ``(z, b, y)``.
+
+    Args:
+        budget_per_step: rollouts per optimizer step, initial ones included (a hard cap).
+        anchors_per_prompt: anchors considered per prompt and step.
+        controller: keyword arguments of :class:`RailController` (budgets, temperatures, window,
+            promote_after, gate, rho0, rho_steps, decay, delta, refit_every, fit_steps, lr, hidden, seed).
+    """
+
+    def __init__(self, budget_per_step: int, anchors_per_prompt: int = 1, **controller):
+        if budget_per_step <= 0 or anchors_per_prompt <= 0:
+            raise ValueError(f"allocation.budget_per_step and anchors_per_prompt must be positive, got {budget_per_step}, {anchors_per_prompt}")
+        self.budget_per_step, self.anchors_per_prompt = budget_per_step, anchors_per_prompt
+        self.rail = RailController(len(FEATURES), **controller)
+        self.failed: Counter = Counter()  # failed anchors per prompt (keyed by question)
+
+    def _state(self, surprisal, step, steps, budget, group, item, tokenizer):
+        answers = [extract_answer(t) for t in tokenizer.batch_decode([r.response_ids for r in group], skip_special_tokens=True)]
+        pool_entropy = _mean([-lp for r in group for lp, iv in zip(r.logprobs, r.intervention) if not iv])
+        return anchor_features(surprisal, step, steps, budget.used_fraction, [r.reward for r in group],
+                               self.failed[item.question], 0.0 if math.isnan(pool_entropy) else pool_entropy, answers)
+
+    def allocate(self, rollouts, items, brancher, budget, delimiters):
+        """Branches kept (scored rollouts) and the step's ``allocation/*`` stats."""
+        groups = defaultdict(list)
+        for r in rollouts:
+            groups[r.group].append(r)
+        kept, log = [], Counter()
+        predicted, realized, actions = [], [], Counter()
+        for g, group in sorted(groups.items()):
+            item = items[g]
+            candidates = sorted(((s, r, k, i, n) for r in group if r.is_control for k, i, n, s in anchors(r, brancher.tokenizer, delimiters)),
+                                key=lambda c: -c[0])[: self.anchors_per_prompt]
+            for surprisal, parent, k, step, steps in candidates:
+                if self.rail.phase == "shadow":
+                    hard = not any(r.reward >= 1.0 for r in group)
+                    trials = self.rail.shadow_plan(hard)
+                else:
+                    z = self._state(surprisal, step, steps, budget, group, item, brancher.tokenizer)
+                    action, _ = self.rail.decide(z)
+                    log["decisions"] += 1
+                    if action is None:
+                        continue
+                    log["gate_passed"] += 1
+                    trials = [action]
+                for action in trials:
+                    z = self._state(surprisal, step, steps, budget, group, item, brancher.tokenizer)
+                    m = budget.take(self.rail.actions[action].budget)
+                    if m == 0:
+                        break
+                    guess = float(self.rail.predict(z)[action])
+                    children = brancher.branch(parent, k, m, self.rail.actions[action].temperature, item)
+                    gain = realized_gain([r.reward for r in group], [c.reward for c in children])
+                    self.rail.record(z, action, gain)
+                    predicted.append(guess)
+                    realized.append(gain)
+                    actions[action] += 1
+                    log["branches"] += 1
+                    if gain > 0 or self.rail.phase == "live":
+                        group += children
+                        kept += children
+                    if gain <= 0:
+                        self.failed[item.question] += 1
+                        break  # accept-or-stop
+        stats = {"allocation/branches": float(log["branches"]), "allocation/live": float(self.rail.phase == "live"),
+                 "allocation/rollouts_per_prompt": (len(rollouts) + len(kept)) / max(len(groups), 1),
+                 "allocation/traces": float(self.rail.recorded)}
+        if log["decisions"]:
+            stats["allocation/gate_pass_rate"] = log["gate_passed"] / log["decisions"]
+        if predicted:
+            stats["allocation/predicted_gain"] = _mean(predicted)
+            stats["allocation/realized_gain"] = _mean(realized)
+        if not math.isnan(self.rail.last_loss):
+            stats["allocation/controller_loss"] = self.rail.last_loss
+        for a, act in enumerate(self.rail.actions):  # the action histogram (every action, every step)
+            stats[f"allocation/action_m{act.budget}_t{act.temperature:g}"] = float(actions[a])
+        return kept, stats
+
+    def state_dict(self) -> dict:
+        return {"rail": self.rail.state_dict(), "failed": dict(self.failed)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rail.load_state_dict(state["rail"])
+        self.failed = Counter(state["failed"])

@@ -1,0 +1,19 @@
+"""``allocation=uniform``: every prompt keeps the rollout engine's fixed group; no branching."""
+
+from __future__ import annotations
+
+
+class UniformAllocation:
+    """Plain GRPO / MInTRL allocation: ``rollout.n_control + rollout.n_semi`` rollouts per prompt."""
+
+    budget_per_step = None
+
+    def allocate(self, rollouts, items, brancher, budget, delimiters):
+        """No extra rollouts: ``([], {})``."""
+        return [], {}
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
