@@ -161,3 +161,18 @@ def test_every_benchmark_config_composes():
             cfg = compose("eval", overrides=[f"benchmark={name}", "ckpt_path=base"])
             check_config(cfg)
             assert cfg.benchmark.name and cfg.reward._target_ and cfg.data.prompts.source._target_
+
+
+def test_hub_code_benchmark_from_a_local_copy_runs_in_the_sandbox(tmp_path, tokenizer):
+    from mintrl.data import CodePrompts
+    from mintrl.reward import CodeReward
+    from mintrl.reward.sandbox import Sandbox
+
+    raw = [json.loads(line) for line in __import__("gzip").open(CodePrompts().path, "rt")][:2]  # HumanEval rows
+    local = tmp_path / "humaneval_plus_copy.jsonl"
+    local.write_text("\n".join(json.dumps(r) for r in raw))
+    items = HubPrompts(str(local), code=True).build("val", tokenizer)
+    assert [i.entry["task_id"] for i in items] == ["HumanEval/0", "HumanEval/1"] and "```python code block" in tokenizer.decode(items[0].prompt_ids)
+    reward = CodeReward(Sandbox(workers=1, uid_base=62000))
+    assert reward(["```python\n" + i.reference + "```" for i in items], items) == [1.0, 1.0]
+    assert reward(["```python\nreturn None\n```"] * 2, items) == [0.0, 0.0]

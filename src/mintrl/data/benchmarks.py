@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any
 
-from mintrl.data.code import normalise_row
+from mintrl.data.code import CODE_INSTRUCTION, code_items, normalise_row
 from mintrl.data.prompts import DEFAULT_INSTRUCTION, PromptItem, prompt_ids
 
 _WORD = re.compile(r"[A-Za-z]{2,}")
@@ -161,11 +161,5 @@ class HubPrompts(_RowPrompts):
         """All rows as prompt items (code rows keep their tests in ``item.entry``)."""
         if not self.code:
             return super().build(split, tokenizer)
-        from mintrl.data.code import CODE_INSTRUCTION
-
-        items = []
-        for i, row in enumerate(self.rows()):
-            ids = prompt_ids(tokenizer, CODE_INSTRUCTION if self.instruction == DEFAULT_INSTRUCTION else self.instruction,
-                             row["question"], self.max_prompt_tokens, f"{self.task} problem {row['task_id']}", **self.chat_template_kwargs)
-            items.append(PromptItem(i, row["question"], row["reference"], ids, row, self.task))
-        return items
+        instruction = CODE_INSTRUCTION if self.instruction == DEFAULT_INSTRUCTION else self.instruction
+        return code_items(self.rows(), tokenizer, instruction, self.max_prompt_tokens, self.task, self.chat_template_kwargs, self.task)

@@ -124,9 +124,15 @@ class CodePrompts:
 
     def build(self, split: str, tokenizer) -> list[PromptItem]:
         """Chat-templated prompt items of ``split``; ``item.entry`` holds the tests for the code reward."""
-        items = []
-        for i, row in enumerate(self.split(split)):
-            ids = prompt_ids(tokenizer, self.instruction, row["question"], self.max_prompt_tokens,
-                             f"{self.task} {split} problem {row['task_id']}", **self.chat_template_kwargs)
-            items.append(PromptItem(i, row["question"], row["reference"], ids, row, self.task))
-        return items
+        return code_items(self.split(split), tokenizer, self.instruction, self.max_prompt_tokens, f"{self.task} {split}",
+                          self.chat_template_kwargs, self.task)
+
+
+def code_items(rows, tokenizer, instruction: str, max_prompt_tokens: int, where: str, chat_template_kwargs: dict, task: str) -> list[PromptItem]:
+    """Prompt items of normalised code rows (:func:`normalise_row`); ``where`` prefixes errors."""
+    items = []
+    for i, row in enumerate(rows):
+        ids = prompt_ids(tokenizer, instruction, row["question"], max_prompt_tokens, f"{where} problem {row['task_id']}",
+                         **chat_template_kwargs)
+        items.append(PromptItem(i, row["question"], row["reference"], ids, row, task))
+    return items

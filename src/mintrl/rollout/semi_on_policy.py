@@ -196,19 +196,19 @@ class SemiOnPolicyRollout:
         for r, lp in zip(touched, scored):
             r.logprobs = [float(lp[k]) if flag else old for k, (flag, old) in enumerate(zip(r.intervention, r.logprobs))]
 
-    def _allocate(self, rollouts: list[Rollout], items: list[PromptItem]) -> dict:
-        """Branch extra rollouts within ``allocation.budget_per_step`` (RAIL); returns the stats
-        and, under ``"_extra"``, the new scored rollouts."""
+    def _allocate(self, rollouts: list[Rollout], items: list[PromptItem]) -> tuple[list[Rollout], dict]:
+        """Branch extra rollouts within ``allocation.budget_per_step`` (RAIL): the new scored
+        rollouts and the allocation stats."""
         total = getattr(self.allocation, "budget_per_step", None)
         if self.allocation is None or not total:
-            return {}
+            return [], {}
         budget = RolloutBudget(total)
         if budget.take(len(rollouts)) < len(rollouts):
             raise ValueError(f"allocation.budget_per_step={total} is below this step's {len(rollouts)} initial rollouts "
                              "(data.prompts_per_step x (rollout.n_control + rollout.n_semi))")
         brancher = Brancher(self.sampler, self.tokenizer, self.reward, self.temperature, self.top_p, self.max_response_tokens)
         extra, stats = self.allocation.allocate(rollouts, items, brancher, budget, self.step_delimiters)
-        return {**stats, "allocation/budget_used": float(budget.used), "_extra": extra}
+        return extra, {**stats, "allocation/budget_used": float(budget.used)}
 
     def state_dict(self) -> dict:
         """The intervention schedule's and the allocation's state (saved in checkpoints by the data module)."""
@@ -259,8 +259,8 @@ class SemiOnPolicyRollout:
         texts = self.tokenizer.batch_decode([r.response_ids for r in rollouts], skip_special_tokens=True)
         for r, value in zip(rollouts, score_rewards(self.reward, texts, [items[r.group] for r in rollouts])):
             r.reward = value
-        allocation_stats = self._allocate(rollouts, items) if allocate else {}
-        rollouts += allocation_stats.pop("_extra", [])
+        extra, allocation_stats = self._allocate(rollouts, items) if allocate else ([], {})
+        rollouts += extra
         batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature, prompts=list(items))
         batch.stats = rollout_stats(rollouts, gen_seconds, white_box=getattr(self.intervention, "white_box", False))
         batch.stats.update(getattr(self.reward, "metrics", dict)())  # e.g. code/{passed,failed,timeout,crashed}
