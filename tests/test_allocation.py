@@ -189,3 +189,43 @@ def test_rail_allocation_goes_live_and_its_state_survives_a_checkpoint(tmp_path)
     restored = RailAllocation(budget_per_step=16, budgets=[2, 4], temperatures=[0.8, 1.2], promote_after=1)
     restored.load_state_dict(ckpt["RolloutDataModule"]["rollout"]["allocation"])
     assert restored.rail.phase == state["phase"] and len(restored.rail.traces) == len(state["traces"])
+
+
+def test_intervene_action_reviews_the_chunk_at_the_anchor_and_writes_a_correction(embedded, tokenizer, items):
+    from mintrl.judge.rule import RuleJudge
+    from mintrl.rollout.batch import Rollout
+
+    torch.manual_seed(0)
+    item = items[0]  # "Calculate a + b."
+    a, b = item.entry["metadata"]["expression"].split(" + ")
+    good = f"{a} + {b} = {int(a) + int(b)}"
+    engine = SemiOnPolicyRollout(HFSampler(embedded.model, tokenizer), RuleJudge(), RuleIntervention(ModelContext(embedded)),
+                                 ReasoningGymReward(), tokenizer, n_control=1, n_semi=0, chunk_size=64, max_response_tokens=64,
+                                 progress=False)
+    parent = Rollout(group=0, is_control=True, prompt_ids=list(item.prompt_ids))
+    head = tokenizer.encode("Let me add.\n\n", add_special_tokens=False)
+    tail = tokenizer.encode(f"First, {good}\n\nThen {a} + {b} = 99\n\nSo", add_special_tokens=False)
+    parent.append(head + tail, [-0.3] * (len(head) + len(tail)), intervention=False)
+    anchor = anchors(parent, tokenizer, DELIMITERS)[0][0]
+    assert anchor == len(head)
+    [child] = engine.intervene_at(parent, anchor, 8, item)
+    assert not child.is_control and child.revisions == 1 and child.revision_steps == [1]
+    written = [i for i, flag in enumerate(child.intervention) if flag]
+    assert written and len(written) <= 8 and written == list(range(written[0], written[-1] + 1))  # one correction, <= L tokens
+    n = written[0]
+    assert child.response_ids[:anchor] == parent.response_ids[:anchor]
+    assert tokenizer.decode(child.response_ids[:n]).rstrip() == f"Let me add.\n\nFirst, {good}"  # the wrong step is cut
+    assert tokenizer.decode([child.response_ids[i] for i in written]).strip().startswith(good.split(" = ")[0])
+    assert all(math.isfinite(x) for x in child.logprobs) and not math.isnan(child.reward)
+    # a chunk the judge keeps: no rollout
+    clean = Rollout(group=0, is_control=True, prompt_ids=list(item.prompt_ids))
+    ok = tokenizer.encode(f"Let me add.\n\nFirst, {good}\n\nSo", add_special_tokens=False)
+    clean.append(ok, [-0.3] * len(ok), intervention=False)
+    assert engine.intervene_at(clean, anchor, 8, item) == []
+
+
+def test_intervene_actions_extend_the_grid_and_get_shadow_anchors():
+    rail = RailController(state_dim=2, budgets=(2, 4), temperatures=(1.0,), intervene_lengths=(8,), seed=0)
+    assert [(a.budget, a.temperature, a.intervene) for a in rail.actions] == [(2, 1.0, 0), (4, 1.0, 0), (1, 1.0, 8)]
+    plans = [tuple(rail.shadow_plan(hard=False)) for _ in range(200)]
+    assert set(plans) == {(2,), (0, 1)} and 60 < plans.count((2,)) < 140  # about half the anchors

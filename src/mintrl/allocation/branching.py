@@ -34,12 +34,14 @@ class Brancher:
     Args:
         sampler, tokenizer, reward: the rollout engine's. temperature: the policy temperature of
         the training log-probs. top_p: nucleus of the branches. max_response_tokens: length limit
-        (tokens, prefix included).
+        (tokens, prefix included). intervene: the engine's judge-review-plus-correction at an anchor
+        (:meth:`mintrl.rollout.semi_on_policy.SemiOnPolicyRollout.intervene_at`), for intervene actions.
     """
 
-    def __init__(self, sampler, tokenizer, reward, temperature: float, top_p: float, max_response_tokens: int):
+    def __init__(self, sampler, tokenizer, reward, temperature: float, top_p: float, max_response_tokens: int, intervene=None):
         self.sampler, self.tokenizer, self.reward = sampler, tokenizer, reward
         self.temperature, self.top_p, self.max_response_tokens = temperature, top_p, max_response_tokens
+        self.intervene = intervene  # (parent, anchor, length, item) -> [semi-on-policy rollout] | []
 
     def branch(self, parent: Rollout, anchor: int, m: int, temperature: float, item) -> list[Rollout]:
         """``m`` on-policy rollouts that share ``parent``'s first ``anchor`` response tokens and

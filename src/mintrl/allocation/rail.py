@@ -22,10 +22,12 @@ from mintrl.allocation.controller import GainController
 @dataclass(frozen=True)
 class BranchAction:
     """One element of the action grid B = budgets x temperatures (RAIL eq. 9): ``budget``
-    continuations from the anchor, sampled at ``temperature``."""
+    continuations from the anchor, sampled at ``temperature``; or, beyond the paper, an intervene
+    action (``intervene`` = correction length in tokens, one semi-on-policy rollout)."""
 
     budget: int
     temperature: float
+    intervene: int = 0  # > 0: an intervene action (judge review + correction of up to this many tokens)
 
 
 class RailController:
@@ -41,18 +43,21 @@ class RailController:
         decay: recency weight ``decay ** age`` of eq. 6. delta: Huber threshold (reward^2).
         refit_every: refit the controller after this many new traces. fit_steps, lr, hidden: the
             refit's Adam steps, learning rate and the MLP width. seed: exploration randomness.
+        intervene_lengths: beyond the paper, intervene actions (a MInTRL judge review of the chunk
+            at the anchor plus a correction of up to this many tokens); empty = off.
     """
 
     def __init__(self, state_dim: int, budgets: Sequence[int] = (2, 4, 8), temperatures: Sequence[float] = (0.8, 1.0, 1.2),
                  window: int = 256, promote_after: int = 64, gate: float = 0.0, rho0: float = 0.1, rho_steps: int = 500,
                  decay: float = 0.98, delta: float = 0.05, refit_every: int = 8, fit_steps: int = 50, lr: float = 1e-2,
-                 hidden: int = 32, seed: int = 0):
+                 hidden: int = 32, seed: int = 0, intervene_lengths: Sequence[int] = ()):
         if not budgets or min(budgets) <= 0 or not temperatures or min(temperatures) <= 0:
             raise ValueError(f"allocation budgets and temperatures must be positive, got {list(budgets)}, {list(temperatures)}")
         for name, value in (("window", window), ("promote_after", promote_after), ("refit_every", refit_every)):
             if value <= 0:
                 raise ValueError(f"allocation.{name} must be positive, got {value}")
         self.actions = [BranchAction(int(m), float(t)) for m in sorted(budgets) for t in temperatures]
+        self.actions += [BranchAction(1, 1.0, int(length)) for length in intervene_lengths]
         self.controller = GainController(state_dim, len(self.actions), hidden)
         self.window, self.promote_after, self.gate = window, promote_after, gate
         self.rho0, self.rho_steps, self.decay, self.delta = rho0, rho_steps, decay, delta
@@ -72,10 +77,14 @@ class RailController:
     def shadow_plan(self, hard: bool) -> list[int]:
         """Shadow phase: action indices to try at one anchor, in increasing budget order (the caller
         stops at the first trial whose realized gain is not positive: accept-or-stop); the most
-        exploratory temperature for a hard prompt (no success in its group yet), else the middle one."""
-        temps = sorted({a.temperature for a in self.actions})
+        exploratory temperature for a hard prompt (no success in its group yet), else the middle one.
+        With intervene actions, half of the anchors (at random) try one intervene action instead."""
+        intervene = [i for i, a in enumerate(self.actions) if a.intervene]
+        if intervene and self.rng.random() < 0.5:  # intervene actions get half of the shadow anchors
+            return [self.rng.choice(intervene)]
+        temps = sorted({a.temperature for a in self.actions if not a.intervene})
         temp = temps[-1] if hard else temps[len(temps) // 2]
-        return [i for i, a in enumerate(self.actions) if a.temperature == temp]
+        return [i for i, a in enumerate(self.actions) if a.temperature == temp and not a.intervene]
 
     @torch.no_grad()
     def predict(self, state: Sequence[float]) -> torch.Tensor:

@@ -28,7 +28,8 @@ class RailAllocation:
         budget_per_step: rollouts per optimizer step, initial ones included (a hard cap).
         anchors_per_prompt: anchors considered per prompt and step.
         controller: keyword arguments of :class:`RailController` (budgets, temperatures, window,
-            promote_after, gate, rho0, rho_steps, decay, delta, refit_every, fit_steps, lr, hidden, seed).
+            promote_after, gate, rho0, rho_steps, decay, delta, refit_every, fit_steps, lr, hidden, seed,
+            intervene_lengths: beyond the paper, judge-review-plus-correction actions; empty = off).
     """
 
     def __init__(self, budget_per_step: int, anchors_per_prompt: int = 1, **controller):
@@ -73,7 +74,9 @@ class RailAllocation:
                     if m == 0:
                         break
                     guess = float(self.rail.predict(z)[action])
-                    children = brancher.branch(parent, k, m, self.rail.actions[action].temperature, item)
+                    act = self.rail.actions[action]
+                    children = (brancher.intervene(parent, k, act.intervene, item) if act.intervene
+                                else brancher.branch(parent, k, m, act.temperature, item))
                     gain = realized_gain([r.reward for r in group], [c.reward for c in children])
                     self.rail.record(z, action, gain)
                     predicted.append(guess)
@@ -97,7 +100,8 @@ class RailAllocation:
         if not math.isnan(self.rail.last_loss):
             stats["allocation/controller_loss"] = self.rail.last_loss
         for a, act in enumerate(self.rail.actions):  # the action histogram (every action, every step)
-            stats[f"allocation/action_m{act.budget}_t{act.temperature:g}"] = float(actions[a])
+            name = f"iv{act.intervene}" if act.intervene else f"m{act.budget}_t{act.temperature:g}"
+            stats[f"allocation/action_{name}"] = float(actions[a])
         return kept, stats
 
     def state_dict(self) -> dict:

@@ -166,10 +166,11 @@ class SemiOnPolicyRollout:
                 fixes.append((r, fix))
         self._intervene(fixes)
 
-    def _intervene(self, fixes) -> None:
+    def _intervene(self, fixes, length: int | None = None) -> None:
+        """Write each fix's correction (up to ``length`` tokens, default ``continuation_len``)."""
         by_budget = defaultdict(list)
         for r, req in fixes:
-            budget = min(self.continuation_len, self._remaining(r))
+            budget = min(length or self.continuation_len, self._remaining(r))
             if budget > 0:
                 by_budget[budget].append((r, req))
         for budget, group in by_budget.items():
@@ -206,9 +207,33 @@ class SemiOnPolicyRollout:
         if budget.take(len(rollouts)) < len(rollouts):
             raise ValueError(f"allocation.budget_per_step={total} is below this step's {len(rollouts)} initial rollouts "
                              "(data.prompts_per_step x (rollout.n_control + rollout.n_semi))")
-        brancher = Brancher(self.sampler, self.tokenizer, self.reward, self.temperature, self.top_p, self.max_response_tokens)
+        brancher = Brancher(self.sampler, self.tokenizer, self.reward, self.temperature, self.top_p, self.max_response_tokens,
+                            intervene=self.intervene_at)
         extra, stats = self.allocation.allocate(rollouts, items, brancher, budget, self.step_delimiters)
         return extra, {**stats, "allocation/budget_used": float(budget.used)}
+
+    def intervene_at(self, parent: Rollout, anchor: int, length: int, item: PromptItem) -> list[Rollout]:
+        """An "intervene" branch (the allocation's intervene actions): the judge reviews the chunk of
+        ``parent`` that starts at response token ``anchor``; on Revise the kept steps are followed by
+        a correction of up to ``length`` tokens and the policy writes the rest. Returns the scored
+        semi-on-policy rollout, or ``[]`` when the judge keeps the chunk."""
+        child = Rollout(group=parent.group, is_control=False, prompt_ids=list(parent.prompt_ids))
+        child.append(parent.response_ids[:anchor], parent.logprobs[:anchor], intervention=False, behaviour=parent.behaviour[:anchor])
+        child.intervention[:anchor] = parent.intervention[:anchor]
+        end = anchor + self.chunk_size
+        ids, lps = parent.response_ids[anchor:end], parent.logprobs[anchor:end]
+        finished = parent.finished and end >= len(parent.response_ids)
+        steps = split_steps(self.tokenizer.decode(ids), self.step_delimiters)
+        request = ReviewRequest(item.question, item.reference, self.tokenizer.decode(child.response_ids), [x.text for x in steps], finished)
+        fix = apply_verdict(child, list(ids), list(lps), finished, steps, self.judge.review([request])[0], item, self.tokenizer)
+        if fix is None:
+            return []
+        self._intervene([(child, fix)], length)
+        self._finish([child])
+        self._score_interventions([child])
+        text = self.tokenizer.batch_decode([child.response_ids], skip_special_tokens=True)
+        child.reward = score_rewards(self.reward, text, [item])[0]
+        return [child]
 
     def state_dict(self) -> dict:
         """The intervention schedule's and the allocation's state (saved in checkpoints by the data module)."""
