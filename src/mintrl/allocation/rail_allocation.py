@@ -57,11 +57,11 @@ class RailAllocation:
             candidates = sorted(((s, r, k, i, n) for r in group if r.is_control for k, i, n, s in anchors(r, brancher.tokenizer, delimiters)),
                                 key=lambda c: -c[0])[: self.anchors_per_prompt]
             for surprisal, parent, k, step, steps in candidates:
+                z = self._state(surprisal, step, steps, budget, group, item, brancher.tokenizer)
                 if self.rail.phase == "shadow":
                     hard = not any(r.reward >= 1.0 for r in group)
                     trials = self.rail.shadow_plan(hard)
                 else:
-                    z = self._state(surprisal, step, steps, budget, group, item, brancher.tokenizer)
                     action, _ = self.rail.decide(z)
                     log["decisions"] += 1
                     if action is None:
@@ -69,7 +69,6 @@ class RailAllocation:
                     log["gate_passed"] += 1
                     trials = [action]
                 for action in trials:
-                    z = self._state(surprisal, step, steps, budget, group, item, brancher.tokenizer)
                     m = budget.take(self.rail.actions[action].budget)
                     if m == 0:
                         break
@@ -89,6 +88,7 @@ class RailAllocation:
                     if gain <= 0:
                         self.failed[item.question] += 1
                         break  # accept-or-stop
+                    z = self._state(surprisal, step, steps, budget, group, item, brancher.tokenizer)  # the next trial's state
         stats = {"allocation/branches": float(log["branches"]), "allocation/live": float(self.rail.phase == "live"),
                  "allocation/rollouts_per_prompt": (len(rollouts) + len(kept)) / max(len(groups), 1),
                  "allocation/traces": float(self.rail.recorded)}
