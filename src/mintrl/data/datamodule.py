@@ -105,11 +105,16 @@ class RolloutDataModule(L.LightningDataModule):
     def on_before_batch_transfer(self, batch, dataloader_idx: int):
         """Turn a prompt batch into rollouts with the current weights (see module docstring)."""
         trainer = self.trainer
-        if trainer is not None and trainer.training:
-            return self.rollout.generate(batch, step=trainer.global_step)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.val_seed + batch[0].index)
-            return self.rollout.generate(batch, n_control=self.val_samples_per_prompt, n_semi=0, allocate=False)
+        try:
+            if trainer is not None and trainer.training:
+                return self.rollout.generate(batch, step=trainer.global_step)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(self.val_seed + batch[0].index)
+                return self.rollout.generate(batch, n_control=self.val_samples_per_prompt, n_semi=0, allocate=False)
+        finally:
+            release = getattr(getattr(self.rollout, "sampler", None), "release", None)
+            if callable(release):
+                release()  # end of a generation phase (vLLM sleep mode frees memory for the update)
 
     def state_dict(self) -> dict:
         """The rollout engine's state (intervention schedule, allocation controller): Lightning

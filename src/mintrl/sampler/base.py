@@ -9,6 +9,10 @@ Continuation is the primitive of chunked generation (MInTRL Algorithm 1): the ro
 belongs to, so that a backend with a prefix cache (vLLM) can reuse the KV cache of the unchanged
 part of the prefix and recompute only what changed after a truncation + intervention. A backend
 without one (``HFSampler``) re-encodes the prefix; the results are the same either way.
+
+Every ``generate`` samples from the policy's *current* weights: ``HFSampler`` runs the live module,
+``VLLMSampler`` pushes the weights into its engine whenever they changed since its last push.
+``tests/test_sampler_contract.py`` runs one contract suite against every backend.
 """
 
 from __future__ import annotations

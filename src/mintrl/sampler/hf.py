@@ -127,6 +127,9 @@ class HFSampler:
             out += score_sequences(self.model, sequences[sl], prompt_lengths[sl], temperature, pad_token_id=self.pad_token_id)
         return out
 
+    def release(self) -> None:
+        """Nothing to free: generation runs on the live policy."""
+
     def _generate(self, prefixes, max_new_tokens, temperature, top_p) -> Generation:
         if not prefixes:
             return Generation([], [], [])

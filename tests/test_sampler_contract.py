@@ -1,0 +1,165 @@
+"""One contract suite, run against every sampler backend (``sampler=hf`` and ``sampler=vllm``).
+
+What the rollout loop relies on (:mod:`mintrl.sampler.base`): token ids and log-probs of the same
+length within the budget; log-probs are ``log_softmax(logits / T)`` of the sampled token and agree
+with the trainer's own teacher-forced computation (mean absolute gap reported and bounded);
+continuing from a prefix equals one call; EOS ends a row and is its last token; the prompt ids are
+used as given; after an optimizer step the next call samples from the new weights.
+
+The vLLM rows run where vLLM is installed (``make test-vllm``: the CPU build in ``.venv-vllm``; the
+GPU check script runs them against official vLLM) and are skipped elsewhere.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+
+import pytest
+import torch
+
+from mintrl.sampler import HFSampler, VLLMSampler
+from mintrl.sampler.hf import score_sequences
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+BACKENDS = ["hf", pytest.param("vllm", marks=pytest.mark.skipif(not HAS_VLLM, reason="vLLM not installed (make test-vllm)"))]
+GAP_REPORT: dict[str, float] = {}
+
+
+def make_sampler(kind: str, model, tokenizer):
+    if kind == "hf":
+        return HFSampler(model, tokenizer)
+    # fp32 engine (the policy's dtype), eager: starts in seconds on CPU
+    return VLLMSampler(model, tokenizer, max_model_len=1024, cpu_kv_cache_gib=1, enforce_eager=True)
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def sampler(request, embedded, tokenizer):
+    s = make_sampler(request.param, embedded.model, tokenizer)
+    s.kind = request.param
+    yield s
+    if hasattr(s, "close"):
+        s.close()
+
+
+def _prompts(tokenizer, texts=("What is 2 + 3?", "Name a colour.", "Count to five.")):
+    return [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True)["input_ids"]
+            for t in texts]
+
+
+def _gap(model, prompts, gen, temperature) -> torch.Tensor:
+    """Per-token |sampler - trainer| log-prob differences of a generation, concatenated."""
+    scored = score_sequences(model, [p + ids.tolist() for p, ids in zip(prompts, gen.token_ids)], [len(p) for p in prompts], temperature)
+    for s, lp in zip(scored, gen.logprobs):
+        assert s.shape == lp.shape
+    return torch.cat([(s - lp).abs() for s, lp in zip(scored, gen.logprobs)])
+
+
+def test_shapes_types_and_budget(sampler, tokenizer):
+    prompts = _prompts(tokenizer)
+    torch.manual_seed(0)
+    gen = sampler.generate(prompts, 10, temperature=0.9)
+    assert len(gen.token_ids) == len(gen.logprobs) == len(gen.finished) == 3
+    for ids, lps in zip(gen.token_ids, gen.logprobs):
+        assert ids.dtype == torch.long and lps.dtype == torch.float32
+        assert ids.ndim == lps.ndim == 1 and 0 < len(ids) == len(lps) <= 10
+        assert (lps <= 0).all() and torch.isfinite(lps).all()
+        assert ((ids >= 0) & (ids < len(tokenizer))).all()
+
+
+def test_logprobs_match_the_trainer(sampler, embedded, tokenizer):
+    """Mean |sampler - trainer| per token, at two temperatures (processed log-probs, not raw)."""
+    prompts = _prompts(tokenizer)
+    for temperature in (1.0, 0.6):
+        torch.manual_seed(1)
+        gap = _gap(embedded.model, prompts, sampler.generate(prompts, 24, temperature=temperature), temperature)
+        GAP_REPORT[f"{sampler.kind} T={temperature}"] = gap.mean().item()
+        print(f"{sampler.kind} T={temperature}: mean |sampler - trainer| log-prob = {gap.mean().item():.2e} nats over {gap.numel()} tokens, max {gap.max().item():.2e}")
+        assert gap.mean().item() < 1e-3 and gap.max().item() < 2e-2
+
+
+def test_continuation_from_a_prefix_equals_one_call(sampler, embedded, tokenizer):
+    """Near-greedy (T=0.02): 8 tokens in one call = 4 + 4 via continuation, token for token; and
+    the continued log-probs are those of the full sequence."""
+    prompts = _prompts(tokenizer)
+    torch.manual_seed(2)
+    one = sampler.generate(prompts, 8, temperature=0.02)
+    first = sampler.generate(prompts, 4, temperature=0.02)
+    second = sampler.generate([p + ids.tolist() for p, ids in zip(prompts, first.token_ids)], 4, temperature=0.02)
+    for i in range(len(prompts)):
+        if first.finished[i]:
+            continue
+        both = torch.cat([first.token_ids[i], second.token_ids[i]])
+        assert both.tolist() == one.token_ids[i].tolist(), f"row {i}"
+    torch.manual_seed(3)
+    first = sampler.generate(prompts, 5, temperature=0.8)
+    second = sampler.generate([p + ids.tolist() for p, ids in zip(prompts, first.token_ids)], 5, temperature=0.8)
+    for i, p in enumerate(prompts):
+        response = first.token_ids[i].tolist() + second.token_ids[i].tolist()
+        scored = score_sequences(embedded.model, [p + response], [len(p)], 0.8)[0]
+        sampled = torch.cat([first.logprobs[i], second.logprobs[i]])
+        assert (scored - sampled).abs().max().item() < 2e-2, f"row {i}"
+
+
+def test_eos_ends_a_row_and_is_its_last_token(sampler, tokenizer):
+    torch.manual_seed(0)
+    out = sampler.generate(_prompts(tokenizer) * 4, 48)
+    eos = set(sampler.eos_token_ids)
+    assert any(out.finished), "the embedded model ends some short answers within 48 tokens"
+    for ids, lps, done in zip(out.token_ids, out.logprobs, out.finished):
+        assert len(ids) == len(lps) <= 48
+        assert done == (ids[-1].item() in eos)
+        assert not any(t in eos for t in ids[:-1].tolist())
+        if not done:
+            assert len(ids) == 48  # only the budget ends an unfinished row
+
+
+def test_prompt_ids_are_used_as_given(sampler, embedded, tokenizer):
+    """A raw prefix without BOS or chat template: the trainer's log-probs of the continuation agree,
+    which they would not if the backend added a BOS or a template."""
+    raw = tokenizer("The capital of France is", add_special_tokens=False)["input_ids"]
+    torch.manual_seed(4)
+    gen = sampler.generate([raw], 6, temperature=1.0)
+    assert _gap(embedded.model, [raw], gen, 1.0).max().item() < 2e-2
+
+
+def test_bad_arguments_are_refused(sampler):
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        sampler.generate([[1, 2]], 0)
+    with pytest.raises(ValueError, match="row 1 is empty"):
+        sampler.generate([[1, 2], []], 4)
+    with pytest.raises(ValueError, match="temperature"):
+        sampler.generate([[1, 2]], 4, temperature=0.0)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_next_call_after_an_optimizer_step_uses_the_new_weights(kind, embedded, tokenizer):
+    """Weight sync: after an SGD step on the policy, the same long prefix (cached by vLLM's prefix
+    cache) gives log-probs of the *new* weights, and they differ from the old weights' ones."""
+    policy = copy.deepcopy(embedded.model)
+    sampler = make_sampler(kind, policy, tokenizer)
+    prompt = _prompts(tokenizer, ["Explain step by step why the sum of two even numbers is always even, then give an example."])
+    try:
+        torch.manual_seed(5)
+        before = sampler.generate(prompt, 12, temperature=1.0)
+        sequence = prompt[0] + before.token_ids[0].tolist()
+        old = score_sequences(policy, [sequence], [len(prompt[0])], 1.0)[0]
+        optimizer = torch.optim.SGD(policy.parameters(), lr=2e-3)
+        ids = torch.tensor([sequence])
+        loss = -policy(input_ids=ids, labels=ids).loss  # push the sampled text away: log-probs move
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        new = score_sequences(policy, [sequence], [len(prompt[0])], 1.0)[0]
+        assert (new - old).abs().mean().item() > 0.05, "the step must move the log-probs for this test to see a stale engine"
+        torch.manual_seed(5)
+        after = sampler.generate(prompt, 12, temperature=1.0)
+        gap = _gap(policy, prompt, after, 1.0)
+        GAP_REPORT[f"{kind} after a weight sync"] = gap.mean().item()
+        print(f"{kind}: mean |sampler - trainer| after an optimizer step = {gap.mean().item():.2e} nats")
+        assert gap.mean().item() < 1e-3
+        if kind == "vllm":
+            assert sampler.syncs == 2  # the first call and the call after the step; none in between
+    finally:
+        if hasattr(sampler, "close"):
+            sampler.close()
