@@ -140,6 +140,35 @@ class RolloutBatch:
                        extras={k: v.to(device) for k, v in self.extras.items()})
 
 
+def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
+    """One batch holding the rows of ``batches`` in order (e.g. the union of data-parallel ranks'
+    batches): per-token tensors right-padded to the widest, group indices offset so groups stay
+    apart (``num_groups`` summed), prompts concatenated; ``step`` and ``temperature`` of the first.
+
+    Raises:
+        ValueError: no batches, different temperatures, or extras present (concatenate before
+            ``Objective.prepare``, which computes group baselines over the whole batch).
+    """
+    if not batches:
+        raise ValueError("concat_batches: no batches")
+    if any(b.extras for b in batches):
+        raise ValueError("concat_batches: batches already prepared (extras present); concatenate before Objective.prepare")
+    if len({b.temperature for b in batches}) > 1:
+        raise ValueError(f"concat_batches: temperatures differ: {[b.temperature for b in batches]}")
+    width = max(b.input_ids.shape[1] for b in batches)
+    fields = {}
+    for f in RolloutBatch._ROW_FIELDS:
+        parts = [getattr(b, f) for b in batches]
+        if parts[0].dim() == 2:
+            parts = [torch.nn.functional.pad(p, (0, width - p.shape[1])) for p in parts]
+        fields[f] = torch.cat(parts)
+    offsets = torch.tensor([0] + [b.num_groups for b in batches[:-1]]).cumsum(0)
+    fields["group_index"] = torch.cat([b.group_index + int(o) for b, o in zip(batches, offsets)])
+    prompts = [p for b in batches for p in (b.prompts or [])] if all(b.prompts is not None for b in batches) else None
+    return RolloutBatch(**fields, num_groups=sum(b.num_groups for b in batches), prompts=prompts,
+                        temperature=batches[0].temperature, step=batches[0].step)
+
+
 def collate_rollouts(rollouts: list[Rollout], num_groups: int, pad_token_id: int, temperature: float, prompts: list | None = None) -> RolloutBatch:
     """Pad rollouts into a :class:`RolloutBatch` (right padding).
 
