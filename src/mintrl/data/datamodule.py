@@ -93,9 +93,19 @@ class RolloutDataModule(L.LightningDataModule):
         return DataLoader(stream, batch_size=None, collate_fn=_identity)
 
     def val_dataloader(self) -> DataLoader:
-        """Validation prompts in batches of ``val_prompts_per_batch``."""
+        """Validation prompts in batches of ``val_prompts_per_batch``; with ``W`` data-parallel
+        ranks, rank ``r`` takes prompts ``r, r + W, ...`` (each prompt evaluated once; the trainer
+        configs set ``use_distributed_sampler: false`` so Lightning does not pad or reshuffle).
+
+        Raises:
+            ValueError: fewer validation prompts than ranks.
+        """
+        rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
+        if len(self.val_items) < world:
+            raise ValueError(f"{len(self.val_items)} validation prompts for {world} ranks: data.prompts.val_size must be >= the number of ranks")
+        items = self.val_items[rank::world]
         n = self.val_prompts_per_batch
-        chunks = [self.val_items[s : s + n] for s in range(0, len(self.val_items), n)]
+        chunks = [items[s : s + n] for s in range(0, len(items), n)]
         return DataLoader(chunks, batch_size=None, collate_fn=_identity)
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx: int):

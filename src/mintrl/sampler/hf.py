@@ -10,6 +10,7 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList,
 
 from mintrl.logprobs import token_logprobs
 from mintrl.sampler.base import Generation
+from mintrl.sampler.weights import is_sharded
 
 
 def eos_ids_of(model: PreTrainedModel, tokenizer=None) -> tuple[int, ...]:
@@ -102,6 +103,7 @@ class HFSampler:
 
         Raises:
             ValueError: empty prefix, non-positive budget or temperature, top_p outside (0, 1].
+            RuntimeError: the policy is FSDP-sharded (use ``sampler=vllm``).
         """
         if max_new_tokens <= 0:
             raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
@@ -110,6 +112,9 @@ class HFSampler:
         for i, p in enumerate(prefixes):
             if len(p) == 0:
                 raise ValueError(f"prefix row {i} is empty")
+        if is_sharded(self.model):
+            raise RuntimeError("sampler=hf cannot generate from an FSDP-sharded policy (each rank would need the full "
+                               "weights at every step of decoding): use sampler=vllm with trainer=fsdp")
         out = Generation([], [], [])
         for start in range(0, len(prefixes), self.max_batch_size):
             part = self._generate(prefixes[start : start + self.max_batch_size], max_new_tokens, temperature, top_p)

@@ -22,7 +22,8 @@ the engine is woken up before this, so generation after a wake-up uses the synce
 ``release()`` (called by the data module after each rollout batch) puts the engine to sleep.
 
 Scoring tokens the policy did not sample (interventions) uses the trainer's own forward pass
-(:func:`mintrl.sampler.hf.score_sequences`): vLLM's prompt log-probs ignore the temperature.
+(:func:`mintrl.sampler.hf.score_sequences`), or under FSDP the engine's prompt log-probs, which
+vLLM computes at temperature 1 only (:meth:`VLLMSampler.score`).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from transformers import PreTrainedModel
 
 from mintrl.sampler.base import Generation
 from mintrl.sampler.hf import eos_ids_of, score_sequences
-from mintrl.sampler.weights import full_state_dict, weights_version
+from mintrl.sampler.weights import full_state_dict, is_sharded, weights_version
 
 # The CPU build refuses to start without a KV-cache size (GiB) or takes ~16 GiB; by default it keeps
 # one core for its front end. In-process mode starts in seconds and lets weights move as tensors.
@@ -76,6 +77,8 @@ class VLLMSampler:
             again on wake-up either way).
         enforce_eager: no CUDA graphs / torch.compile (starts in seconds; slower decoding).
         tensor_parallel_size: GPUs per engine (judge / teacher engines; the policy engine uses 1).
+        score_with: how tokens the policy did not sample are scored (:meth:`score`): ``auto``
+            (the trainer's forward; the engine under FSDP), ``trainer`` or ``engine``.
         seed: engine seed; per-request seeds are drawn from torch's RNG, so the run's seed fixes
             the samples.
         engine_kwargs: any other ``vllm.LLM`` argument.
@@ -99,6 +102,7 @@ class VLLMSampler:
         sleep_level: int = 1,
         enforce_eager: bool = False,
         tensor_parallel_size: int = 1,
+        score_with: str = "auto",
         seed: int = 0,
         engine_kwargs: dict[str, Any] | None = None,
     ):
@@ -108,6 +112,8 @@ class VLLMSampler:
             raise ValueError(f"sampler.gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         if not isinstance(cpu_kv_cache_gib, int) or cpu_kv_cache_gib <= 0:
             raise ValueError(f"sampler.cpu_kv_cache_gib must be a positive integer (GiB; the CPU build takes whole GiB), got {cpu_kv_cache_gib!r}")
+        if score_with not in ("auto", "trainer", "engine"):
+            raise ValueError(f"sampler.score_with must be auto, trainer or engine, got {score_with!r}")
         if sleep_level not in (1, 2):
             raise ValueError(f"sampler.sleep_level must be 1 or 2, got {sleep_level}")
         self.model, self.tokenizer = model, tokenizer
@@ -115,6 +121,7 @@ class VLLMSampler:
         self.gpu_memory_utilization, self.cpu_kv_cache_gib = gpu_memory_utilization, cpu_kv_cache_gib
         self.enable_prefix_caching, self.sleep_mode, self.sleep_level = enable_prefix_caching, sleep_mode, sleep_level
         self.enforce_eager, self.tensor_parallel_size, self.seed = enforce_eager, tensor_parallel_size, seed
+        self.score_with = score_with
         self.engine_kwargs = dict(engine_kwargs or {})
         self.eos_token_ids = eos_ids_of(model, tokenizer)
         pad = tokenizer.pad_token_id
@@ -291,8 +298,37 @@ class VLLMSampler:
         return out
 
     def score(self, sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int], temperature: float = 1.0) -> list[torch.Tensor]:
-        """Trainer-side log-probs of ``sequences[i][prompt_lengths[i]:]`` (see module docstring)."""
-        return score_sequences(self.model, sequences, prompt_lengths, temperature, pad_token_id=self.pad_token_id)
+        """Log-probs ``log_softmax(logits / T)`` of ``sequences[i][prompt_lengths[i]:]`` under the
+        current weights: ``B`` float32 tensors (nats).
+
+        ``score_with="trainer"`` runs the policy's own forward (exact trainer numbers, any ``T``);
+        ``"engine"`` asks the engine for prompt log-probs, which vLLM computes at ``T = 1`` only, and
+        needs no collective, so it is what ``"auto"`` picks under FSDP, where a forward outside
+        the training step cannot run on sharded weights.
+
+        Raises:
+            ValueError: engine scoring with ``temperature != 1`` (names ``rollout.temperature``).
+        """
+        use_engine = self.score_with == "engine" or (self.score_with == "auto" and is_sharded(self.model))
+        if not use_engine:
+            return score_sequences(self.model, sequences, prompt_lengths, temperature, pad_token_id=self.pad_token_id)
+        if temperature != 1.0:
+            raise ValueError(f"scoring intervention tokens with the vLLM engine (FSDP, or sampler.score_with=engine) needs "
+                             f"rollout.temperature=1: vLLM's prompt log-probs ignore the temperature (got {temperature})")
+        if not sequences:
+            return []
+        from vllm import SamplingParams
+
+        self.engine()
+        self._wake()
+        self.sync_weights()
+        params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
+        outputs = self.llm.generate([{"prompt_token_ids": [int(t) for t in s]} for s in sequences], params, use_tqdm=False)
+        out = []
+        for seq, start, request in zip(sequences, prompt_lengths, outputs):
+            steps = request.prompt_logprobs  # [len(seq)] dicts (None at position 0)
+            out.append(torch.tensor([steps[j][int(seq[j])].logprob for j in range(start, len(seq))], dtype=torch.float32))
+        return out
 
     def close(self) -> None:
         """Shut the engine down and delete the temporary model copy."""

@@ -45,6 +45,11 @@ def _fsdp_root(model: torch.nn.Module):
     return None
 
 
+def is_sharded(model: torch.nn.Module) -> bool:
+    """Whether ``model`` (or a submodule) is wrapped by FSDP, so its weights live in shards."""
+    return _fsdp_root(model) is not None
+
+
 def full_state_dict(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(name, tensor)`` of every parameter and buffer of ``model`` with Hugging Face names.
 
