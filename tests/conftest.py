@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 
 import pytest
 import torch
@@ -17,9 +18,14 @@ ARITHMETIC = dict(
 
 @pytest.fixture(scope="session")
 def embedded():
-    """SmolLM2-135M-Instruct as the default run loads it (converted once into the user cache)."""
+    """SmolLM2-135M-Instruct as the default run loads it (converted once into the user cache), on
+    ``MINTRL_TEST_DEVICE`` when set."""
     torch.manual_seed(0)
-    return embedded_smollm2()
+    loaded = embedded_smollm2()
+    device = os.environ.get("MINTRL_TEST_DEVICE")  # e.g. cuda: benchmarks/gpu_vllm_check.sh runs the contract suite on a GPU
+    if device:
+        loaded.model.to(device)
+    return loaded
 
 
 @pytest.fixture(scope="session")
