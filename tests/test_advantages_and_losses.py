@@ -201,3 +201,28 @@ def test_grpo_rejects_bad_knobs(kwargs, field):
 def test_step_totals_are_plain_counts():
     t = StepTotals(torch.tensor(0.0), torch.tensor(0.0))
     assert aggregate(torch.ones(1, 1), torch.zeros(1, 1, dtype=torch.bool), "token-mean", t).item() == 0.0
+
+
+def test_empty_responses_and_missing_rewards_stay_out_of_baselines_and_loss():
+    # rewards 1, 1, 0, NaN, 0; row 1 has no response token, row 3 no reward: the group is rows 0, 2, 4
+    batch = _batch([1.0, 1.0, 0.0, float("nan"), 0.0], lengths=(2, 0, 1, 3, 2))
+    objective = GRPO(eps=0.0)
+    objective.prepare(batch, logprob_fn=None)
+    assert batch.extras["loss_mask"].sum(-1).tolist() == [2, 0, 1, 0, 2]
+    std = math.sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)  # unbiased std of 1, 0, 0
+    a_pos, a_neg = (2 / 3) / std, (-1 / 3) / std
+    out = objective(batch, batch.rollout_logprobs.clone(), step_totals(batch.extras["loss_mask"]))
+    assert out.loss.item() == pytest.approx(-(2 * a_pos + 1 * a_neg + 2 * a_neg) / 5)
+    assert math.isfinite(out.loss.item())
+
+
+@pytest.mark.parametrize("text", ["", "   \n\t  "])
+def test_empty_and_whitespace_responses_score_zero(text):
+    import reasoning_gym
+
+    from mintrl.reward import MathVerifyReward, ReasoningGymReward
+
+    entry = reasoning_gym.create_dataset("basic_arithmetic", seed=1, size=1)[0]
+    item = type("Item", (), {"entry": entry, "task": "basic_arithmetic", "reference": entry["answer"]})()
+    assert ReasoningGymReward()([text], [item]) == [0.0]
+    assert MathVerifyReward()([text], [item]) == [0.0]

@@ -9,7 +9,10 @@ the gradient of an update do not depend on the split (see :mod:`mintrl.objective
 
 from __future__ import annotations
 
+import logging
+import math
 from collections import defaultdict
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import lightning.pytorch as L
@@ -20,6 +23,8 @@ from mintrl.logprobs import token_logprobs
 from mintrl.metrics import PassAtK
 from mintrl.objective.aggregation import StepTotals, step_totals
 from mintrl.rollout.batch import RolloutBatch
+
+log = logging.getLogger(__name__)
 
 
 def minibatch_rows(n: int, minibatches: int, generator: torch.Generator | None) -> list[torch.Tensor]:
@@ -52,6 +57,10 @@ class PolicyModule(L.LightningModule):
         max_grad_norm: clip the global gradient L2 norm to this before each update (None: no clipping).
         val_pass_at_k: the ``k`` of the logged ``val/pass@k`` (unbiased estimator over
             ``data.val_samples_per_prompt`` samples per validation prompt; ``k`` above that is NaN).
+        max_bad_steps: skipped steps in a row before the run stops with an error and a
+            ``checkpoints/last-good.ckpt``. A rollout batch without a usable rollout (every reward
+            missing or failed) is not trained on (``train/skipped_batches``); an update whose loss
+            or gradient norm is not finite is not applied (``train/skipped_updates``); both count.
 
     Raises:
         ValueError: non-positive sizes, naming the ``module.*`` field.
@@ -70,12 +79,15 @@ class PolicyModule(L.LightningModule):
         micro_batch_rows: int | None = None,
         max_grad_norm: float | None = 1.0,
         val_pass_at_k: Sequence[int] = (1,),
+        max_bad_steps: int = 3,
     ):
         super().__init__()
         for name, value in (("logprob_chunk_tokens", logprob_chunk_tokens), ("epochs", epochs), ("minibatches", minibatches),
                             ("micro_batch_rows", micro_batch_rows or 1)):
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"module.{name} must be a positive integer, got {value!r}")
+        if not isinstance(max_bad_steps, int) or max_bad_steps <= 0:
+            raise ValueError(f"module.max_bad_steps must be a positive integer, got {max_bad_steps!r}")
         if max_grad_norm is not None and max_grad_norm <= 0:
             raise ValueError(f"module.max_grad_norm must be positive or null, got {max_grad_norm}")
         self.automatic_optimization = False
@@ -85,7 +97,10 @@ class PolicyModule(L.LightningModule):
         self.tokenizer = tokenizer
         self.logprob_chunk_tokens = logprob_chunk_tokens
         self.epochs, self.minibatches, self.micro_batch_rows = epochs, minibatches, micro_batch_rows
-        self.max_grad_norm = max_grad_norm
+        self.max_grad_norm, self.max_bad_steps = max_grad_norm, max_bad_steps
+        self.skipped_batches = 0  # rollout batches with no usable rollout (every reward failed), not trained on
+        self.skipped_updates = 0  # updates with a non-finite loss or gradient, not applied
+        self.bad_in_row = 0  # consecutive skips of either kind
         self.history: list[dict[str, float]] = []  # per train step: rollout stats + loss
         self.val_history: list[tuple[int, float]] = []  # (global_step, val/reward)
         self._val_rewards: list[torch.Tensor] = []
@@ -175,7 +190,15 @@ class PolicyModule(L.LightningModule):
         batch = self.objective.prepare(batch, self.frozen_logprobs)
         generator = torch.Generator().manual_seed(int(self.global_step)) if self.minibatches > 1 else None
         sums: dict[str, float] = defaultdict(float)
+        if self._all_ranks_sum(batch.extras["loss_mask"].sum()) == 0:  # every rollout failed: nothing to learn from
+            self.skipped_batches += 1
+            self.bad_in_row += 1
+            log.warning("step %d: no usable rollout in the batch (every reward missing or failed): not trained on", self.global_step)
+            self.log_dict({**batch.stats, "train/skipped_batches": float(self.skipped_batches)}, on_step=True, on_epoch=False, batch_size=len(batch))
+            self._stop_if_too_many_bad("a rollout batch without a usable rollout")
+            return None
         first_gap = None
+        applied = 0
         for _ in range(self.epochs):
             for rows in minibatch_rows(len(batch), self.minibatches, generator):
                 mini = batch.select(rows.to(batch.input_ids.device))
@@ -184,6 +207,15 @@ class PolicyModule(L.LightningModule):
                 first_gap = gap if first_gap is None else first_gap
                 norms = grad_norm(self.policy, norm_type=2)
                 metrics["train/grad_norm"] = float(norms.get("grad_2.0_norm_total", 0.0))
+                finite = math.isfinite(float(loss)) and math.isfinite(metrics["train/grad_norm"])
+                if self._all_ranks_sum(torch.tensor(float(not finite), device=self.device)) > 0:
+                    optimizer.zero_grad(set_to_none=True)  # never apply a NaN / inf update, on any rank
+                    self.skipped_updates += 1
+                    self.bad_in_row += 1
+                    log.warning("step %d: non-finite loss (%s) or gradient norm (%s): update skipped", self.global_step, float(loss),
+                                metrics["train/grad_norm"])
+                    continue
+                self.bad_in_row = 0
                 if self.max_grad_norm is not None:
                     self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
                 optimizer.step()
@@ -191,10 +223,17 @@ class PolicyModule(L.LightningModule):
                 if scheduler is not None:
                     scheduler.step()
                 metrics["train/loss"] = float(loss)
+                applied += 1
                 for k, v in metrics.items():
                     sums[k] += v
-        updates = self.updates_per_batch
+        updates = max(applied, 1)
         metrics = {k: v / updates for k, v in sums.items()}
+        metrics["train/skipped_updates"] = float(self.skipped_updates)
+        metrics["train/skipped_batches"] = float(self.skipped_batches)
+        if not applied:  # every update of the batch was skipped
+            self.log_dict({**batch.stats, **metrics}, on_step=True, on_epoch=False, batch_size=len(batch))
+            self._stop_if_too_many_bad("an update with a non-finite loss or gradient")
+            return None
         if first_gap is not None:
             metrics["train/sampler_logprob_gap"] = first_gap
         metrics["rollout/generated_at_step"] = float(batch.step)
@@ -205,6 +244,31 @@ class PolicyModule(L.LightningModule):
         self.log("gen_tok/s", batch.stats.get("perf/gen_tokens_per_s", 0.0), prog_bar=True, on_step=True, batch_size=len(batch), logger=False)
         self.history.append({k: float(v) for k, v in metrics.items()})
         return torch.tensor(metrics["train/loss"])
+
+    def _all_ranks_sum(self, value: torch.Tensor) -> float:
+        """``value`` summed over data-parallel ranks (a collective when there are several)."""
+        value = value.detach().float()
+        if self._trainer is not None and self.trainer.world_size > 1:
+            value = self.trainer.strategy.reduce(value, reduce_op="sum")
+        return float(value)
+
+    def _stop_if_too_many_bad(self, what: str) -> None:
+        """After ``max_bad_steps`` skipped batches or updates in a row, save the last good state
+        (the weights are unchanged since the last applied update) and stop.
+
+        Raises:
+            RuntimeError: ``max_bad_steps`` skips in a row (names the checkpoint written).
+        """
+        if self.bad_in_row < self.max_bad_steps:
+            return
+        path = Path(self.trainer.default_root_dir) / "checkpoints" / "last-good.ckpt"
+        self.trainer.save_checkpoint(path)
+        for logger in self.loggers:  # this step's self.log values would never be written: the step raises
+            logger.log_metrics({"train/skipped_updates": float(self.skipped_updates), "train/skipped_batches": float(self.skipped_batches)},
+                               step=self.global_step)
+            logger.save()
+        raise RuntimeError(f"{self.bad_in_row} skipped steps in a row (latest: {what}; module.max_bad_steps="
+                           f"{self.max_bad_steps}): the run stops. The last good state is in {path} (resume with ckpt_path={path})")
 
     def validation_step(self, batch: RolloutBatch, batch_idx: int) -> None:
         """Collects rewards of control rollouts on held-out prompts."""

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from mintrl.data.code import CODE_INSTRUCTION, code_items, normalise_row
-from mintrl.data.prompts import DEFAULT_INSTRUCTION, PromptItem, prompt_ids
+from mintrl.data.prompts import DEFAULT_INSTRUCTION, InvalidRow, PromptItem, RowFilter, prompt_ids, read_json_rows
 
 _WORD = re.compile(r"[A-Za-z]{2,}")
 MATH_WORDS = {"sqrt", "floor", "ceil", "pi", "ln", "log", "exp", "sin", "cos", "tan", "infty", "frac", "binom"}
@@ -34,11 +34,11 @@ class BenchmarkPrompts:
             raise ValueError(f"limit must be positive or null, got {limit}")
         self.source, self.split, self.limit = source, split, limit
 
-    def build(self, split: str, tokenizer) -> list[PromptItem]:
+    def build(self, split: str, tokenizer, rows: RowFilter | None = None) -> list[PromptItem]:
         """``"val"``: the source's ``self.split`` problems (first ``limit``); ``"train"``: none."""
         if split == "train":
             return []
-        items = self.source.build(self.split, tokenizer)
+        items = self.source.build(self.split, tokenizer, rows) if rows is not None else self.source.build(self.split, tokenizer)
         return items[: self.limit] if self.limit else items
 
 
@@ -66,16 +66,19 @@ class _RowPrompts:
         self.instruction, self.max_prompt_tokens = instruction, max_prompt_tokens
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self, rows: RowFilter | None = None) -> list[dict[str, Any]]:
         raise NotImplementedError
 
-    def build(self, split: str, tokenizer) -> list[PromptItem]:
-        """All rows (``split`` is ``"val"`` or ``"all"``: a benchmark has one split)."""
+    def build(self, split: str, tokenizer, rows: RowFilter | None = None) -> list[PromptItem]:
+        """All rows (``split`` is ``"val"`` or ``"all"``: a benchmark has one split); ``rows``:
+        what to do with invalid rows (default: raise :class:`InvalidRow`)."""
+        rows = rows or RowFilter()
         items = []
-        for i, row in enumerate(self.rows()):
-            ids = prompt_ids(tokenizer, self.instruction, row["question"], self.max_prompt_tokens, f"{self.task} row {i}",
-                             **self.chat_template_kwargs)
-            items.append(PromptItem(i, row["question"], row["answer"], ids, row, self.task))
+        for i, row in enumerate(self.rows(rows)):
+            ids = rows(lambda i=i, row=row: prompt_ids(tokenizer, self.instruction, row["question"], self.max_prompt_tokens,
+                                                       f"{self.task} row {row.get('row', i)}", **self.chat_template_kwargs))
+            if ids is not None:
+                items.append(PromptItem(len(items), row["question"], row["answer"], ids, row, self.task))
         return items
 
 
@@ -89,7 +92,7 @@ class ChampPrompts(_RowPrompts):
         super().__init__(**kwargs)
         self.version = version
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self, rows: RowFilter | None = None) -> list[dict[str, Any]]:
         import champ_dataset
 
         problems = champ_dataset.load(self.version).problems
@@ -126,12 +129,15 @@ class HubPrompts(_RowPrompts):
         import datasets
 
         try:
+            if os.path.isfile(self.path) and not self.path.endswith(".parquet"):
+                return read_json_rows(self.path)  # rows as written: bad rows named, not an Arrow error
             if os.path.isfile(self.path):
-                kind = "parquet" if self.path.endswith(".parquet") else "json"
-                return datasets.load_dataset(kind, data_files=self.path, split="train")
+                return datasets.load_dataset("parquet", data_files=self.path, split="train")
             if os.path.isdir(os.path.join(self.path, "")) and os.path.exists(os.path.join(self.path, "dataset_info.json")):
                 return datasets.load_from_disk(self.path)
             return datasets.load_dataset(self.path, self.name, split=self.split)
+        except InvalidRow:
+            raise
         except Exception as exc:  # noqa: BLE001 - offline, missing, or not a dataset: one clear message
             raise RuntimeError(
                 f"benchmark {self.path!r} (split {self.split!r}) could not be loaded: {type(exc).__name__}: {str(exc)[:300]}. "
@@ -139,27 +145,32 @@ class HubPrompts(_RowPrompts):
                 "folder saved with Dataset.save_to_disk, a folder of data files, or a .jsonl/.parquet file."
             ) from exc
 
-    def rows(self) -> list[dict[str, Any]]:
-        rows = []
-        for i, row in enumerate(self.load()):
-            if self.code:
-                rows.append(normalise_row(dict(row), i, self.task))
-                continue
-            for key in (self.question_field, self.answer_field):
-                if row.get(key) in (None, ""):
-                    raise ValueError(f"{self.task} row {i}: field {key!r} is missing or empty (fields: {sorted(row)})")
-            answer = str(row[self.answer_field])
-            if self.answer_pattern:
-                match = self.answer_pattern.search(answer)
-                if not match:
-                    raise ValueError(f"{self.task} row {i}: answer_pattern finds nothing in {answer[-80:]!r}")
-                answer = match.group(1).strip()
-            rows.append({"question": str(row[self.question_field]), "answer": answer})
-        return rows
+    def _row(self, i: int, row: dict) -> dict[str, Any]:
+        if self.code:
+            return normalise_row(dict(row), i, self.task)
+        for key in (self.question_field, self.answer_field):
+            value = row.get(key)
+            if value is None or (isinstance(value, str) and not value.strip()):
+                raise InvalidRow(f"{self.task} row {i}: field {key!r} is missing or empty (fields: {sorted(row)})")
+            if key == self.question_field and not isinstance(value, str):
+                raise InvalidRow(f"{self.task} row {i}: field {key!r} is a {type(value).__name__}, not a string")
+        answer = str(row[self.answer_field])
+        if self.answer_pattern:
+            match = self.answer_pattern.search(answer)
+            if not match:
+                raise InvalidRow(f"{self.task} row {i}: field {self.answer_field!r}: answer_pattern finds nothing in {answer[-80:]!r}")
+            answer = match.group(1).strip()
+        return {"row": i, "question": row[self.question_field], "answer": answer}
 
-    def build(self, split: str, tokenizer) -> list[PromptItem]:
+    def rows(self, rows: RowFilter | None = None) -> list[dict[str, Any]]:
+        """The valid rows, normalised (``rows``: what to do with invalid ones; default raise)."""
+        rows = rows or RowFilter()
+        out = [rows(lambda i=i, row=row: self._row(i, row)) for i, row in enumerate(self.load())]
+        return [r for r in out if r is not None]
+
+    def build(self, split: str, tokenizer, rows: RowFilter | None = None) -> list[PromptItem]:
         """All rows as prompt items (code rows keep their tests in ``item.entry``)."""
         if not self.code:
-            return super().build(split, tokenizer)
+            return super().build(split, tokenizer, rows)
         instruction = CODE_INSTRUCTION if self.instruction == DEFAULT_INSTRUCTION else self.instruction
-        return code_items(self.rows(), tokenizer, instruction, self.max_prompt_tokens, self.task, self.chat_template_kwargs, self.task)
+        return code_items(self.rows(rows), tokenizer, instruction, self.max_prompt_tokens, self.task, self.chat_template_kwargs, self.task, rows)

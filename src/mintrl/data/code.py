@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from mintrl.data.prompts import PromptItem, prompt_ids
+from mintrl.data.prompts import InvalidRow, PromptItem, RowFilter, prompt_ids, read_json_rows
 
 CODE_INSTRUCTION = "{question}\nWrite the complete solution in one ```python code block."
 HUMANEVAL = "humaneval"
@@ -46,26 +46,26 @@ def normalise_row(row: dict[str, Any], i: int, name: str) -> dict[str, Any]:
     def need(key: str) -> str:
         value = row.get(key)
         if not isinstance(value, str) or not value.strip():
-            raise ValueError(f"{name} row {i}: field {key!r} is missing or empty")
+            raise InvalidRow(f"{name} row {i}: field {key!r} is missing, empty or not a string")
         return value
 
     present = sorted(k for k, v in row.items() if v is not None)  # datasets fills a file's missing columns with None
     if "entry_point" in present or "canonical_solution" in present:  # HumanEval
         prompt = need("prompt")
-        return {"task_id": str(row.get("task_id", i)), "question": f"Complete this Python function:\n```python\n{prompt}```",
+        return {"row": i, "task_id": str(row.get("task_id", i)), "question": f"Complete this Python function:\n```python\n{prompt}```",
                 "reference": prompt + need("canonical_solution"), "prompt": prompt, "tests": need("test"),
                 "entry_point": need("entry_point")}
     if "test_list" in present:  # MBPP
         tests = row["test_list"]
         if not isinstance(tests, list) or not tests or not all(isinstance(t, str) and t.strip() for t in tests):
-            raise ValueError(f"{name} row {i}: field 'test_list' must be a non-empty list of assert strings")
+            raise InvalidRow(f"{name} row {i}: field 'test_list' must be a non-empty list of assert strings")
         text = row.get("text") or row.get("prompt")
         if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"{name} row {i}: field 'text' (or 'prompt') is missing or empty")
+            raise InvalidRow(f"{name} row {i}: field 'text' (or 'prompt') is missing, empty or not a string")
         setup = row.get("test_setup_code") or ""
-        return {"task_id": str(row.get("task_id", i)), "question": text.strip() + "\nYour code should pass these tests:\n" + "\n".join(tests),
+        return {"row": i, "task_id": str(row.get("task_id", i)), "question": text.strip() + "\nYour code should pass these tests:\n" + "\n".join(tests),
                 "reference": need("code"), "prompt": "", "tests": setup + "\n" + "\n".join(tests), "entry_point": None}
-    raise ValueError(f"{name} row {i}: neither HumanEval format (prompt, canonical_solution, test, entry_point) "
+    raise InvalidRow(f"{name} row {i}: neither HumanEval format (prompt, canonical_solution, test, entry_point) "
                      f"nor MBPP format (text, code, test_list); fields: {present}")
 
 
@@ -102,18 +102,19 @@ class CodePrompts:
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self._rows: list[dict[str, Any]] | None = None
 
-    def rows(self) -> list[dict[str, Any]]:
-        """All problems, normalised (see :func:`normalise_row`), in file order."""
+    def rows(self, rows: RowFilter | None = None) -> list[dict[str, Any]]:
+        """All valid problems, normalised (see :func:`normalise_row`), in file order (``rows``:
+        what to do with invalid ones; default raise)."""
         if self._rows is None:
-            import datasets
-
-            table = datasets.load_dataset("json", data_files=self.path, split="train")
-            self._rows = [normalise_row(row, i, self.task) for i, row in enumerate(table)]
+            rows = rows or RowFilter()
+            table = read_json_rows(self.path)
+            normalised = [rows(lambda i=i, row=row: normalise_row(row, i, self.task)) for i, row in enumerate(table)]
+            self._rows = [r for r in normalised if r is not None]
         return self._rows
 
-    def split(self, split: str) -> list[dict[str, Any]]:
+    def split(self, split: str, filter_: RowFilter | None = None) -> list[dict[str, Any]]:
         """The problems of ``split`` ("train", "val", or "all" for every problem in file order)."""
-        rows = self.rows()
+        rows = self.rows(filter_)
         if split == "all":
             return list(rows)
         if self.val_size >= len(rows):
@@ -122,17 +123,22 @@ class CodePrompts:
         chosen = order[: self.val_size] if split == "val" else order[self.val_size :][: self.train_size]
         return [rows[k] for k in chosen]
 
-    def build(self, split: str, tokenizer) -> list[PromptItem]:
-        """Chat-templated prompt items of ``split``; ``item.entry`` holds the tests for the code reward."""
-        return code_items(self.split(split), tokenizer, self.instruction, self.max_prompt_tokens, f"{self.task} {split}",
-                          self.chat_template_kwargs, self.task)
+    def build(self, split: str, tokenizer, rows: RowFilter | None = None) -> list[PromptItem]:
+        """Chat-templated prompt items of ``split``; ``item.entry`` holds the tests for the code
+        reward. ``rows``: what to do with invalid rows (default: raise :class:`InvalidRow`)."""
+        return code_items(self.split(split, rows), tokenizer, self.instruction, self.max_prompt_tokens, f"{self.task} {split}",
+                          self.chat_template_kwargs, self.task, rows)
 
 
-def code_items(rows, tokenizer, instruction: str, max_prompt_tokens: int, where: str, chat_template_kwargs: dict, task: str) -> list[PromptItem]:
-    """Prompt items of normalised code rows (:func:`normalise_row`); ``where`` prefixes errors."""
+def code_items(rows, tokenizer, instruction: str, max_prompt_tokens: int, where: str, chat_template_kwargs: dict, task: str,
+               filter_: RowFilter | None = None) -> list[PromptItem]:
+    """Prompt items of normalised code rows (:func:`normalise_row`); ``where`` prefixes errors;
+    prompts over ``max_prompt_tokens`` raise :class:`InvalidRow` or are skipped (``filter_``)."""
+    filter_ = filter_ or RowFilter()
     items = []
     for i, row in enumerate(rows):
-        ids = prompt_ids(tokenizer, instruction, row["question"], max_prompt_tokens, f"{where} problem {row['task_id']}",
-                         **chat_template_kwargs)
-        items.append(PromptItem(i, row["question"], row["reference"], ids, row, task))
+        ids = filter_(lambda row=row: prompt_ids(tokenizer, instruction, row["question"], max_prompt_tokens,
+                                                 f"{where} row {row.get('row', i)} (problem {row['task_id']})", **chat_template_kwargs))
+        if ids is not None:
+            items.append(PromptItem(len(items), row["question"], row["reference"], ids, row, task))
     return items

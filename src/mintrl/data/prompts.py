@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,15 +32,72 @@ class PromptItem:
     task: str = ""
 
 
+class InvalidRow(ValueError):
+    """A bad dataset row: missing, empty or non-string field, or a prompt over the length limit.
+    The message names the row index and the field. ``data.skip_invalid=true`` skips such rows
+    (counted) instead of stopping at the first."""
+
+
+class RowFilter:
+    """Builds items row by row: an :class:`InvalidRow` stops the build (default) or, with
+    ``skip=True``, drops the row and is remembered in ``skipped`` (the messages)."""
+
+    def __init__(self, skip: bool = False):
+        self.skip = skip
+        self.skipped: list[str] = []
+
+    def __call__(self, make):
+        """``make()``, or None for a skipped invalid row."""
+        try:
+            return make()
+        except InvalidRow as err:
+            if not self.skip:
+                raise
+            self.skipped.append(str(err))
+            return None
+
+
+def read_json_rows(path: str) -> list[dict[str, Any]]:
+    """Rows of a local ``.jsonl`` / ``.jsonl.gz`` (one object per line) or ``.json`` (a list) file,
+    each field as written. ``datasets`` would coerce every column to one Arrow type and refuse a
+    file whose rows disagree without naming the row; read this way, a bad row is named (or
+    skipped with ``data.skip_invalid``) by the row checks of the prompt sources.
+
+    Raises:
+        InvalidRow: a line that is not a JSON object (line number named).
+    """
+    import gzip
+    import json
+
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        if path.endswith(".json"):
+            rows = json.load(f)
+            rows = rows if isinstance(rows, list) else [rows]
+        else:
+            rows = []
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise InvalidRow(f"{os.path.basename(path)} line {n}: not JSON ({err.msg})") from None
+    for n, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise InvalidRow(f"{os.path.basename(path)} row {n}: a {type(row).__name__}, not a JSON object")
+    return rows
+
+
 def prompt_ids(tokenizer, instruction: str, question: str, max_prompt_tokens: int, where: str, **chat_template_kwargs) -> list[int]:
     """Token ids of the chat-templated user message ``instruction.format(question=question)``.
 
     Raises:
-        ValueError: the prompt is longer than ``max_prompt_tokens`` (``where`` names the row).
+        InvalidRow: the prompt is longer than ``max_prompt_tokens`` (``where`` names the row).
     """
     ids = chat_ids(tokenizer, [{"role": "user", "content": instruction.format(question=question)}], **chat_template_kwargs)
     if len(ids) > max_prompt_tokens:
-        raise ValueError(f"{where}: prompt has {len(ids)} tokens > max_prompt_tokens={max_prompt_tokens}")
+        raise InvalidRow(f"{where}: field 'question': prompt has {len(ids)} tokens > max_prompt_tokens={max_prompt_tokens}")
     return ids
 
 
@@ -87,20 +145,29 @@ class ReasoningGymPrompts:
         self.instruction, self.max_prompt_tokens = instruction, max_prompt_tokens
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
-    def build(self, split: str, tokenizer) -> list[PromptItem]:
+    def build(self, split: str, tokenizer, rows: RowFilter | None = None) -> list[PromptItem]:
         """Generate and chat-template the ``split`` ("train" or "val") prompts.
 
+        Args:
+            rows: what to do with invalid rows (default: raise).
+
         Raises:
-            ValueError: a row with an empty question or answer, or a prompt longer than
-                ``max_prompt_tokens`` (row index and field named).
+            InvalidRow: a row with a missing, empty or non-string question or answer, or a prompt
+                longer than ``max_prompt_tokens`` (row index and field named).
         """
+        rows = rows or RowFilter()
         dataset = reasoning_gym.create_dataset(self.task, seed=self.seeds[split], size=self.sizes[split], **self.task_kwargs)
         items = []
         for i, entry in enumerate(dataset):
-            for key in ("question", "answer"):
-                if not isinstance(entry.get(key), str) or not entry[key].strip():
-                    raise ValueError(f"{self.task} {split} row {i}: field {key!r} is missing or empty")
-            ids = prompt_ids(tokenizer, self.instruction, entry["question"], self.max_prompt_tokens, f"{self.task} {split} row {i}",
-                             **self.chat_template_kwargs)
-            items.append(PromptItem(i, entry["question"], entry["answer"], ids, entry, self.task))
+            item = rows(lambda i=i, entry=entry: self._item(i, entry, split, tokenizer))
+            if item is not None:
+                items.append(item)
         return items
+
+    def _item(self, i: int, entry: dict, split: str, tokenizer) -> PromptItem:
+        for key in ("question", "answer"):
+            if not isinstance(entry.get(key), str) or not entry[key].strip():
+                raise InvalidRow(f"{self.task} {split} row {i}: field {key!r} is missing, empty or not a string")
+        ids = prompt_ids(tokenizer, self.instruction, entry["question"], self.max_prompt_tokens, f"{self.task} {split} row {i}",
+                         **self.chat_template_kwargs)
+        return PromptItem(i, entry["question"], entry["answer"], ids, entry, self.task)

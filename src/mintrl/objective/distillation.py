@@ -61,6 +61,10 @@ class OnPolicyDistillation(Objective):
         self.privileged_note, self.teacher_temperature = privileged_note, teacher_temperature
         self.clip_low, self.clip_high, self.aggregation = clip_low, clip_high, aggregation
         self.teacher = None
+        if teacher is None and context is not None:
+            # the self-teacher is the step-0 policy: copy it now (build time), before a resumed run
+            # restores newer weights into the policy
+            self.teacher = context.teacher(None).model
 
     def setup(self, policy: torch.nn.Module) -> None:
         """Load the teacher and check that it shares the policy's vocabulary."""

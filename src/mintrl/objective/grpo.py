@@ -68,9 +68,14 @@ class GRPO(Objective):
         self.kl_coef, self.kl_estimator = kl_coef, kl_estimator
         self.scale_std, self.aggregation, self.eps = scale_std, aggregation, eps
         self.reference: torch.nn.Module | None = None
+        if kl_coef > 0 and context is not None:
+            # the step-0 policy, taken now (at build time): a resumed run restores newer weights into
+            # the policy before ``setup``, and its reference must still be step 0
+            self.reference = context.frozen_policy()
 
     def setup(self, policy: torch.nn.Module) -> None:
-        """Snapshot the KL reference (the policy as training starts) when ``kl_coef > 0``."""
+        """Snapshot the KL reference (the policy as training starts) when ``kl_coef > 0`` and no
+        step-0 copy was taken at construction (no ``context``)."""
         if self.kl_coef > 0 and self.reference is None:
             self.reference = copy.deepcopy(policy).eval().requires_grad_(False)
 

@@ -22,12 +22,14 @@ from mintrl.allocation.branching import Brancher
 from mintrl.allocation.budget import RolloutBudget
 from mintrl.data.prompts import PromptItem
 from mintrl.intervention.base import Intervention, InterventionRequest
+from mintrl.faults import GuardedJudge, GuardedReward
 from mintrl.judge.base import FAILED, REVISE, UNPARSEABLE, Judge, ReviewRequest
 from mintrl.judge.steps import split_steps, token_index_of_char
 from mintrl.reward.base import score_rewards
 from mintrl.rollout.batch import Rollout, RolloutBatch, collate_rollouts
 from mintrl.rollout.schedule import InterventionSchedule
 from mintrl.rollout.stats import rollout_stats
+
 
 
 def apply_verdict(rollout: Rollout, ids: list[int], logprobs: list[float], finished: bool, steps, verdict, item: PromptItem, tokenizer) -> InterventionRequest | None:
@@ -81,6 +83,11 @@ class SemiOnPolicyRollout:
             ``smoothing``, ``min_steps``; see :class:`mintrl.rollout.schedule.InterventionSchedule`).
         step_delimiters: see :func:`mintrl.judge.steps.split_steps`.
         progress: show a transient progress bar of the generation rounds.
+        judge_timeout_s, reward_timeout_s: limit of one judge ``review`` / reward call (seconds;
+            None: none). The judge and reward are wrapped by :class:`mintrl.faults.GuardedJudge`
+            and :class:`mintrl.faults.GuardedReward`: a call that raises, hangs or answers
+            garbage gives its rows a "failed" verdict (Keep) or no reward, counted in the step's
+            ``judge/{errors,timeouts,garbage}`` and ``reward/{failed,timeout}``.
 
     Raises:
         ValueError: a non-positive size or length, naming the ``rollout.*`` field.
@@ -106,6 +113,8 @@ class SemiOnPolicyRollout:
         step_delimiters: Sequence[str] = ("blank_line", "code_fence"),
         progress: bool = True,
         allocation=None,
+        judge_timeout_s: float | None = 600.0,
+        reward_timeout_s: float | None = 600.0,
     ):
         for name, value, low in (
             ("n_control", n_control, 1), ("n_semi", n_semi, 0), ("chunk_size", chunk_size, 1),
@@ -116,6 +125,7 @@ class SemiOnPolicyRollout:
                 raise ValueError(f"rollout.{name} must be an integer >= {low}, got {value!r}")
         if temperature <= 0 or not 0 < top_p <= 1:
             raise ValueError(f"rollout.temperature must be > 0 and rollout.top_p in (0, 1], got {temperature}, {top_p}")
+        judge, reward = GuardedJudge(judge, judge_timeout_s), GuardedReward(reward, reward_timeout_s)
         self.sampler, self.judge, self.intervention, self.reward, self.tokenizer = sampler, judge, intervention, reward, tokenizer
         self.n_control, self.n_semi = n_control, n_semi
         self.chunk_size, self.max_reviews, self.continuation_len = chunk_size, max_reviews, continuation_len
@@ -288,7 +298,8 @@ class SemiOnPolicyRollout:
         rollouts += extra
         batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature, prompts=list(items))
         batch.stats = rollout_stats(rollouts, gen_seconds, white_box=getattr(self.intervention, "white_box", False))
-        batch.stats.update(getattr(self.reward, "metrics", dict)())  # e.g. code/{passed,failed,timeout,crashed}
+        batch.stats.update(self.reward.metrics())  # reward/{failed,timeout}; code/{passed,failed,timeout,crashed}
+        batch.stats.update(self.judge.metrics())  # judge/{errors,timeouts,garbage}
         batch.stats.update(getattr(self.sampler, "metrics", dict)())  # e.g. vLLM weight syncs
         batch.stats.update(allocation_stats)
         batch.stats["rollout/intervention_phase"] = float(intervene)

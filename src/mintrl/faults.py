@@ -1,0 +1,238 @@
+"""Fault containment for user-swappable components that run once per rollout (judges, rewards).
+
+A judge or reward that raises, hangs or returns garbage must not kill or poison a run: the rows it
+failed on get a documented fallback and are counted.
+
+- judge: :func:`review_guarded`, fallback ``Verdict("failed")``, treated as Keep (counted in
+  ``judge/failed``);
+- reward: :func:`score_rewards_guarded`, fallback "no reward" (NaN: the rollout is excluded from its
+  group's baseline and from the loss; counted in ``reward/failed``, ``reward/timeout``).
+
+A call that exceeds its time limit is abandoned in a daemon thread (Python cannot kill a thread):
+the run goes on while the stuck call finishes or not in the background. Components that run
+untrusted code put it in a process with its own limits (the code sandbox), never in this thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from mintrl.judge.base import FAILED, ReviewRequest, Verdict
+
+log = logging.getLogger(__name__)
+
+
+class CallTimeout(Exception):
+    """A guarded call did not return within its limit."""
+
+
+def call_with_timeout(fn: Callable[[], Any], timeout_s: float | None) -> Any:
+    """``fn()``, or :class:`CallTimeout` after ``timeout_s`` seconds (None: no limit, same thread).
+
+    Raises:
+        CallTimeout: the limit passed (the call keeps running in a daemon thread).
+        Exception: whatever ``fn`` raised.
+    """
+    if timeout_s is None:
+        return fn()
+    box: dict[str, Any] = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = err
+
+    thread = threading.Thread(target=target, daemon=True, name="mintrl-guarded-call")
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        raise CallTimeout(f"no answer within {timeout_s} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+@dataclass
+class FaultCounts:
+    """Events of one step (counts): calls that raised, timed out, or answered garbage."""
+
+    errors: int = 0
+    timeouts: int = 0
+    garbage: int = 0
+    first: list[str] = field(default_factory=list)  # the first messages, for the warning
+
+    def add(self, kind: str, message: str) -> None:
+        setattr(self, kind, getattr(self, kind) + 1)
+        if len(self.first) < 3:
+            self.first.append(message)
+
+
+def _valid_verdicts(value, n: int) -> bool:
+    return isinstance(value, (list, tuple)) and len(value) == n and all(isinstance(v, Verdict) for v in value)
+
+
+def review_guarded(judge, requests: Sequence[ReviewRequest], timeout_s: float | None, counts: FaultCounts) -> list[Verdict]:
+    """``judge.review(requests)`` that never raises: a batch that raises or answers garbage (not one
+    :class:`Verdict` per request) is retried one request at a time, and each request that fails
+    again gets ``Verdict("failed")``; a batch that times out fails all its requests (retrying
+    each would cost a timeout apiece).
+
+    Args:
+        timeout_s: limit of one ``review`` call (seconds), or None.
+        counts: incremented in place (errors, timeouts, garbage).
+
+    Returns:
+        one verdict per request, in order.
+    """
+    if not requests:
+        return []
+    try:
+        verdicts = call_with_timeout(lambda: judge.review(list(requests)), timeout_s)
+        if _valid_verdicts(verdicts, len(requests)):
+            return list(verdicts)
+        counts.add("garbage", f"judge answered {type(verdicts).__name__} for {len(requests)} requests")
+    except CallTimeout as err:
+        counts.add("timeouts", f"judge: {err}")
+        return [Verdict(kind=FAILED) for _ in requests]
+    except Exception as err:  # noqa: BLE001 - any judge failure is contained
+        counts.add("errors", f"judge raised {type(err).__name__}: {err}")
+    out = []
+    for request in requests:
+        try:
+            one = call_with_timeout(lambda r=request: judge.review([r]), timeout_s)
+            if _valid_verdicts(one, 1):
+                out.append(one[0])
+                continue
+            counts.add("garbage", f"judge answered {one!r:.80} for one request")
+        except CallTimeout as err:
+            counts.add("timeouts", f"judge: {err}")
+        except Exception as err:  # noqa: BLE001
+            counts.add("errors", f"judge raised {type(err).__name__}: {err}")
+        out.append(Verdict(kind=FAILED))
+    return out
+
+
+def _number(value) -> float | None:
+    """A finite float, NaN for None / NaN (no reward), or None for garbage (not a number, inf)."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool):
+        return float(value)
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isinf(f) else f
+
+
+def score_rewards_guarded(reward, responses: Sequence[str], items: Sequence, timeout_s: float | None, counts: FaultCounts) -> list[float]:
+    """Rewards of a batch that never raise: a batch call that raises, times out or answers the
+    wrong number of values is retried one row at a time (each with ``timeout_s``); a row whose
+    call fails, or whose value is not a number or infinite, gets NaN (no reward). None and NaN
+    values are "no reward" as well, but not faults.
+
+    Returns:
+        ``N`` floats (NaN: no reward; see :func:`mintrl.objective.advantages.valid_rows`).
+    """
+    responses, items = list(responses), list(items)
+    if not responses:
+        return []
+    values = None
+    try:
+        got = list(call_with_timeout(lambda: reward(responses, items), timeout_s))
+        if len(got) == len(responses):
+            values = got
+        else:
+            counts.add("garbage", f"reward returned {len(got)} values for {len(responses)} responses")
+    except CallTimeout as err:
+        counts.add("timeouts", f"reward: {err}")
+    except Exception as err:  # noqa: BLE001
+        counts.add("errors", f"reward raised {type(err).__name__}: {err}")
+    if values is None:  # row by row
+        values = []
+        for response, item in zip(responses, items):
+            try:
+                one = list(call_with_timeout(lambda r=response, i=item: reward([r], [i]), timeout_s))
+                values.append(one[0] if len(one) == 1 else _Garbage(f"{len(one)} values for one response"))
+            except CallTimeout as err:
+                counts.add("timeouts", f"reward: {err}")
+                values.append(math.nan)
+            except Exception as err:  # noqa: BLE001
+                counts.add("errors", f"reward raised {type(err).__name__}: {err}")
+                values.append(math.nan)
+    out = []
+    for i, v in enumerate(values):
+        f = None if isinstance(v, _Garbage) else _number(v)
+        if f is None:
+            counts.add("garbage", f"reward row {i}: {v!r:.80} is not a finite number")
+            f = math.nan
+        out.append(f)
+    return out
+
+
+class _Garbage:
+    def __init__(self, why: str):
+        self.why = why
+
+    def __repr__(self) -> str:
+        return self.why
+
+
+class GuardedJudge:
+    """A judge whose ``review`` never raises or hangs past ``timeout_s`` (:func:`review_guarded`).
+
+    ``metrics()`` returns and resets the step's ``judge/errors``, ``judge/timeouts`` and
+    ``judge/garbage`` counts (each failed request also counts in ``judge/failed`` through its
+    verdict). Other attributes are the wrapped judge's.
+    """
+
+    def __init__(self, judge, timeout_s: float | None = None):
+        if timeout_s is not None and timeout_s <= 0:
+            raise ValueError(f"rollout.judge_timeout_s must be positive seconds or null, got {timeout_s}")
+        self.inner, self.timeout_s, self.counts = judge, timeout_s, FaultCounts()
+
+    def review(self, requests: Sequence[ReviewRequest]) -> list[Verdict]:
+        return review_guarded(self.inner, requests, self.timeout_s, self.counts)
+
+    def metrics(self) -> dict[str, float]:
+        c, self.counts = self.counts, FaultCounts()
+        if c.first:
+            log.warning("judge faults this step (verdict 'failed', treated as Keep): %s", "; ".join(c.first))
+        return {"judge/errors": float(c.errors), "judge/timeouts": float(c.timeouts), "judge/garbage": float(c.garbage)}
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class GuardedReward:
+    """A reward whose call never raises or hangs past ``timeout_s`` (:func:`score_rewards_guarded`).
+
+    ``metrics()`` returns the wrapped reward's metrics plus, reset at each call, the step's
+    ``reward/failed`` (calls that raised or values that are not finite numbers) and
+    ``reward/timeout`` counts. Other attributes are the wrapped reward's.
+    """
+
+    def __init__(self, reward, timeout_s: float | None = None):
+        if timeout_s is not None and timeout_s <= 0:
+            raise ValueError(f"rollout.reward_timeout_s must be positive seconds or null, got {timeout_s}")
+        self.inner, self.timeout_s, self.counts = reward, timeout_s, FaultCounts()
+
+    def __call__(self, responses: Sequence[str], items: Sequence) -> list[float]:
+        return score_rewards_guarded(self.inner, responses, items, self.timeout_s, self.counts)
+
+    def metrics(self) -> dict[str, float]:
+        c, self.counts = self.counts, FaultCounts()
+        if c.first:
+            log.warning("reward faults this step (no reward for those rollouts): %s", "; ".join(c.first))
+        inner = getattr(self.inner, "metrics", None)
+        out = dict(inner()) if callable(inner) else {}
+        out.update({"reward/failed": float(c.errors + c.garbage), "reward/timeout": float(c.timeouts)})
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)

@@ -1,0 +1,37 @@
+"""Callbacks for tests/test_resume.py, imported by the training subprocesses through PYTHONPATH."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import lightning.pytorch as L
+
+KEYS = ("train/loss", "reward/control", "reward/all", "rollout/response_len", "train/grad_norm")
+
+
+class StepLog(L.Callback):
+    """Appends ``{"step", KEYS...}`` of every training step to ``path`` (jsonl)."""
+
+    def __init__(self, path: str):
+        self.path = Path(path)
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        row = {"step": trainer.global_step, **{k: float(trainer.callback_metrics[k]) for k in KEYS if k in trainer.callback_metrics}}
+        row["questions"] = [p.question for p in batch.prompts]
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+class HangAt(L.Callback):
+    """At the start of optimizer step ``step`` (its checkpoint of the previous step written), write
+    ``marker`` and hang, so that the test can SIGKILL the process at a known point."""
+
+    def __init__(self, step: int, marker: str):
+        self.step, self.marker = step, Path(marker)
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            self.marker.write_text(str(trainer.global_step))
+            time.sleep(600)
