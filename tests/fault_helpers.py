@@ -11,7 +11,7 @@ from mintrl.judge.rule import RuleJudge
 from mintrl.objective.regression import AdvantageRegression
 from mintrl.reward import ReasoningGymReward
 
-LOG: dict[str, list] = {"judge_calls": [], "reward_calls": []}
+LOG: dict[str, list] = {"judge_calls": [], "reward_calls": [], "nan_rows": []}
 
 
 class FlakyJudge(RuleJudge):
@@ -33,7 +33,10 @@ class BadReward(ReasoningGymReward):
         if len(LOG["reward_calls"]) == 1:
             time.sleep(20)  # abandoned after rollout.reward_timeout_s
         values = super().__call__(responses, items)
-        return [math.nan if "7" in r else v for r, v in zip(responses, values)]
+        out = [math.nan if "7" in r else v for r, v in zip(responses, values)]
+        if len(LOG["reward_calls"]) > 1:  # the hung first call's late answer is discarded
+            LOG["nan_rows"].append(sum(math.isnan(v) for v in out))
+        return out
 
 
 class NaNAfter(AdvantageRegression):

@@ -30,7 +30,7 @@ def _compose(*overrides):
 def test_every_group_composes_and_instantiates(tmp_path):
     cfg = _compose("judge=self_privileged", "intervention=self_privileged", "objective=regression_proxy", f"paths.output_dir={tmp_path}")
     c = build_components(cfg)
-    assert isinstance(c.rollout.judge, SelfPrivilegedJudge) and isinstance(c.rollout.intervention, SelfPrivilegedIntervention)
+    assert isinstance(c.rollout.judge.inner, SelfPrivilegedJudge) and isinstance(c.rollout.intervention, SelfPrivilegedIntervention)
     assert c.module.objective.kappa is None
     # the judge's model is a frozen copy of step 0, not the policy being trained
     frozen = c.rollout.judge.sampler.model
@@ -41,11 +41,11 @@ def test_every_group_composes_and_instantiates(tmp_path):
     assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["lr"] == cfg.module.optimizer.lr
 
     default = build_components(_compose(), trainer=False)
-    assert isinstance(default.rollout.judge, RuleJudge) and isinstance(default.rollout.intervention, RuleIntervention)
+    assert isinstance(default.rollout.judge.inner, RuleJudge) and isinstance(default.rollout.intervention, RuleIntervention)
     assert isinstance(default.module.objective, AdvantageRegression) and default.module.objective.kappa == -0.2
     assert isinstance(default.datamodule.prompts, ReasoningGymPrompts)
     none = build_components(_compose("judge=none"), trainer=False)
-    assert isinstance(none.rollout.judge, KeepJudge)
+    assert isinstance(none.rollout.judge.inner, KeepJudge)
 
 
 def test_unknown_component_lists_valid_names():

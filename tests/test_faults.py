@@ -86,6 +86,17 @@ def test_reward_faults_give_no_reward_for_the_rows_they_hit():
     assert g.metrics()["reward/failed"] == 0.0  # counts are per step
 
 
+def test_a_signal_timing_reward_still_runs_in_the_main_thread():
+    """math-verify times out with SIGALRM, which only the main thread may set: through the guard
+    it must still grade (a thread would make every call fail and every reward NaN)."""
+    from mintrl.reward import MathVerifyReward
+
+    item = type("Item", (), {"reference": "\\frac{1}{2}"})()
+    guarded = GuardedReward(MathVerifyReward(), timeout_s=30)
+    assert guarded(["so <answer>0.5</answer>", "<answer>2</answer>"], [item, item]) == [1.0, 0.0]
+    assert guarded.metrics()["reward/failed"] == 0.0
+
+
 def _scalars(out: Path) -> dict[str, list[tuple[int, float]]]:
     values: dict[str, list[tuple[int, float]]] = {}
     for event in (out / "tensorboard").glob("events.out.tfevents.*"):
@@ -102,9 +113,10 @@ def _cfg(out: Path, *overrides: str):
 
 
 def test_run_survives_a_flaky_judge_and_a_hanging_nan_reward(tmp_path):
-    fault_helpers.LOG["judge_calls"].clear(), fault_helpers.LOG["reward_calls"].clear()
+    for calls in fault_helpers.LOG.values():
+        calls.clear()
     cfg = _cfg(tmp_path, "judge._target_=fault_helpers.FlakyJudge", "reward._target_=fault_helpers.BadReward",
-               "rollout.reward_timeout_s=1", "rollout.max_reviews=3")
+               "rollout.reward_timeout_s=1", "rollout.max_reviews=3", "trainer.limit_val_batches=0")  # training rewards only
     summary = run(cfg)
     assert summary["steps"] == 2
     s = _scalars(tmp_path)
@@ -125,6 +137,8 @@ def test_run_survives_a_flaky_judge_and_a_hanging_nan_reward(tmp_path):
     # the first reward call hung: one timeout, then its rows were scored one by one
     assert sum(v for _, v in s["reward/timeout"]) == 1 and fault_helpers.LOG["reward_calls"][1] == 1
     assert sum(v for _, v in s["reward/failed"]) == 0
+    # NaN rewards are "no reward", not faults: counted in reward/missing, one per NaN row
+    assert sum(v for _, v in s["reward/missing"]) == sum(fault_helpers.LOG["nan_rows"])
     assert all(math.isfinite(v) for _, v in s["train/loss"])
     assert (tmp_path / "hf_policy" / "config.json").is_file()
 

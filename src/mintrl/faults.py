@@ -211,6 +211,8 @@ class GuardedJudge:
 
 class GuardedReward:
     """A reward whose call never raises or hangs past ``timeout_s`` (:func:`score_rewards_guarded`).
+    A reward with ``main_thread_only = True`` (it times out by itself with signals, as
+    ``math-verify`` does) runs in the calling thread without the guard's time limit.
 
     ``metrics()`` returns the wrapped reward's metrics plus, reset at each call, the step's
     ``reward/failed`` (calls that raised or values that are not finite numbers) and
@@ -223,7 +225,9 @@ class GuardedReward:
         self.inner, self.timeout_s, self.counts = reward, timeout_s, FaultCounts()
 
     def __call__(self, responses: Sequence[str], items: Sequence) -> list[float]:
-        return score_rewards_guarded(self.inner, responses, items, self.timeout_s, self.counts)
+        # a reward that times out with signals (math-verify) must run in the main thread: no thread timeout
+        timeout_s = None if getattr(self.inner, "main_thread_only", False) else self.timeout_s
+        return score_rewards_guarded(self.inner, responses, items, timeout_s, self.counts)
 
     def metrics(self) -> dict[str, float]:
         c, self.counts = self.counts, FaultCounts()

@@ -91,7 +91,7 @@ def run_pilot(cfg: DictConfig) -> list[dict]:
         raise ValueError("mintrl-pilot needs rollout.n_semi > 0")
     if p.prompts * len(p.seeds) > len(c.datamodule.train_items):
         raise ValueError(f"pilot.prompts x seeds exceeds the {len(c.datamodule.train_items)} training prompts")
-    compare = bool(p.agreement_with_rule) and not isinstance(engine.judge, RuleJudge)
+    compare = bool(p.agreement_with_rule) and not isinstance(getattr(engine.judge, "inner", engine.judge), RuleJudge)
     rows = []
     for chunk, reviews, continuation in itertools.product(p.chunk_sizes, p.max_reviews, p.continuation_lens):
         engine.chunk_size, engine.max_reviews, engine.continuation_len = int(chunk), int(reviews), int(continuation)

@@ -31,7 +31,10 @@ def parse_response(response: str):
 class MathVerifyReward:
     """1.0 when ``math_verify.verify(gold, answer)`` holds (equivalent expressions, sets, intervals),
     else 0.0; the reference is ``item.reference``. Runs in the calling (main) thread, since
-    ``math-verify`` times out with signals."""
+    ``math-verify`` times out with signals (``main_thread_only``: the rollout's fault guard then
+    contains its errors but leaves timing out to ``math-verify``)."""
+
+    main_thread_only = True
 
     def __call__(self, responses: Sequence[str], items: Sequence) -> list[float]:
         """Rewards of ``N`` decoded responses for their prompt items."""

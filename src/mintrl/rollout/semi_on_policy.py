@@ -125,7 +125,7 @@ class SemiOnPolicyRollout:
                 raise ValueError(f"rollout.{name} must be an integer >= {low}, got {value!r}")
         if temperature <= 0 or not 0 < top_p <= 1:
             raise ValueError(f"rollout.temperature must be > 0 and rollout.top_p in (0, 1], got {temperature}, {top_p}")
-        judge, reward = GuardedJudge(judge, judge_timeout_s), GuardedReward(reward, reward_timeout_s)
+        self.judge_timeout_s, self.reward_timeout_s = judge_timeout_s, reward_timeout_s
         self.sampler, self.judge, self.intervention, self.reward, self.tokenizer = sampler, judge, intervention, reward, tokenizer
         self.n_control, self.n_semi = n_control, n_semi
         self.chunk_size, self.max_reviews, self.continuation_len = chunk_size, max_reviews, continuation_len
@@ -135,6 +135,25 @@ class SemiOnPolicyRollout:
         self.progress = progress
         self.allocation = allocation
         self.pad_token_id = getattr(sampler, "pad_token_id", tokenizer.pad_token_id)
+
+    # The judge and reward are always guarded (mintrl.faults), also when swapped later (the pilot does).
+    @property
+    def judge(self) -> GuardedJudge:
+        """The judge, wrapped by :class:`mintrl.faults.GuardedJudge` (``.inner`` is the judge itself)."""
+        return self._judge
+
+    @judge.setter
+    def judge(self, judge) -> None:
+        self._judge = judge if isinstance(judge, GuardedJudge) else GuardedJudge(judge, self.judge_timeout_s)
+
+    @property
+    def reward(self) -> GuardedReward:
+        """The reward, wrapped by :class:`mintrl.faults.GuardedReward` (``.inner`` is the reward itself)."""
+        return self._reward
+
+    @reward.setter
+    def reward(self, reward) -> None:
+        self._reward = reward if isinstance(reward, GuardedReward) else GuardedReward(reward, self.reward_timeout_s)
 
     # ------------------------------------------------------------------ generation
     def _sample(self, rollouts: list[Rollout], budgets: list[int]) -> list:
