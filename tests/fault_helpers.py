@@ -30,11 +30,12 @@ class BadReward(ReasoningGymReward):
 
     def __call__(self, responses, items):
         LOG["reward_calls"].append(len(responses))
-        if len(LOG["reward_calls"]) == 1:
+        call = len(LOG["reward_calls"])
+        if call == 1:
             time.sleep(20)  # abandoned after rollout.reward_timeout_s
         values = super().__call__(responses, items)
         out = [math.nan if "7" in r else v for r, v in zip(responses, values)]
-        if len(LOG["reward_calls"]) > 1:  # the hung first call's late answer is discarded
+        if call > 1:  # the hung first call's late answer is discarded
             LOG["nan_rows"].append(sum(math.isnan(v) for v in out))
         return out
 

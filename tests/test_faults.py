@@ -116,7 +116,7 @@ def test_run_survives_a_flaky_judge_and_a_hanging_nan_reward(tmp_path):
     for calls in fault_helpers.LOG.values():
         calls.clear()
     cfg = _cfg(tmp_path, "judge._target_=fault_helpers.FlakyJudge", "reward._target_=fault_helpers.BadReward",
-               "rollout.reward_timeout_s=1", "rollout.max_reviews=3", "trainer.limit_val_batches=0")  # training rewards only
+               "rollout.reward_timeout_s=1", "rollout.max_reviews=3", "+trainer.limit_val_batches=0")  # training rewards only
     summary = run(cfg)
     assert summary["steps"] == 2
     s = _scalars(tmp_path)
