@@ -9,7 +9,7 @@ STAMP := $(VENV)/.mintrl-installed
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.mintrl-installed
 
-.PHONY: setup train test test-slow setup-vllm test-vllm clean
+.PHONY: setup train test test-slow setup-vllm test-vllm bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,15 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow $(ARGS)
+
+# every benchmark script, one after another (prints tables of ratios; see benchmarks/README.md)
+bench: $(STAMP)
+	$(BIN)/pip install -q -e ".[dev,bench]"
+	cd benchmarks && ../$(BIN)/python logprob_memory.py
+	cd benchmarks && ../$(BIN)/python chunked_continuation.py
+	cd benchmarks && ../$(BIN)/python semi_on_policy_overhead.py
+	cd benchmarks && ../$(BIN)/python scaling.py
+	cd benchmarks && ../$(BIN)/python grpo_vs_trl.py
 
 $(VLLM_STAMP): pyproject.toml
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
