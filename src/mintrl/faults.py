@@ -158,7 +158,9 @@ def score_rewards_guarded(reward, responses: Sequence[str], items: Sequence, tim
         for response, item in zip(responses, items):
             try:
                 one = list(call_with_timeout(lambda r=response, i=item: reward([r], [i]), timeout_s))
-                values.append(one[0] if len(one) == 1 else _Garbage(f"{len(one)} values for one response"))
+                if len(one) != 1:
+                    counts.add("garbage", f"reward returned {len(one)} values for one response")
+                values.append(one[0] if len(one) == 1 else math.nan)
             except CallTimeout as err:
                 counts.add("timeouts", f"reward: {err}")
                 values.append(math.nan)
@@ -167,20 +169,12 @@ def score_rewards_guarded(reward, responses: Sequence[str], items: Sequence, tim
                 values.append(math.nan)
     out = []
     for i, v in enumerate(values):
-        f = None if isinstance(v, _Garbage) else _number(v)
+        f = _number(v)
         if f is None:
             counts.add("garbage", f"reward row {i}: {v!r:.80} is not a finite number")
             f = math.nan
         out.append(f)
     return out
-
-
-class _Garbage:
-    def __init__(self, why: str):
-        self.why = why
-
-    def __repr__(self) -> str:
-        return self.why
 
 
 class GuardedJudge:

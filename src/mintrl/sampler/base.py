@@ -40,6 +40,25 @@ class Generation:
     finished: list[bool]
 
 
+def check_generate_args(prefixes: Sequence[Sequence[int]], max_new_tokens: int, temperature: float, top_p: float,
+                        max_prefix_tokens: int | None = None) -> None:
+    """The argument checks every ``Sampler.generate`` makes.
+
+    Raises:
+        ValueError: non-positive ``max_new_tokens`` (tokens) or ``temperature``, ``top_p`` outside
+            (0, 1], an empty prefix, or one of ``max_prefix_tokens`` or more (row named).
+    """
+    if max_new_tokens <= 0:
+        raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
+    if temperature <= 0 or not 0 < top_p <= 1:
+        raise ValueError(f"need temperature > 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+    for i, p in enumerate(prefixes):
+        if len(p) == 0:
+            raise ValueError(f"prefix row {i} is empty")
+        if max_prefix_tokens is not None and len(p) >= max_prefix_tokens:
+            raise ValueError(f"prefix row {i} has {len(p)} tokens, sampler.max_model_len is {max_prefix_tokens}")
+
+
 class Sampler(Protocol):
     """What the rollout loop needs from a generation backend."""
 

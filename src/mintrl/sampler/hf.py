@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
 from mintrl.logprobs import token_logprobs
-from mintrl.sampler.base import Generation
+from mintrl.sampler.base import Generation, check_generate_args
 from mintrl.sampler.weights import is_sharded
 
 
@@ -105,13 +105,7 @@ class HFSampler:
             ValueError: empty prefix, non-positive budget or temperature, top_p outside (0, 1].
             RuntimeError: the policy is FSDP-sharded (use ``sampler=vllm``).
         """
-        if max_new_tokens <= 0:
-            raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
-        if temperature <= 0 or not 0 < top_p <= 1:
-            raise ValueError(f"need temperature > 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
-        for i, p in enumerate(prefixes):
-            if len(p) == 0:
-                raise ValueError(f"prefix row {i} is empty")
+        check_generate_args(prefixes, max_new_tokens, temperature, top_p)
         if is_sharded(self.model):
             raise RuntimeError("sampler=hf cannot generate from an FSDP-sharded policy (each rank would need the full "
                                "weights at every step of decoding): use sampler=vllm with trainer=fsdp")

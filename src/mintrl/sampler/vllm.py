@@ -38,7 +38,7 @@ from typing import Any, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from mintrl.sampler.base import Generation
+from mintrl.sampler.base import Generation, check_generate_args
 from mintrl.sampler.hf import eos_ids_of, score_sequences
 from mintrl.sampler.weights import full_state_dict, is_sharded, weights_version
 
@@ -224,10 +224,14 @@ class VLLMSampler:
             if self.sleep_level == 2:
                 self.synced_version = None  # level 2 drops the weights: push again on wake-up
 
-    def _wake(self) -> None:
+    def _ready(self):
+        """The started, awake engine holding the policy's current weights."""
+        llm = self.engine()
         if self.asleep:
-            self.llm.wake_up()
+            llm.wake_up()
             self.asleep = False
+        self.sync_weights()
+        return llm
 
     # ------------------------------------------------------------------ contract
     @torch.no_grad()
@@ -255,22 +259,12 @@ class VLLMSampler:
             ValueError: empty or too long prefix (row named), non-positive budget or temperature,
                 top_p outside (0, 1].
         """
-        if max_new_tokens <= 0:
-            raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
-        if temperature <= 0 or not 0 < top_p <= 1:
-            raise ValueError(f"need temperature > 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
-        for i, p in enumerate(prefixes):
-            if len(p) == 0:
-                raise ValueError(f"prefix row {i} is empty")
-            if len(p) >= self.max_model_len:
-                raise ValueError(f"prefix row {i} has {len(p)} tokens, sampler.max_model_len is {self.max_model_len}")
+        check_generate_args(prefixes, max_new_tokens, temperature, top_p, max_prefix_tokens=self.max_model_len)
         if not prefixes:
             return Generation([], [], [])
         from vllm import SamplingParams
 
-        self.engine()
-        self._wake()
-        self.sync_weights()
+        self._ready()
         seeds = torch.randint(0, 2**31 - 1, (len(prefixes),)).tolist()  # the run's RNG fixes the samples
         params = [
             SamplingParams(
@@ -291,10 +285,11 @@ class VLLMSampler:
             if completion.logprobs is None or len(completion.logprobs) != len(ids):
                 raise RuntimeError(f"vLLM returned {len(completion.logprobs or [])} log-probs for {len(ids)} tokens in row {i}")
             logprobs = [step[t].logprob for t, step in zip(ids, completion.logprobs)]
-            cut = next((k + 1 for k, t in enumerate(ids) if t in eos), len(ids))  # nothing after the first EOS
+            first_eos = next((k for k, t in enumerate(ids) if t in eos), None)
+            cut = len(ids) if first_eos is None else first_eos + 1  # nothing after the first EOS
             out.token_ids.append(torch.tensor(ids[:cut], dtype=torch.long))
             out.logprobs.append(torch.tensor(logprobs[:cut], dtype=torch.float32))
-            out.finished.append(cut < len(ids) or (bool(ids) and ids[-1] in eos))
+            out.finished.append(first_eos is not None)
         return out
 
     def score(self, sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int], temperature: float = 1.0) -> list[torch.Tensor]:
@@ -319,9 +314,7 @@ class VLLMSampler:
             return []
         from vllm import SamplingParams
 
-        self.engine()
-        self._wake()
-        self.sync_weights()
+        self._ready()
         params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
         outputs = self.llm.generate([{"prompt_token_ids": [int(t) for t in s]} for s in sequences], params, use_tqdm=False)
         out = []
