@@ -31,9 +31,15 @@ def median(values) -> float:
 def peak_rss_mib(code: str, *args: str) -> float:
     """Peak resident memory (MiB) of a fresh ``python -c code args`` above its own baseline: the
     script prints ``{"baseline": KiB}`` before the measured part and ``{"peak": KiB}`` after it
-    (from ``/proc/self/status``)."""
+    (from ``/proc/self/status``).
+
+    The child runs with glibc's mmap threshold fixed at 64 KiB (``MALLOC_MMAP_THRESHOLD_``): every
+    tensor buffer is then its own mapping, returned to the system when freed, so the resident set
+    follows the live tensors. With the default dynamic threshold, buffers up to 32 MiB come from the
+    heap and stay resident after they are freed, which adds hundreds of MiB of allocator retention
+    that depends on the order of allocations rather than on the computation measured."""
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONWARNINGS": "ignore"})
+                         env={**os.environ, "PYTHONWARNINGS": "ignore", "MALLOC_MMAP_THRESHOLD_": str(64 * 1024)})
     marks = {}
     for line in out.stdout.splitlines():
         if line.startswith("{"):

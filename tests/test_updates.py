@@ -108,6 +108,31 @@ def test_training_logprobs_use_the_sampling_temperature(tiny_model):
     assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
 
 
+def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradient(tiny_model):
+    objective = OBJECTIVES["mintrl-const"]()
+    batch = _rollout_batch(tiny_model)
+    reference = copy.deepcopy(tiny_model)
+    results = {}
+    for name, model, checkpointing in (("plain", reference, False), ("checkpointed", tiny_model, True)):
+        module = PolicyModule(model, objective, functools.partial(torch.optim.SGD, lr=0.1), gradient_checkpointing=checkpointing)
+        prepared = objective.prepare(batch, module.frozen_logprobs)
+        calls = []
+        hooks = [layer.mlp.register_forward_pre_hook(lambda *a: calls.append(1)) for layer in model.model.layers]
+        model.zero_grad(set_to_none=True)
+        loss, _ = module.accumulate(prepared, step_totals(prepared.extras["loss_mask"]))
+        for h in hooks:
+            h.remove()
+        results[name] = (loss.item(), _grads(model), len(calls))
+    # 2 decoder layers: one MLP call each, plus one recomputation each in the backward when checkpointed
+        # (a pre-hook: torch stops a recomputation early, before forward hooks of its last module fire)
+    assert results["plain"][2] == 2 and results["checkpointed"][2] == 4
+    assert results["checkpointed"][0] == pytest.approx(results["plain"][0], rel=1e-6)
+    assert results["plain"][1].abs().sum() > 0
+    assert torch.allclose(results["checkpointed"][1], results["plain"][1], rtol=1e-5, atol=1e-8)
+    with pytest.raises(ValueError, match="module.gradient_checkpointing=true, but Linear"):
+        PolicyModule(torch.nn.Linear(2, 2), objective, functools.partial(torch.optim.SGD, lr=0.1), gradient_checkpointing=True)
+
+
 def test_minibatch_rows_partition_the_batch():
     parts = minibatch_rows(10, 3, torch.Generator().manual_seed(0))
     assert sorted(torch.cat(parts).tolist()) == list(range(10)) and [len(p) for p in parts] == [4, 3, 3]

@@ -23,14 +23,30 @@ def _head_and_body(model):
     return model.get_output_embeddings(), body
 
 
-def _chunk_logprob_entropy(head, hidden, targets, temperature: float):
-    # hidden [M, H], targets [M] -> logprob [M], entropy [M] (entropy detached)
-    logits = head(hidden).float() / temperature  # [M, V]: the only full-vocabulary block
+def _chunk_logprob_entropy(head, hidden, targets, temperature: float, with_entropy: bool = True):
+    # hidden [M, H], targets [M] -> logprob [M], entropy [M] (entropy detached; zeros when not wanted)
+    logits = head(hidden).float()  # [M, V]: the only full-vocabulary block
+    if temperature != 1.0:
+        logits = logits / temperature
     logz = torch.logsumexp(logits, dim=-1)  # [M]
     logprob = logits.gather(-1, targets[:, None]).squeeze(-1) - logz
-    with torch.no_grad():
-        entropy = logz - (F.softmax(logits, dim=-1) * logits).sum(-1)
+    if not with_entropy:
+        return logprob, torch.zeros_like(logz)
+    with torch.no_grad():  # H = logZ - sum_v p_v z_v, with one more [M, V] buffer (p) and no product tensor
+        entropy = logz - torch.linalg.vecdot(torch.softmax(logits, dim=-1), logits)
     return logprob, entropy
+
+
+def _checkpointed_block(head, hidden, targets, temperature: float):
+    # the LM-head block under activation checkpointing: only hidden and targets are kept for the
+    # backward, which recomputes the logits; the recomputation skips the (detached) entropy
+    calls = []
+
+    def block(h, t):
+        calls.append(1)
+        return _chunk_logprob_entropy(head, h, t, temperature, with_entropy=len(calls) == 1)
+
+    return checkpoint(block, hidden, targets, use_reentrant=False)
 
 
 def token_logprobs(
@@ -39,7 +55,7 @@ def token_logprobs(
     attention_mask: torch.Tensor,
     target_mask: torch.Tensor,
     temperature: float = 1.0,
-    chunk_tokens: int = 1024,
+    chunk_tokens: int = 256,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs ``log_softmax(logits / T)`` of each target token under ``model``.
 
@@ -63,7 +79,7 @@ def token_logprobs(
     if temperature <= 0 or chunk_tokens <= 0:
         raise ValueError(f"need temperature > 0 and chunk_tokens > 0, got {temperature}, {chunk_tokens}")
     head, body = _head_and_body(model)
-    hidden = body(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # [N, L, H]
+    hidden = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state  # [N, L, H]
     mask = target_mask.clone()
     mask[:, 0] = False
     rows, cols = mask.nonzero(as_tuple=True)  # target positions, [M] each
@@ -75,7 +91,7 @@ def token_logprobs(
         h = hidden[r, c - 1]  # [m, H]: the state that predicts token c
         t = input_ids[r, c]  # [m]
         if torch.is_grad_enabled():
-            lp, ent = checkpoint(_chunk_logprob_entropy, head, h, t, temperature, use_reentrant=False)
+            lp, ent = _checkpointed_block(head, h, t, temperature)
         else:
             lp, ent = _chunk_logprob_entropy(head, h, t, temperature)
         parts_lp.append(lp)

@@ -171,7 +171,7 @@ class HFSampler:
         return out
 
 
-def score_sequences(model, sequences, prompt_lengths, temperature: float = 1.0, chunk_tokens: int = 1024, pad_token_id: int = 0):
+def score_sequences(model, sequences, prompt_lengths, temperature: float = 1.0, chunk_tokens: int = 256, pad_token_id: int = 0):
     """Teacher-forced log-probs of the response part of each sequence (no grad).
 
     Args:
