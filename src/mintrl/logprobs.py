@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from mintrl.shared_prompts import shared_prompt_hidden
+
 
 def _head_and_body(model):
     config = getattr(model, "config", None)
@@ -21,6 +23,11 @@ def _head_and_body(model):
             raise NotImplementedError(f"models with config.{attr} are not supported by token_logprobs yet")
     body = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, model.base_model_prefix)
     return model.get_output_embeddings(), body
+
+
+def _checkpointing_active(body) -> bool:
+    # Hugging Face activation checkpointing drops the KV cache in checkpointed layers (grad mode only)
+    return torch.is_grad_enabled() and body.training and any(getattr(m, "gradient_checkpointing", False) for m in body.modules())
 
 
 def _chunk_logprob_entropy(head, hidden, targets, temperature: float, with_entropy: bool = True):
@@ -56,6 +63,7 @@ def token_logprobs(
     target_mask: torch.Tensor,
     temperature: float = 1.0,
     chunk_tokens: int = 256,
+    share_prompts: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs ``log_softmax(logits / T)`` of each target token under ``model``.
 
@@ -66,6 +74,10 @@ def token_logprobs(
             never a target: nothing predicts it).
         temperature: the sampling temperature ``T`` (> 0).
         chunk_tokens: at most this many positions go through the LM head at once.
+        share_prompts: forward each distinct prompt (the tokens before a row's first target) once
+            and the rows' responses from its KV cache (:mod:`mintrl.shared_prompts`); same result
+            up to float rounding, less work when rows share prompts (a group). Ignored, i.e. the
+            plain forward runs, when no prompt repeats or when activation checkpointing is active.
 
     Returns:
         ``(logprobs, entropy)``, both ``[N, L]`` float32 with zeros off ``target_mask``; entry ``j``
@@ -79,9 +91,13 @@ def token_logprobs(
     if temperature <= 0 or chunk_tokens <= 0:
         raise ValueError(f"need temperature > 0 and chunk_tokens > 0, got {temperature}, {chunk_tokens}")
     head, body = _head_and_body(model)
-    hidden = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state  # [N, L, H]
     mask = target_mask.clone()
     mask[:, 0] = False
+    hidden = None
+    if share_prompts and not _checkpointing_active(body):
+        hidden = shared_prompt_hidden(body, input_ids, attention_mask, mask)  # None: no prompt repeats
+    if hidden is None:
+        hidden = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state  # [N, L, H]
     rows, cols = mask.nonzero(as_tuple=True)  # target positions, [M] each
     logprobs = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     entropy = torch.zeros_like(logprobs)

@@ -1,0 +1,94 @@
+"""Forward each distinct prompt of a batch once, and every rollout of it from the prompt's KV cache.
+
+A GRPO / MInTRL batch holds ``G`` rollouts of each prompt (a group), so a plain forward processes
+every prompt ``G`` times. Here the body runs on the ``U`` distinct prompts (left-padded, so they end
+in the same column), the per-layer keys and values are gathered to the ``N`` rows (a differentiable
+index: the gradient of all ``G`` rollouts flows back into the one prompt pass), and the body runs
+on the responses only, continuing from that cache. With prompts of ``P`` tokens and responses of
+``R``, the body's work drops from ``N (P + R)`` to ``U P + N R`` tokens; the result equals the
+plain forward up to float rounding.
+
+Used by :func:`mintrl.logprobs.token_logprobs` (``module.share_prompts``). Not combinable with
+Hugging Face activation checkpointing, which drops the cache inside checkpointed layers: the
+caller falls back to the plain forward then.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+
+def prompt_lengths(attention_mask: torch.Tensor, target_mask: torch.Tensor) -> torch.Tensor:
+    """``[N]`` int64: the column of each row's first target (its prompt length); rows without a
+    target get their full length (all prompt).
+
+    Args:
+        attention_mask: ``[N, L]`` right-padded. target_mask: ``[N, L]`` bool.
+    """
+    lengths = attention_mask.sum(-1)
+    first = torch.where(target_mask.any(-1), target_mask.float().argmax(-1), lengths)
+    return first
+
+
+def _cache_kwarg(body) -> str:
+    params = inspect.signature(body.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.2x
+
+
+def shared_prompt_hidden(body, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor) -> torch.Tensor | None:
+    """Last hidden states at the positions that predict targets, with each distinct prompt forwarded once.
+
+    Args:
+        body: the decoder of a Hugging Face causal LM (``model.get_decoder()``), taking
+            ``input_ids, attention_mask, position_ids`` and a KV cache.
+        input_ids: ``[N, L]`` int64, right-padded; row ``i``'s prompt is ``input_ids[i, :p_i]`` with
+            ``p_i`` its first target column (:func:`prompt_lengths`).
+        attention_mask: ``[N, L]``. target_mask: ``[N, L]`` bool, every target at or after ``p_i``.
+
+    Returns:
+        ``[N, L, H]`` hidden states, equal to ``body(input_ids).last_hidden_state`` at the columns
+        ``p_i - 1 .. len_i - 1`` (the ones that predict response tokens) and zero before; or None
+        when no prompt occurs twice among the rows with targets (nothing to share: the caller runs
+        the plain forward).
+    """
+    n, width = input_ids.shape
+    plen = prompt_lengths(attention_mask, target_mask)  # [N]
+    total = attention_mask.sum(-1)  # [N]
+    rows = [i for i in range(n) if target_mask[i].any()]
+    keys = [tuple(input_ids[i, : plen[i]].tolist()) for i in rows]
+    distinct = list(dict.fromkeys(keys))
+    if len(distinct) == len(rows) or not rows:
+        return None
+    device = input_ids.device
+    which = torch.tensor([distinct.index(k) for k in keys], device=device)  # [N'] -> prompt index
+    rows_t = torch.tensor(rows, device=device)
+    # distinct prompts, left-padded to P columns
+    p_max = max(len(k) for k in distinct)
+    ids_u = torch.zeros(len(distinct), p_max, dtype=input_ids.dtype, device=device)
+    attn_u = torch.zeros(len(distinct), p_max, dtype=attention_mask.dtype, device=device)
+    for u, k in enumerate(distinct):
+        ids_u[u, p_max - len(k):] = torch.tensor(k, dtype=input_ids.dtype, device=device)
+        attn_u[u, p_max - len(k):] = 1
+    pos_u = (attn_u.cumsum(-1) - 1).clamp(min=0)  # [U, P]
+    # responses, right-padded to R columns, positions continuing from each prompt
+    r_len = (total[rows_t] - plen[rows_t]).clamp(min=1)  # [N']
+    r_max = int(r_len.max())
+    cols = plen[rows_t, None] + torch.arange(r_max, device=device)  # [N', R] source columns
+    valid = torch.arange(r_max, device=device) < (total[rows_t] - plen[rows_t])[:, None]
+    ids_r = torch.where(valid, input_ids[rows_t[:, None], cols.clamp(max=width - 1)], 0)
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=getattr(body, "config", None))
+    name = _cache_kwarg(body)
+    hidden_u = body(input_ids=ids_u, attention_mask=attn_u, position_ids=pos_u, use_cache=True, **{name: cache}).last_hidden_state
+    cache.batch_select_indices(which)  # [U, ...] -> [N', ...] per layer, differentiable
+    attn_r = torch.cat([attn_u[which], valid.to(attention_mask.dtype)], dim=1)  # [N', P + R]
+    hidden_r = body(input_ids=ids_r, attention_mask=attn_r, position_ids=cols, use_cache=True, **{name: cache}).last_hidden_state
+    # back into the [N, L, H] layout: column p_i - 1 from the prompt pass, p_i .. from the responses
+    dst_rows = torch.cat([rows_t, rows_t[:, None].expand(-1, r_max)[valid]])
+    dst_cols = torch.cat([plen[rows_t] - 1, cols[valid]])
+    values = torch.cat([hidden_u[which, -1], hidden_r[valid]])
+    hidden = hidden_u.new_zeros(n, width, hidden_u.shape[-1])
+    return hidden.index_put((dst_rows, dst_cols), values)

@@ -1,0 +1,93 @@
+"""Shared-prompt forward (module.share_prompts): each distinct prompt goes through the body once and
+its rollouts continue from its KV cache; log-probs, entropies and gradients equal the plain forward."""
+
+import torch
+
+from mintrl.logprobs import token_logprobs
+from mintrl.module import enable_gradient_checkpointing
+from mintrl.shared_prompts import prompt_lengths
+
+PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13]]
+RESPONSES = [[20, 21], [22, 23, 24, 25], [26], [30, 31, 32], [33], [34, 35, 36, 37, 38]]  # 3 rollouts per prompt
+
+
+def _group_batch():
+    """6 rows (2 prompts of 3 and 5 tokens, 3 rollouts each), right-padded to 11 columns; row 2's
+    only response token is not a target (a row without targets takes no part)."""
+    rows = [PROMPTS[i // 3] + r for i, r in enumerate(RESPONSES)]
+    ids = torch.zeros(6, 11, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    targets = torch.zeros_like(ids, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r)
+        attn[i, : len(r)] = 1
+        targets[i, len(PROMPTS[i // 3]) : len(r)] = True
+    targets[2, 3] = False
+    return ids, attn, targets
+
+
+def _body_tokens(model, fn):
+    """Tokens the body embeds while ``fn`` runs."""
+    seen = []
+    hook = model.model.embed_tokens.register_forward_pre_hook(lambda mod, args: seen.append(args[0].numel()))
+    try:
+        out = fn()
+    finally:
+        hook.remove()
+    return sum(seen), out
+
+
+def test_prompt_lengths_are_the_first_target_column():
+    ids, attn, targets = _group_batch()
+    assert prompt_lengths(attn, targets).tolist() == [3, 3, 4, 5, 5, 5]  # row 2: no target -> its length
+
+
+def test_shared_prompt_forward_equals_the_plain_forward_with_less_body_work(tiny_model):
+    model = tiny_model.train()
+    ids, attn, targets = _group_batch()
+    weights = torch.arange(ids.numel(), dtype=torch.float32).view(ids.shape) / 10  # a loss that weighs every token differently
+    results = {}
+    for share in (False, True):
+        model.zero_grad(set_to_none=True)
+        tokens, (lp, ent) = _body_tokens(model, lambda: token_logprobs(model, ids, attn, targets, 0.7, 4, share_prompts=share))
+        (lp * weights).sum().backward()
+        results[share] = (tokens, lp.detach(), ent, torch.cat([p.grad.flatten() for p in model.parameters()]))
+    # plain: 6 rows x 11 columns; shared: 2 prompts x 5 columns (left-padded) + 5 rows with targets x 5 response columns
+    assert results[False][0] == 66 and results[True][0] == 2 * 5 + 5 * 5
+    (_, lp0, ent0, g0), (_, lp1, ent1, g1) = results[False], results[True]
+    assert (lp0[targets] != 0).all() and (lp1[~targets] == 0).all()
+    assert torch.allclose(lp1, lp0, atol=1e-6) and torch.allclose(ent1, ent0, atol=1e-6)
+    assert g0.abs().sum() > 0 and torch.allclose(g1, g0, rtol=1e-4, atol=1e-5), (g1 - g0).abs().max()
+
+
+def test_no_sharing_without_repeated_prompts_or_under_activation_checkpointing(tiny_model):
+    model = tiny_model.train()
+    ids, attn, targets = _group_batch()
+    distinct = [0, 3]  # one row per prompt: nothing to share, plain forward
+    tokens, _ = _body_tokens(model, lambda: token_logprobs(model, ids[distinct], attn[distinct], targets[distinct], share_prompts=True))
+    assert tokens == 2 * 11
+    enable_gradient_checkpointing(model)
+    tokens, (lp, _) = _body_tokens(model, lambda: token_logprobs(model, ids, attn, targets, share_prompts=True))
+    assert tokens == 66  # checkpointed layers would drop the cache: plain forward
+    with torch.no_grad():  # checkpointing is inactive without grad: shared again, same values
+        tokens, (lp_shared, _) = _body_tokens(model, lambda: token_logprobs(model, ids, attn, targets, share_prompts=True))
+    assert tokens == 35 and torch.allclose(lp_shared, lp.detach(), atol=1e-6)
+
+
+def test_shared_prompt_forward_on_the_embedded_model(embedded):
+    model, tok = embedded.model, embedded.tokenizer
+    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 3 + 4?"}], add_generation_prompt=True, tokenize=True)["input_ids"]
+    responses = [tok.encode("3 + 4 = 7."), tok.encode("The answer is <answer>7</answer>"), tok.encode("It is 8.")]
+    width = len(prompt) + max(map(len, responses))
+    ids = torch.full((3, width), tok.pad_token_id)
+    attn = torch.zeros_like(ids)
+    targets = torch.zeros_like(ids, dtype=torch.bool)
+    for i, r in enumerate(responses):
+        ids[i, : len(prompt) + len(r)] = torch.tensor(prompt + r)
+        attn[i, : len(prompt) + len(r)] = 1
+        targets[i, len(prompt) : len(prompt) + len(r)] = True
+    with torch.no_grad():
+        plain, _ = token_logprobs(model, ids.to(model.device), attn.to(model.device), targets.to(model.device))
+        shared, _ = token_logprobs(model, ids.to(model.device), attn.to(model.device), targets.to(model.device), share_prompts=True)
+    assert torch.allclose(shared, plain, atol=1e-4), (shared - plain).abs().max()
+    assert (plain[targets.to(plain.device)] < 0).all()
