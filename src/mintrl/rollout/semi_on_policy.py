@@ -157,18 +157,22 @@ class SemiOnPolicyRollout:
 
     # ------------------------------------------------------------------ generation
     def _sample(self, rollouts: list[Rollout], budgets: list[int]) -> list:
-        """Continue each rollout by up to its budget; one ``generate`` per distinct budget."""
-        by_budget = defaultdict(list)
-        for i, b in enumerate(budgets):
-            by_budget[b].append(i)
-        results = [None] * len(rollouts)
-        for budget, idx in by_budget.items():
-            gen = self.sampler.generate(
-                [rollouts[i].prompt_ids + rollouts[i].response_ids for i in idx], budget,
-                self.temperature, self.top_p, cache_keys=[id(rollouts[i]) for i in idx],
-            )
-            for j, i in enumerate(idx):
-                results[i] = (gen.token_ids[j], gen.logprobs[j], gen.finished[j])
+        """Continue each rollout by up to its own budget (tokens), in one ``generate`` call with the
+        largest budget: a row is cut to its budget afterwards (and is then unfinished unless its EOS
+        fell within it). One batched call decodes all rows together, which costs far less than one
+        call per distinct budget; the tokens past a row's budget are discarded."""
+        if not rollouts:
+            return []
+        gen = self.sampler.generate(
+            [r.prompt_ids + r.response_ids for r in rollouts], max(budgets),
+            self.temperature, self.top_p, cache_keys=[id(r) for r in rollouts],
+        )
+        results = []
+        for j, budget in enumerate(budgets):
+            ids, lps, finished = gen.token_ids[j], gen.logprobs[j], gen.finished[j]
+            if len(ids) > budget:
+                ids, lps, finished = ids[:budget], lps[:budget], False
+            results.append((ids, lps, finished))
         return results
 
     def _remaining(self, r: Rollout) -> int:
