@@ -4,7 +4,7 @@ size, with the rule judge (the rollout machinery's own overhead) and with the se
 judge (plus the judge model's cost). Alternating, median of ``--repeats``. Target with the rule
 judge: ratio <= 1.25.
 
-    .venv/bin/python benchmarks/semi_on_policy_overhead.py [--prompts 8 --repeats 3]
+    .venv/bin/python benchmarks/semi_on_policy_overhead.py [--prompts 8 --repeats 3 --sampler hf|vllm --device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -22,10 +22,14 @@ from mintrl.build import build_components
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
 
-def _rollout(overrides: list[str]):
+def _rollout(overrides: list[str], sampler: str, device: str):
+    if sampler == "vllm":  # three engines side by side: a small share of the GPU each
+        overrides = [*overrides, "sampler=vllm", "sampler.gpu_memory_utilization=0.15", "sampler.max_model_len=1024",
+                     f"sampler.enforce_eager={device == 'cpu'}"]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("train", overrides=["paths.output_dir=/tmp/mintrl-bench", "rollout.progress=false", *overrides])
     c = build_components(cfg, trainer=False)
+    c.context.policy.to(device)
     c.datamodule.setup()
     return c.rollout, c.datamodule.train_items
 
@@ -34,6 +38,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sampler", choices=["hf", "vllm"], default="hf")
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     group = ["rollout.n_control=2", "rollout.n_semi=2"]
     variants = {
@@ -41,7 +47,7 @@ def main() -> None:
         "MInTRL, rule judge": group,
         "MInTRL, self-privileged judge": [*group, "judge=self_privileged", "intervention=self_privileged"],
     }
-    engines = {name: _rollout(o) for name, o in variants.items()}
+    engines = {name: _rollout(o, args.sampler, args.device) for name, o in variants.items()}
     per_token: dict[str, list[float]] = {name: [] for name in variants}
     absolute: dict[str, list[tuple[float, int, float]]] = {name: [] for name in variants}
     for r in range(args.repeats):
@@ -64,7 +70,7 @@ def main() -> None:
         rows.append((f"{name} / on-policy, s per response token" + (" (target <= 1.25)" if "rule" in name else ""), m / base,
                      f"{secs:.1f} s for {toks:.0f} tokens, {fixes:.2f} interventions per semi rollout"))
     on = absolute["on-policy"]
-    table(f"semi-on-policy overhead, {args.prompts} prompts x 4 rollouts, HF sampler (CPU)", rows,
+    table(f"semi-on-policy overhead, {args.prompts} prompts x 4 rollouts, {args.sampler} sampler ({args.device})", rows,
           [f"on-policy: {median([a[0] for a in on]):.1f} s for {median([a[1] for a in on]):.0f} tokens; "
            f"medians of {args.repeats} alternating repetitions, each on new prompts"])
 

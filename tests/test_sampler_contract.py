@@ -164,3 +164,12 @@ def test_next_call_after_an_optimizer_step_uses_the_new_weights(kind, embedded, 
     finally:
         if hasattr(sampler, "close"):
             sampler.close()
+
+
+@pytest.mark.parametrize("field, value", [("block_size", 0), ("block_size", 24.0), ("sleep_level", 3), ("score_with", "judge"),
+                                          ("cpu_kv_cache_gib", 0.5), ("gpu_memory_utilization", 1.5), ("max_model_len", 0)])
+def test_vllm_sampler_names_a_bad_knob(tiny_model, field, value):
+    """Checked when the sampler is built, before the tokenizer is read or any engine starts (runs
+    without vLLM installed)."""
+    with pytest.raises(ValueError, match=f"sampler.{field}"):
+        VLLMSampler(tiny_model, None, **{field: value})

@@ -50,7 +50,9 @@ def _gap_after_step(sampler, policy, prompt) -> float:
 
 def test_without_the_prefix_cache_reset_old_kv_would_leak(embedded, tokenizer, monkeypatch):
     """Negative control for the reset: the same prompt after a push, with ``reset_prefix_cache``
-    disabled, reuses KV computed with the old weights and the log-probs drift; with it they agree."""
+    disabled, reuses KV computed with the old weights and the log-probs drift; with it they agree.
+    The engine caches KV in blocks of 32 tokens on the CPU backend (not its default 128, which
+    would cache nothing of a prompt or chunk shorter than that)."""
     prompt = _prompt(tokenizer)
     gaps = {}
     for reset in (True, False):
@@ -58,6 +60,8 @@ def test_without_the_prefix_cache_reset_old_kv_would_leak(embedded, tokenizer, m
         sampler = VLLMSampler(policy, tokenizer, max_model_len=1024, enforce_eager=True)
         try:
             sampler.engine()
+            block = sampler.llm.llm_engine.vllm_config.cache_config.block_size
+            assert block == 32 if policy.device.type == "cpu" else block <= 32
             if not reset:
                 monkeypatch.setattr(sampler.llm, "reset_prefix_cache", lambda *a, **k: True)
             gaps[reset] = _gap_after_step(sampler, policy, prompt)

@@ -71,6 +71,10 @@ class VLLMSampler:
         cpu_kv_cache_gib: KV-cache size on the CPU backend (whole GiB); sets ``VLLM_CPU_KVCACHE_SPACE``
             unless it is set already. CPU only.
         enable_prefix_caching: reuse KV of shared prefixes (chunks, groups, branches).
+        block_size: tokens per KV-cache block; the prefix cache reuses whole blocks only, so a
+            prefix shorter than one block is recomputed at every call. None = vLLM's default on
+            GPU (16) and 32 on the CPU backend (its default, 128, caches nothing of a short prompt
+            or chunk; the CPU attention kernel takes multiples of 32).
         sleep_mode: put the engine to sleep between rollout batches (frees GPU memory for the
             update; a no-op on the CPU backend).
         sleep_level: 1 keeps weights in host memory while asleep, 2 drops them (they are pushed
@@ -98,6 +102,7 @@ class VLLMSampler:
         gpu_memory_utilization: float = 0.3,
         cpu_kv_cache_gib: int = 1,
         enable_prefix_caching: bool = True,
+        block_size: int | None = None,
         sleep_mode: bool = False,
         sleep_level: int = 1,
         enforce_eager: bool = False,
@@ -112,6 +117,8 @@ class VLLMSampler:
             raise ValueError(f"sampler.gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         if not isinstance(cpu_kv_cache_gib, int) or cpu_kv_cache_gib <= 0:
             raise ValueError(f"sampler.cpu_kv_cache_gib must be a positive integer (GiB; the CPU build takes whole GiB), got {cpu_kv_cache_gib!r}")
+        if block_size is not None and (not isinstance(block_size, int) or block_size <= 0):
+            raise ValueError(f"sampler.block_size must be a positive integer (tokens) or null, got {block_size!r}")
         if score_with not in ("auto", "trainer", "engine"):
             raise ValueError(f"sampler.score_with must be auto, trainer or engine, got {score_with!r}")
         if sleep_level not in (1, 2):
@@ -121,6 +128,7 @@ class VLLMSampler:
         self.gpu_memory_utilization, self.cpu_kv_cache_gib = gpu_memory_utilization, cpu_kv_cache_gib
         self.enable_prefix_caching, self.sleep_mode, self.sleep_level = enable_prefix_caching, sleep_mode, sleep_level
         self.enforce_eager, self.tensor_parallel_size, self.seed = enforce_eager, tensor_parallel_size, seed
+        self.block_size = block_size
         self.score_with = score_with
         self.engine_kwargs = dict(engine_kwargs or {})
         self.eos_token_ids = eos_ids_of(model, tokenizer)
@@ -172,6 +180,9 @@ class VLLMSampler:
             enforce_eager=self.enforce_eager, tensor_parallel_size=self.tensor_parallel_size,
             enable_sleep_mode=self.sleep_mode and on_gpu,
         )
+        block_size = self.block_size or (None if on_gpu else 32)
+        if block_size is not None:
+            kwargs["block_size"] = block_size
         if on_gpu:
             kwargs["gpu_memory_utilization"] = self.gpu_memory_utilization
             rank, world = _rank_and_world()
