@@ -48,6 +48,8 @@ def main() -> None:
         "MInTRL, self-privileged judge": [*group, "judge=self_privileged", "intervention=self_privileged"],
     }
     engines = {name: _rollout(o, args.sampler, args.device) for name, o in variants.items()}
+    for rollout, items in engines.values():  # warm-up (starts a vLLM engine), on a prompt never measured
+        rollout.generate(items[-1:], step=0)
     per_token: dict[str, list[float]] = {name: [] for name in variants}
     absolute: dict[str, list[tuple[float, int, float]]] = {name: [] for name in variants}
     for r in range(args.repeats):
