@@ -1,7 +1,7 @@
 """Chunked continuation: a response generated in k chunks (each call continuing from the prefix, as
 the MInTRL rollout loop does between reviews) vs in one call, same rows and total tokens.
-Alternating, median of ``--repeats``. Target: ratio <= 1.1 (the KV of the prefix is reused by vLLM's
-prefix cache; Hugging Face ``generate`` re-encodes the prefix at every call).
+Alternating, median of ``--repeats``. Target: ratio <= 1.1 (the KV of the prefix is reused: by
+vLLM's prefix cache in whole blocks, by the HF sampler's continuation cache per rollout).
 
     .venv/bin/python benchmarks/chunked_continuation.py [--sampler hf|vllm --chunks 4 --tokens 64]
 """
@@ -41,12 +41,14 @@ def main() -> None:
     per_chunk = args.tokens // args.chunks
 
     def generate(n_chunks: int, budget: int) -> None:
-        active = [list(p) for p in prompts]  # rows that ended with EOS are not continued
+        active = [(row, list(p)) for row, p in enumerate(prompts)]  # rows that ended with EOS are not continued
         for _ in range(n_chunks):
             if not active:
-                return
-            out = sampler.generate(active, budget, temperature=1.0)
-            active = [p + ids.tolist() for p, ids, done in zip(active, out.token_ids, out.finished) if not done]
+                break
+            # as the rollout loop does: each row names its rollout, so a backend can continue from its KV
+            out = sampler.generate([p for _, p in active], budget, temperature=1.0, cache_keys=[row for row, _ in active])
+            active = [(row, p + ids.tolist()) for (row, p), ids, done in zip(active, out.token_ids, out.finished) if not done]
+        sampler.release()  # end of a rollout batch: kept KV is dropped
 
     torch.manual_seed(0)
     generate(1, 4)  # warm-up (and the first vLLM weight push)

@@ -101,6 +101,34 @@ def test_continuation_from_a_prefix_equals_one_call(sampler, embedded, tokenizer
         assert (scored - sampled).abs().max().item() < 2e-2, f"row {i}"
 
 
+def test_continuation_with_cache_keys_equals_one_call(sampler, embedded, tokenizer):
+    """The rollout loop's calls name each row's rollout (``cache_keys``): continuing from kept KV
+    gives the same tokens (near-greedy) and the full sequence's log-probs. The HF sampler re-encodes
+    one token per row of the second call; the rest of each prefix comes from the first call."""
+    prompts = _prompts(tokenizer)
+    torch.manual_seed(2)
+    one = sampler.generate(prompts, 8, temperature=0.02)
+    first = sampler.generate(prompts, 4, temperature=0.02, cache_keys=[10, 11, 12])
+    prefixes = [p + ids.tolist() for p, ids in zip(prompts, first.token_ids)]
+    reused = getattr(sampler, "reused_tokens", 0)
+    second = sampler.generate(prefixes, 4, temperature=0.02, cache_keys=[10, 11, 12])
+    if sampler.kind == "hf":
+        assert sampler.reused_tokens - reused == sum(len(p) - 1 for p in prefixes)
+    for i in range(len(prompts)):
+        if not first.finished[i]:
+            assert torch.cat([first.token_ids[i], second.token_ids[i]]).tolist() == one.token_ids[i].tolist(), f"row {i}"
+    torch.manual_seed(3)
+    first = sampler.generate(prompts, 5, temperature=0.8, cache_keys=[20, 21, 22])
+    cut = [p + ids.tolist()[:3] for p, ids in zip(prompts, first.token_ids)]  # truncated, as after a judge's cut
+    second = sampler.generate(cut, 5, temperature=0.8, cache_keys=[20, 21, 22])
+    for i, p in enumerate(cut):
+        scored = score_sequences(embedded.model, [p + second.token_ids[i].tolist()], [len(p)], 0.8)[0]
+        assert (scored - second.logprobs[i]).abs().max().item() < 2e-2, f"row {i}"
+    sampler.release()
+    if sampler.kind == "hf":
+        assert sampler._kept == {}
+
+
 def test_eos_ends_a_row_and_is_its_last_token(sampler, tokenizer):
     torch.manual_seed(0)
     out = sampler.generate(_prompts(tokenizer) * 4, 48)
@@ -135,14 +163,15 @@ def test_bad_arguments_are_refused(sampler):
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_next_call_after_an_optimizer_step_uses_the_new_weights(kind, embedded, tokenizer):
     """Weight sync: after an SGD step on the policy, the same long prefix (cached by vLLM's prefix
-    cache) gives log-probs of the *new* weights, and they differ from the old weights' ones."""
+    cache, kept by the HF sampler under its cache key) gives log-probs of the *new* weights, and
+    they differ from the old weights' ones."""
     policy = copy.deepcopy(embedded.model)
     sampler = make_sampler(kind, policy, tokenizer)
     # ~270 tokens: several KV blocks, so a prefix cache that survived the push would be hit
     prompt = _prompts(tokenizer, [" ".join(["Explain step by step why the sum of two even numbers is always even, then give an example."] * 12)])
     try:
         torch.manual_seed(5)
-        before = sampler.generate(prompt, 12, temperature=1.0)
+        before = sampler.generate(prompt, 12, temperature=1.0, cache_keys=[0])  # HF keeps this row's KV
         sequence = prompt[0] + before.token_ids[0].tolist()
         old = score_sequences(policy, [sequence], [len(prompt[0])], 1.0)[0]
         optimizer = torch.optim.SGD(policy.parameters(), lr=5e-3)
@@ -154,7 +183,7 @@ def test_next_call_after_an_optimizer_step_uses_the_new_weights(kind, embedded, 
         new = score_sequences(policy, [sequence], [len(prompt[0])], 1.0)[0]
         assert (new - old).abs().mean().item() > 0.02, "the step must move the log-probs for this test to see a stale engine"
         torch.manual_seed(5)
-        after = sampler.generate(prompt, 12, temperature=1.0)
+        after = sampler.generate(prompt, 12, temperature=1.0, cache_keys=[0])  # ... and must not reuse it now
         gap = _gap(policy, prompt, after, 1.0)
         GAP_REPORT[f"{kind} after a weight sync"] = gap.mean().item()
         print(f"{kind}: mean |sampler - trainer| after an optimizer step = {gap.mean().item():.2e} nats")
@@ -173,3 +202,42 @@ def test_vllm_sampler_names_a_bad_knob(tiny_model, field, value):
     without vLLM installed)."""
     with pytest.raises(ValueError, match=f"sampler.{field}"):
         VLLMSampler(tiny_model, None, **{field: value})
+
+
+def test_hf_continuation_cache_keeps_unfinished_rows_within_its_budget(tiny_model):
+    """Kept KV per row = its tokens minus the last sampled one; a tiny Llama stores 2 layers x (K, V)
+    x 2 KV heads x 8 dims x 4 bytes = 256 bytes per token. Finished rows are not kept; a row without
+    kept KV of its own borrows another row's shared prefix; the budget
+    (``continuation_cache_mib``, here set in bytes) stops keeping rows once full; 0 turns it off."""
+    from types import SimpleNamespace
+
+    tok = SimpleNamespace(pad_token_id=0, eos_token_id=2)
+    prefixes = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
+    sampler = HFSampler(tiny_model, tok)
+    torch.manual_seed(0)
+    probe = sampler.generate(prefixes, 3)
+    sampler.eos_token_ids = (2, int(probe.token_ids[2][0]))  # the same draws again: row "c" now ends at its first token
+    torch.manual_seed(0)
+    out = sampler.generate(prefixes, 3, cache_keys=["a", "b", "c"])
+    assert out.finished[2] and not all(out.finished)
+    kept = [k for k, done in zip("abc", out.finished) if not done]
+    assert sorted(sampler._kept) == kept
+    expected = sum(256 * (len(p) + len(t) - 1) for p, t, done in zip(prefixes, out.token_ids, out.finished) if not done)
+    assert sampler._kept_bytes == expected
+    assert all(sampler._kept[k][1][0][0].shape == (2, len(prefixes[i]) + len(out.token_ids[i]) - 1, 8) for i, k in enumerate("abc") if k in kept)
+    # row "a" continues from its own 5 kept tokens; a new row [5, 6, 7, 30] borrows the 3 prompt
+    # tokens it shares with "a" (a group's prompt): each re-encodes max(6 - 5, 4 - 3) = 1 token
+    assert "a" in kept and len(out.token_ids[0]) == 3
+    sampler.generate([prefixes[0] + out.token_ids[0].tolist(), [5, 6, 7, 30]], 2, cache_keys=["a", "new"])
+    assert sampler.reused_tokens == 5 + 3
+    small = HFSampler(tiny_model, tok)
+    small.cache_bytes = 256 * 5  # room for row "a" (3 + 3 - 1 tokens) only
+    torch.manual_seed(1)
+    out = small.generate(prefixes[:2], 3, cache_keys=["a", "b"])
+    assert out.finished == [False, False] and list(small._kept) == ["a"] and small._kept_bytes == 256 * 5
+    off = HFSampler(tiny_model, tok, continuation_cache_mib=0)
+    off.generate(prefixes, 3, cache_keys=["a", "b", "c"])
+    off.generate([p + [20] for p in prefixes], 3, cache_keys=["a", "b", "c"])
+    assert off._kept == {} and off.reused_tokens == 0
+    with pytest.raises(ValueError, match="sampler.continuation_cache_mib"):
+        HFSampler(tiny_model, tok, continuation_cache_mib=-1)

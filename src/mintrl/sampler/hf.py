@@ -6,11 +6,15 @@ from typing import Sequence
 
 import torch
 import torch.nn.functional as F
-from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
+from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
+from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from mintrl.logprobs import token_logprobs
 from mintrl.sampler.base import Generation, check_generate_args
-from mintrl.sampler.weights import is_sharded
+from mintrl.sampler.weights import is_sharded, weights_version
+
+# the generate() argument and output field of the KV cache ("past_key_values" before transformers 5.2x)
+_CACHE = "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
 
 
 def eos_ids_of(model: PreTrainedModel, tokenizer=None) -> tuple[int, ...]:
@@ -58,28 +62,51 @@ class HFSampler:
     """Batched, left-padded sampling with Hugging Face ``generate`` on the live policy weights.
 
     The sampler holds a reference to the policy module itself (not a copy), so every call samples
-    from the current weights. ``cache_keys`` are accepted and ignored: prefixes are re-encoded on
-    each call (the contract allows it; vLLM's prefix cache makes continuation cheap there).
+    from the current weights.
+
+    **Continuation cache.** With ``cache_keys`` (the rollout loop passes one per rollout), the keys
+    and values a call computed for each row are kept under its key, and a later call whose prefix
+    starts with that row's tokens continues from them instead of re-encoding the prefix (a row
+    without kept KV of its own takes the longest shared prefix of another kept row, e.g. a group's
+    prompt). The rows
+    of a call share one left-padded cache, so every row re-encodes the same number of trailing
+    tokens, the largest number any row needs. Kept KV is dropped when the weights change
+    (:func:`mintrl.sampler.weights.weights_version`) and at :meth:`release` (end of a rollout
+    batch); rows that ended with EOS are not kept, nor rows past ``continuation_cache_mib``.
+    Samples equal the uncached ones up to float rounding of the reused KV.
 
     Args:
         model: the causal LM to sample from.
         tokenizer: its tokenizer (for the pad id).
         max_batch_size: rows per ``generate`` call (memory bound); larger batches are split.
+        continuation_cache_mib: most KV kept between calls (MiB; 0 turns the cache off). A
+            token's KV takes ``2 x layers x kv_heads x head_dim x bytes``: 45 KiB for SmolLM2-135M
+            in fp32, so the default 1024 MiB holds ~23k tokens (a CPU batch many times over).
+
+    Raises:
+        ValueError: non-positive ``max_batch_size``, negative ``continuation_cache_mib``.
 
     Log-probs are ``log_softmax(logits / temperature)`` of the sampled token over the full
     vocabulary: with ``top_p < 1`` the token was drawn from the renormalised nucleus, but the
     recorded value (like the trainer's) is of the temperature-scaled full distribution.
     """
 
-    def __init__(self, model: PreTrainedModel, tokenizer, max_batch_size: int = 64):
+    def __init__(self, model: PreTrainedModel, tokenizer, max_batch_size: int = 64, continuation_cache_mib: int = 1024):
         if max_batch_size <= 0:
             raise ValueError(f"sampler.max_batch_size must be positive, got {max_batch_size}")
+        if continuation_cache_mib < 0:
+            raise ValueError(f"sampler.continuation_cache_mib must be >= 0 (MiB), got {continuation_cache_mib}")
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.eos_token_ids = eos_ids_of(model, tokenizer)
         pad = tokenizer.pad_token_id
         self.pad_token_id = int(pad if pad is not None else self.eos_token_ids[0])
+        self.cache_bytes = int(continuation_cache_mib * 2**20)
+        self._kept_bytes = 0
+        self._kept: dict[int, tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]] = {}  # key -> (tokens, per-layer K, V [kvh, n, d])
+        self._kept_version = None
+        self.reused_tokens = 0  # prefix tokens served from kept KV instead of re-encoded (perf/prefix_reused_tokens)
 
     @torch.no_grad()
     def generate(
@@ -96,7 +123,7 @@ class HFSampler:
             prefixes: ``B`` lists of token ids (prompt + accepted response), each non-empty.
             max_new_tokens: per-row budget (tokens), positive.
             temperature: > 0; ``top_p`` in (0, 1].
-            cache_keys: rollout ids (ignored here, see class docstring).
+            cache_keys: one id per row (the rollout's): its KV is kept for the next call with this id.
 
         Returns:
             :class:`Generation` with ``B`` rows, in input order.
@@ -109,9 +136,17 @@ class HFSampler:
         if is_sharded(self.model):
             raise RuntimeError("sampler=hf cannot generate from an FSDP-sharded policy (each rank would need the full "
                                "weights at every step of decoding): use sampler=vllm with trainer=fsdp")
+        keys = list(cache_keys) if cache_keys is not None and self.cache_bytes > 0 else None
+        if keys is not None and len(keys) != len(prefixes):
+            raise ValueError(f"cache_keys has {len(keys)} entries for {len(prefixes)} prefixes")
+        version = weights_version(self.model)
+        if version != self._kept_version:  # KV computed with other weights must not be reused
+            self.release()
+            self._kept_version = version
         out = Generation([], [], [])
         for start in range(0, len(prefixes), self.max_batch_size):
-            part = self._generate(prefixes[start : start + self.max_batch_size], max_new_tokens, temperature, top_p)
+            sl = slice(start, start + self.max_batch_size)
+            part = self._generate(prefixes[sl], max_new_tokens, temperature, top_p, keys[sl] if keys is not None else None)
             out.token_ids += part.token_ids
             out.logprobs += part.logprobs
             out.finished += part.finished
@@ -127,9 +162,73 @@ class HFSampler:
         return out
 
     def release(self) -> None:
-        """Nothing to free: generation runs on the live policy."""
+        """Drop the kept continuation KV (called after every rollout batch)."""
+        self._kept, self._kept_bytes = {}, 0
 
-    def _generate(self, prefixes, max_new_tokens, temperature, top_p) -> Generation:
+    def metrics(self) -> dict[str, float]:
+        """``perf/prefix_reused_tokens``: prefix tokens continued from kept KV so far."""
+        return {"perf/prefix_reused_tokens": float(self.reused_tokens)}
+
+    def _reusable(self, prefixes, keys) -> DynamicCache | None:
+        """A cache holding the first ``C`` columns of the left-padded batch from kept KV, or None
+        when nothing can be reused. Row ``i`` (``n_i`` tokens, batch width ``W``) takes its first
+        ``n_i - (W - C)`` tokens from its kept KV (zeros under its padding), so every row
+        re-encodes its last ``W - C`` tokens, the most any row needs."""
+        width = max(len(p) for p in prefixes)
+        usable, source = [], []
+        for p, k in zip(prefixes, keys):
+            # its own rollout's KV first; else any kept row sharing a prefix (a group shares its prompt)
+            best = (0, None)
+            for key in ([k] if k in self._kept else []) + [key for key in self._kept if key != k]:
+                tokens, kv = self._kept[key]
+                m = _common_prefix(tokens, p, min(len(p) - 1, kv[0][0].shape[1]))  # at least one token is encoded
+                if m > best[0]:
+                    best = (m, key)
+                if key == k and m == len(p) - 1:
+                    break
+            usable.append(best[0])
+            source.append(best[1])
+        fresh = max(len(p) - m for p, m in zip(prefixes, usable))  # columns every row re-encodes
+        columns = width - fresh
+        if columns <= 0:
+            return None
+        template = next(iter(self._kept.values()))[1]  # per-layer (K, V) of some kept row: shapes and dtype
+        layers = []
+        for layer, (k0, v0) in enumerate(template):
+            keys_l = k0.new_zeros(len(prefixes), k0.shape[0], columns, k0.shape[2])
+            values_l = v0.new_zeros(len(prefixes), v0.shape[0], columns, v0.shape[2])
+            for i, (p, k) in enumerate(zip(prefixes, source)):
+                n = len(p) - fresh  # this row's cached tokens (<= usable[i]); padding before them
+                if n > 0:
+                    kk, vv = self._kept[k][1][layer]
+                    keys_l[i, :, columns - n :] = kk[:, :n]
+                    values_l[i, :, columns - n :] = vv[:, :n]
+            layers.append((keys_l, values_l))
+        cache = DynamicCache(config=self.model.config)
+        for layer, (k, v) in enumerate(layers):
+            cache.update(k, v, layer)
+        self.reused_tokens += sum(max(len(p) - fresh, 0) for p in prefixes)
+        return cache
+
+    def _keep(self, keys, rows_tokens, finished, cache, width: int, lengths) -> None:
+        """Keep the KV of each unfinished row (its real tokens only: after its left padding) under
+        its key, within ``continuation_cache_mib``."""
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
+        for i, (k, tokens) in enumerate(zip(keys, rows_tokens)):
+            old = self._kept.pop(k, None)
+            if old is not None:
+                self._kept_bytes -= sum(a.nbytes + b.nbytes for a, b in old[1])
+            if finished[i]:
+                continue  # ended with EOS: never continued
+            start = width - lengths[i]
+            n = min(len(tokens), layers[0][0].shape[2] - start)  # the last sampled token has no KV yet
+            size = sum((kk[i, :, :n].nbytes + vv[i, :, :n].nbytes) for kk, vv in layers)
+            if self._kept_bytes + size > self.cache_bytes:
+                continue
+            self._kept[k] = (tokens, [(kk[i, :, start : start + n].clone(), vv[i, :, start : start + n].clone()) for kk, vv in layers])
+            self._kept_bytes += size
+
+    def _generate(self, prefixes, max_new_tokens, temperature, top_p, keys=None) -> Generation:
         if not prefixes:
             return Generation([], [], [])
         device = next(self.model.parameters()).device
@@ -146,15 +245,22 @@ class HFSampler:
             do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
             eos_token_id=list(self.eos_token_ids), pad_token_id=self.pad_token_id,
         )
+        extra = {}
+        if keys is not None:
+            cache = self._reusable(prefixes, keys) if self._kept else None
+            extra = {"return_dict_in_generate": True, "use_cache": True}
+            if cache is not None:
+                extra[_CACHE] = cache
         was_training = self.model.training
         self.model.eval()
         try:
-            sequences = self.model.generate(
+            result = self.model.generate(
                 input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                generation_config=config, logits_processor=LogitsProcessorList([recorder]),
+                generation_config=config, logits_processor=LogitsProcessorList([recorder]), **extra,
             )
         finally:
             self.model.train(was_training)
+        sequences = result.sequences if keys is not None else result
         new = sequences[:, width:].cpu()  # [B, n]
         if new.shape[1] > 0:
             recorder.record(new[:, -1].to(recorder.previous.device))
@@ -168,7 +274,18 @@ class HFSampler:
             out.token_ids.append(new[i, :n].clone())
             out.logprobs.append(logprobs[i, :n].clone())
             out.finished.append(bool(len(hits)))
+        if keys is not None and getattr(result, _CACHE, None) is not None:
+            self._keep(keys, [list(p) + t.tolist() for p, t in zip(prefixes, out.token_ids)], out.finished, getattr(result, _CACHE),
+                       width, [len(p) for p in prefixes])
         return out
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
+    """Length of the common prefix of ``a`` and ``b``, at most ``limit``."""
+    m, limit = 0, min(limit, len(a), len(b))
+    while m < limit and a[m] == b[m]:
+        m += 1
+    return m
 
 
 def score_sequences(model, sequences, prompt_lengths, temperature: float = 1.0, chunk_tokens: int = 256, pad_token_id: int = 0):
