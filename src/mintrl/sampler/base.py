@@ -6,9 +6,10 @@ sampling distribution ``log_softmax(logits / temperature)`` and whether an EOS i
 
 Continuation is the primitive of chunked generation (MInTRL Algorithm 1): the rollout loop calls
 ``generate`` once per chunk with the accepted prefix. ``cache_keys`` name the rollout each row
-belongs to, so that a backend with a prefix cache (vLLM) can reuse the KV cache of the unchanged
-part of the prefix and recompute only what changed after a truncation + intervention. A backend
-without one (``HFSampler``) re-encodes the prefix; the results are the same either way.
+belongs to, so that a backend can reuse the KV of the unchanged part of the prefix and recompute
+only what changed after a truncation + intervention: vLLM's prefix cache matches whole blocks by
+content, ``HFSampler`` keeps each rollout's KV between calls of one rollout batch. The results
+are the same either way, up to float rounding.
 
 Every ``generate`` samples from the policy's *current* weights: ``HFSampler`` runs the live module,
 ``VLLMSampler`` pushes the weights into its engine whenever they changed since its last push.
