@@ -244,11 +244,11 @@ class HFSampler:
         config = GenerationConfig(
             do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
             eos_token_id=list(self.eos_token_ids), pad_token_id=self.pad_token_id,
+            use_cache=True, return_dict_in_generate=keys is not None,  # the output's cache is kept per rollout
         )
         extra = {}
-        if keys is not None:
-            cache = self._reusable(prefixes, keys) if self._kept else None
-            extra = {"return_dict_in_generate": True, "use_cache": True}
+        if keys is not None and self._kept:
+            cache = self._reusable(prefixes, keys)
             if cache is not None:
                 extra[_CACHE] = cache
         was_training = self.model.training
