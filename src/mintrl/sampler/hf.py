@@ -7,14 +7,11 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
-from transformers.generation.utils import GenerateDecoderOnlyOutput
 
 from mintrl.logprobs import token_logprobs
 from mintrl.sampler.base import Generation, check_generate_args
 from mintrl.sampler.weights import is_sharded, weights_version
-
-# the generate() argument and output field of the KV cache ("past_key_values" before transformers 5.2x)
-_CACHE = "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
+from mintrl.shared_prompts import CACHE_ARG
 
 
 def eos_ids_of(model: PreTrainedModel, tokenizer=None) -> tuple[int, ...]:
@@ -250,7 +247,7 @@ class HFSampler:
         if keys is not None and self._kept:
             cache = self._reusable(prefixes, keys)
             if cache is not None:
-                extra[_CACHE] = cache
+                extra[CACHE_ARG] = cache
         was_training = self.model.training
         self.model.eval()
         try:
@@ -274,8 +271,8 @@ class HFSampler:
             out.token_ids.append(new[i, :n].clone())
             out.logprobs.append(logprobs[i, :n].clone())
             out.finished.append(bool(len(hits)))
-        if keys is not None and getattr(result, _CACHE, None) is not None:
-            self._keep(keys, [list(p) + t.tolist() for p, t in zip(prefixes, out.token_ids)], out.finished, getattr(result, _CACHE),
+        if keys is not None and getattr(result, CACHE_ARG, None) is not None:
+            self._keep(keys, [list(p) + t.tolist() for p, t in zip(prefixes, out.token_ids)], out.finished, getattr(result, CACHE_ARG),
                        width, [len(p) for p in prefixes])
         return out
 
