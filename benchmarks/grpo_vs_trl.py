@@ -33,7 +33,8 @@ args = json.loads(sys.argv[1])
 torch.manual_seed(0)
 def kib(key):
     return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith(key))
-from mintrl.data.prompts import DEFAULT_INSTRUCTION, ReasoningGymPrompts
+from mintrl.data.base import DEFAULT_INSTRUCTION
+from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.reward import ReasoningGymReward
 P, G, T, K, device = args["prompts"], args["group"], args["tokens"], args["steps"], args["device"]
 reward = ReasoningGymReward()
@@ -76,7 +77,7 @@ if args["framework"] == "trl":
     trainer.train()
 else:
     from hydra import compose, initialize_config_dir
-    from mintrl.build import build_components
+    from mintrl.training.build import build_components
     from mintrl.objective.aggregation import step_totals
     overrides = ["paths.output_dir=" + tempfile.mkdtemp(), "objective=grpo", "judge=none", "rollout.n_semi=0", f"rollout.n_control={G}",
                  f"rollout.max_response_tokens={T}", "rollout.progress=false", f"data.prompts_per_step={P}", "module.optimizer.lr=1e-6",

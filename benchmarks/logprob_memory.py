@@ -1,5 +1,5 @@
 """Training-step memory: peak resident memory of one forward + backward of the per-token log-probs
-with the chunked path (:func:`mintrl.logprobs.token_logprobs`) vs the naive full-logits path
+with the chunked path (:func:`mintrl.model.logprobs.token_logprobs`) vs the naive full-logits path
 (``log_softmax(model(x).logits)``), 16 x 256 tokens on the embedded model (CPU), each in a fresh
 process, alternating, median of ``--repeats``. Target: ratio <= 0.5.
 
@@ -22,12 +22,12 @@ CHILD = r"""
 import json, sys
 import torch, torch.nn.functional as F
 from mintrl.model import embedded_smollm2
-from mintrl.logprobs import token_logprobs
+from mintrl.model.logprobs import token_logprobs
 mode, rows, tokens, checkpointing, device = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5]
 torch.manual_seed(0)
 model = embedded_smollm2().model.to(device).train()
 if checkpointing:
-    from mintrl.module import enable_gradient_checkpointing
+    from mintrl.training.module import enable_gradient_checkpointing
     enable_gradient_checkpointing(model)
 ids = torch.randint(10, 40000, (rows, tokens), device=device)
 mask = torch.zeros_like(ids, dtype=torch.bool); mask[:, tokens // 4:] = True  # a quarter prompt, the rest response

@@ -17,7 +17,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from _common import median, table
-from mintrl.build import build_components
+from mintrl.training.build import build_components
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 

@@ -107,8 +107,8 @@ def test_checkpoint_round_trip_restores_exact_predictions_and_decisions():
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from mintrl.allocation import Brancher, EntropyAllocation, RailAllocation, anchors  # noqa: E402
-from mintrl.build import ModelContext  # noqa: E402
-from mintrl.data.prompts import ReasoningGymPrompts  # noqa: E402
+from mintrl.training.build import ModelContext  # noqa: E402
+from mintrl.data.reasoning_gym import ReasoningGymPrompts  # noqa: E402
 from mintrl.intervention.rule import RuleIntervention  # noqa: E402
 from mintrl.judge.none import KeepJudge  # noqa: E402
 from mintrl.reward import ReasoningGymReward  # noqa: E402
@@ -165,7 +165,8 @@ def test_entropy_allocation_never_exceeds_the_budget(embedded, tokenizer, items)
 
 
 def test_rail_allocation_goes_live_and_its_state_survives_a_checkpoint(tmp_path):
-    from mintrl.train import CONFIG_DIR, run
+    from mintrl.training.config import CONFIG_DIR
+    from mintrl.training.run import run
 
     overrides = [f"paths.output_dir={tmp_path}", "allocation=rail", "allocation.budget_per_step=16", "allocation.promote_after=1",
                  "allocation.refit_every=1", "allocation.fit_steps=5", "trainer.max_steps=2", "data.prompts_per_step=2",
@@ -175,7 +176,7 @@ def test_rail_allocation_goes_live_and_its_state_survives_a_checkpoint(tmp_path)
         cfg = compose("train", overrides=overrides)
     summary = run(cfg)
     assert summary["steps"] == 2
-    from mintrl.analysis import load_scalars
+    from mintrl.eval.tensorboard import load_scalars
 
     scalars = load_scalars(tmp_path / "tensorboard")
     used = [v for _, v in scalars["allocation/budget_used"]]

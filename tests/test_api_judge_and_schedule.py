@@ -9,16 +9,16 @@ import time
 import pytest
 import torch
 
-from mintrl.build import ModelContext
+from mintrl.training.build import ModelContext
 from mintrl.intervention.api import ApiIntervention
 from mintrl.intervention.base import InterventionRequest
 from mintrl.judge.api import ApiJudge
 from mintrl.judge.base import FAILED, KEEP, REVISE, UNPARSEABLE, ReviewRequest
 from mintrl.judge.self_privileged import parse_verdict
-from mintrl.judge.templates import load_prompt
+from mintrl.prompts.templates import load_prompt
 from mintrl.rollout.schedule import InterventionSchedule
 from mintrl.rollout.stats import kappa_estimate
-from mintrl.serve import ChatServer
+from mintrl.model.server import ChatServer
 
 VERDICTS = [  # (reply, steps in the chunk, expected kind, expected 0-based step)
     ("KEEP", 3, KEEP, None),
@@ -164,7 +164,7 @@ def test_kappa_estimate_hand_value():
 
 
 def test_rollout_engine_applies_the_adaptive_stop(embedded, tokenizer):
-    from mintrl.data.prompts import ReasoningGymPrompts
+    from mintrl.data.reasoning_gym import ReasoningGymPrompts
     from mintrl.intervention.rule import RuleIntervention
     from mintrl.judge.rule import RuleJudge
     from mintrl.reward import ReasoningGymReward

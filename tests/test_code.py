@@ -10,7 +10,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from mintrl.data.code import CodePrompts
-from mintrl.judge.steps import split_steps
+from mintrl.text.steps import split_steps
 from mintrl.reward import CodeReward, build_program, extract_code, score_rewards
 from mintrl.reward.sandbox import Sandbox
 
@@ -104,7 +104,7 @@ def test_code_steps_split_at_fences_and_blank_lines():
 
 
 def test_two_training_steps_on_code_with_the_embedded_model(tmp_path):
-    from mintrl.train import run
+    from mintrl.training.run import run
     from test_experiments import _compose
 
     cfg = _compose("experiment=code/grpo_cpu", f"paths.output_dir={tmp_path}", "trainer.max_steps=2", "data.prompts_per_step=2",

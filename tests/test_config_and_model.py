@@ -9,8 +9,8 @@ from hydra.errors import MissingConfigException
 from transformers import AutoModelForCausalLM
 
 import mintrl.model.loading as loading
-from mintrl.build import build_components, check_config
-from mintrl.data.prompts import ReasoningGymPrompts
+from mintrl.training.build import build_components, check_config
+from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.intervention.self_privileged import SelfPrivilegedIntervention
 from mintrl.judge.none import KeepJudge
@@ -18,7 +18,7 @@ from mintrl.judge.rule import RuleJudge
 from mintrl.judge.self_privileged import SelfPrivilegedJudge
 from mintrl.model import load_policy
 from mintrl.objective import AdvantageRegression
-from mintrl.train import CONFIG_DIR
+from mintrl.training.config import CONFIG_DIR
 
 
 

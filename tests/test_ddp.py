@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 
-from mintrl.build import build_components
+from mintrl.training.build import build_components
 from mintrl.objective.aggregation import step_totals
 from mintrl.rollout.batch import concat_batches
 
@@ -34,7 +34,7 @@ def test_ddp_step_equals_the_single_process_step_on_the_union(tmp_path, embedded
 
     record = tmp_path / "record"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "mintrl.train", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
+    cmd = [sys.executable, "-m", "mintrl.cli.train", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
            "trainer.precision=32-true", f"paths.output_dir={tmp_path / 'run'}", f"hydra.run.dir={tmp_path / 'hydra'}",
            *COMMON, "+callbacks.record._target_=ddp_recorder.Recorder", f"+callbacks.record.out={record}"]
     done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)

@@ -15,12 +15,12 @@ import torch.multiprocessing as mp
 from hydra import compose, initialize_config_dir
 
 from mintrl.data import ChampPrompts, HubPrompts
-from mintrl.evaluate import evaluate
-from mintrl.keywords import main as keywords_main
-from mintrl.metrics import PassAtK, correct_counts, pass_at_k
+from mintrl.eval.evaluate import evaluate
+from mintrl.cli.keywords import main as keywords_main
+from mintrl.eval.pass_at_k import PassAtK, correct_counts, pass_at_k
 from mintrl.model import embedded_smollm2
 from mintrl.reward import MathVerifyReward
-from mintrl.train import CONFIG_DIR
+from mintrl.training.config import CONFIG_DIR
 
 NAN = float("nan")
 
@@ -154,7 +154,7 @@ def test_every_benchmark_config_composes():
     names = sorted(f[:-5] for f in os.listdir(os.path.join(CONFIG_DIR, "benchmark")))
     assert {"heldout", "arithmetic_hard", "gsm_symbolic", "humaneval", "champ", "gsm8k", "math500", "aime24",
             "livecodebench", "humaneval_plus", "mbpp_plus"} <= set(names)
-    from mintrl.build import check_config
+    from mintrl.training.build import check_config
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         for name in names:

@@ -11,19 +11,20 @@ from hydra._internal.utils import _locate
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from mintrl.build import ModelContext, build_components, check_config
-from mintrl.data.prompts import ReasoningGymPrompts
+from mintrl.training.build import ModelContext, build_components, check_config
+from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.intervention.self_privileged import privileged_prompt_ids
 from mintrl.judge.none import KeepJudge
-from mintrl.logprobs import token_logprobs
+from mintrl.model.logprobs import token_logprobs
 from mintrl.model import load_policy
 from mintrl.objective import GRPO, AdvantageRegression, InterventionGRPO, OnPolicyDistillation
 from mintrl.reward import ReasoningGymReward
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
 from mintrl.sampler import HFSampler
 from mintrl.sft import SFTStage, collect_demonstrations
-from mintrl.train import CONFIG_DIR, run
+from mintrl.training.config import CONFIG_DIR
+from mintrl.training.run import run
 
 from conftest import ARITHMETIC
 

@@ -14,9 +14,9 @@ from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import fault_helpers
-from mintrl.faults import FaultCounts, GuardedJudge, GuardedReward, review_guarded, score_rewards_guarded
+from mintrl.rollout.guards import FaultCounts, GuardedJudge, GuardedReward, review_guarded, score_rewards_guarded
 from mintrl.judge.base import FAILED, KEEP, REVISE, ReviewRequest, Verdict
-from mintrl.train import run
+from mintrl.training.run import run
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 SMALL = ["trainer.max_steps=2", "validate_at_start=false", "data.prompts_per_step=2", "data.prompts.val_size=2",

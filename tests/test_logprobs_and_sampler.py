@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mintrl.logprobs import token_logprobs
+from mintrl.model.logprobs import token_logprobs
 from mintrl.sampler import HFSampler
 from mintrl.sampler.hf import score_sequences
 

@@ -6,8 +6,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from mintrl.judge.base import FAILED, KEEP, REVISE, UNPARSEABLE, Verdict
-from mintrl.pilot import format_table, run_pilot, verdicts_agree
-from mintrl.train import CONFIG_DIR
+from mintrl.eval.pilot import format_table, run_pilot, verdicts_agree
+from mintrl.training.config import CONFIG_DIR
 
 
 def test_verdicts_agree():

@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from mintrl.checkpointing import AtomicCheckpointIO
+from mintrl.training.checkpointing import AtomicCheckpointIO
 
 TESTS = Path(__file__).resolve().parent
 COMMON = [
@@ -29,7 +29,7 @@ COMMON = [
 
 def _train(out: Path, *extra: str, wait_for: Path | None = None) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "2"}
-    cmd = [sys.executable, "-m", "mintrl.train", f"paths.output_dir={out}", f"hydra.run.dir={out}/hydra", *COMMON,
+    cmd = [sys.executable, "-m", "mintrl.cli.train", f"paths.output_dir={out}", f"hydra.run.dir={out}/hydra", *COMMON,
            "+callbacks.steps._target_=resume_helpers.StepLog", f"+callbacks.steps.path={out}/steps.jsonl", *extra]
     proc = subprocess.Popen(cmd, env=env, cwd=out.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     if wait_for is None:
@@ -73,7 +73,7 @@ def test_killed_and_resumed_run_equals_the_straight_run(tmp_path):
 def test_explicit_missing_checkpoint_is_an_error(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    from mintrl.train import resume_checkpoint
+    from mintrl.training.run import resume_checkpoint
 
     with initialize_config_dir(config_dir=str(TESTS.parent / "configs"), version_base="1.3"):
         cfg = compose("train", overrides=[f"paths.output_dir={tmp_path}", "ckpt_path=last"])
@@ -88,7 +88,7 @@ def test_explicit_missing_checkpoint_is_an_error(tmp_path):
 
 _WRITER = """
 import sys, torch
-from mintrl.checkpointing import AtomicCheckpointIO
+from mintrl.training.checkpointing import AtomicCheckpointIO
 AtomicCheckpointIO().save_checkpoint({"w": torch.zeros(400_000_000, dtype=torch.uint8), "step": 2}, sys.argv[1])
 """
 

@@ -6,7 +6,7 @@ from mintrl.judge.arithmetic import evaluate, find_claims
 from mintrl.judge.base import KEEP, REVISE, UNPARSEABLE, ReviewRequest
 from mintrl.judge.rule import RuleJudge
 from mintrl.judge.self_privileged import parse_verdict
-from mintrl.judge.steps import split_steps
+from mintrl.text.steps import split_steps
 
 FENCE = "`" * 3
 

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mintrl import summary
-from mintrl.keywords import keyword_counts, keyword_rates, keyword_shift, shift_table
-from mintrl.train import CONFIG_DIR
+from mintrl.cli.summary import main as summary_main
+from mintrl.eval import summary
+from mintrl.eval.keywords import keyword_counts, keyword_rates, keyword_shift, shift_table
+from mintrl.training.config import CONFIG_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,7 +113,7 @@ def test_table_lists_the_numbers_and_the_missing_job(multirun):
 
 def test_cli_prints_table_writes_figure_and_json(multirun, tmp_path, capsys):
     fig, rows = tmp_path / "fig" / "intensity.png", tmp_path / "rows.json"
-    assert summary.main([str(multirun), "--figure", str(fig), "--json", str(rows)]) == 0
+    assert summary_main([str(multirun), "--figure", str(fig), "--json", str(rows)]) == 0
     out = capsys.readouterr().out
     assert "| 1 | rollout.max_reviews=1 | 0.020 | 0.350 | +0.050 |" in out
     assert fig.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and fig.stat().st_size > 5000
@@ -127,10 +128,10 @@ def test_cli_errors_name_the_directory(tmp_path, capsys):
     with pytest.raises(FileNotFoundError, match="empty_multirun"):
         summary.find_jobs(empty)
     with pytest.raises(SystemExit) as e:
-        summary.main([str(empty)])
+        summary_main([str(empty)])
     assert e.value.code == 2 and str(empty) in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        summary.main([str(tmp_path / "nowhere")])
+        summary_main([str(tmp_path / "nowhere")])
     assert "nowhere" in capsys.readouterr().err
 
 

@@ -19,7 +19,7 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 from mintrl.sampler import VLLMSampler  # noqa: E402
 from mintrl.sampler.hf import score_sequences  # noqa: E402
-from mintrl.train import run  # noqa: E402
+from mintrl.training.run import run  # noqa: E402
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 LONG = " ".join(["Explain step by step why the sum of two even numbers is always even, and then give three worked examples."] * 12)  # ~270 tokens: several KV blocks

@@ -13,8 +13,8 @@ from mintrl.allocation.controller import GainController, recency_huber_loss, rec
 from mintrl.allocation.features import FEATURES, anchor_features
 from mintrl.allocation.gain import realized_gain, reward_variance
 from mintrl.allocation.entropy import EntropyAllocation
-from mintrl.allocation.rail import BranchAction, RailController
-from mintrl.allocation.rail_allocation import RailAllocation
+from mintrl.allocation.rail_controller import BranchAction, RailController
+from mintrl.allocation.rail import RailAllocation
 from mintrl.allocation.uniform import UniformAllocation
 
 __all__ = ["FEATURES", "BranchAction", "Brancher", "EntropyAllocation", "RailAllocation", "UniformAllocation", "anchors", "GainController", "RailController", "RolloutBudget", "anchor_features",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mintrl.judge.steps import split_steps, token_index_of_char
+from mintrl.text.steps import split_steps, token_index_of_char
 from mintrl.reward.base import score_rewards
 from mintrl.rollout.batch import Rollout
 

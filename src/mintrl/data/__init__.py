@@ -3,6 +3,7 @@
 from mintrl.data.benchmarks import BenchmarkPrompts, ChampPrompts, HubPrompts
 from mintrl.data.code import CodePrompts
 from mintrl.data.datamodule import PromptStream, RolloutDataModule
-from mintrl.data.prompts import PromptItem, ReasoningGymPrompts
+from mintrl.data.base import PromptItem
+from mintrl.data.reasoning_gym import ReasoningGymPrompts
 
 __all__ = ["BenchmarkPrompts", "ChampPrompts", "CodePrompts", "HubPrompts", "PromptItem", "PromptStream", "ReasoningGymPrompts", "RolloutDataModule"]

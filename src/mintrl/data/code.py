@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from mintrl.data.prompts import InvalidRow, PromptItem, RowFilter, prompt_ids, read_json_rows
+from mintrl.data.base import InvalidRow, PromptItem, RowFilter, prompt_ids, read_json_rows
 
 CODE_INSTRUCTION = "{question}\nWrite the complete solution in one ```python code block."
 HUMANEVAL = "humaneval"

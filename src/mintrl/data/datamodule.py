@@ -18,7 +18,7 @@ import lightning.pytorch as L
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from mintrl.data.prompts import PromptItem, RowFilter
+from mintrl.data.base import PromptItem, RowFilter
 
 log = logging.getLogger(__name__)
 

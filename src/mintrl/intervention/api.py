@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from mintrl.intervention.base import Correction, InterventionRequest
-from mintrl.judge.endpoint import ChatEndpoint
-from mintrl.judge.templates import load_prompt
+from mintrl.model.endpoint import ChatEndpoint
+from mintrl.prompts.templates import load_prompt
 
 DEMONSTRATION = "{question}\n\nGive the final answer inside <answer></answer> tags."
 
@@ -22,7 +22,7 @@ class ApiIntervention:
     """Black-box intervention (see module docstring).
 
     Args:
-        context: the run's :class:`mintrl.build.ModelContext` (policy tokenizer).
+        context: the run's :class:`mintrl.training.build.ModelContext` (policy tokenizer).
         base_url, model, api_key_env, timeout_s, max_concurrency, max_retries: the endpoint.
         prompt: intervention template (``{question}``, ``{reference}``, ``{prefix}``, ``{max_words}``).
         demonstration: template of complete responses for the SFT stage (``{question}``, ``{reference}``).

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from mintrl.intervention.base import Correction, InterventionRequest
-from mintrl.judge.templates import load_prompt
+from mintrl.prompts.templates import load_prompt
 from mintrl.model.tokens import chat_ids, same_vocabulary
 from mintrl.sampler.hf import HFSampler
 
@@ -25,7 +25,7 @@ class SelfPrivilegedIntervention:
     """Continuation by the frozen base policy with the reference answer in its prompt.
 
     Args:
-        context: the run's :class:`mintrl.build.ModelContext` (gives the frozen step-0 model).
+        context: the run's :class:`mintrl.training.build.ModelContext` (gives the frozen step-0 model).
         temperature: sampling temperature of the intervention policy.
         teacher: None for the frozen step-0 policy, or a teacher model (``embedded``, HF folder or
             hub id), loaded once per run through ``context.teacher``. With the policy's vocabulary
@@ -33,7 +33,7 @@ class SelfPrivilegedIntervention:
             the behaviour log-probs of corrections are unknown (0.0, documented fallback).
         teacher_dtype: weights dtype of a loaded teacher.
         note: user-message template with ``{question}`` and ``{reference}``: a shipped prompt
-            name (``privileged_note``) or a file path (see :mod:`mintrl.judge.templates`).
+            name (``privileged_note``) or a file path (see :mod:`mintrl.prompts.templates`).
     """
 
     def __init__(self, context, temperature: float = 1.0, note: str = "privileged_note", teacher: str | None = None,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from mintrl.judge.base import FAILED, ReviewRequest, Verdict
-from mintrl.judge.endpoint import ChatEndpoint
+from mintrl.model.endpoint import ChatEndpoint
 from mintrl.judge.self_privileged import format_review, parse_verdict
-from mintrl.judge.templates import load_prompt
+from mintrl.prompts.templates import load_prompt
 
 
 class ApiJudge:
@@ -21,7 +21,7 @@ class ApiJudge:
     Args:
         context: unused (judges receive the run's ModelContext).
         base_url, model, api_key_env, timeout_s, max_concurrency, max_retries: see
-            :class:`mintrl.judge.endpoint.ChatEndpoint` (the key is read from ``api_key_env``).
+            :class:`mintrl.model.endpoint.ChatEndpoint` (the key is read from ``api_key_env``).
         prompt: judge template name or path. max_new_tokens: reply budget (tokens).
         temperature: sampling temperature of the judge.
     """

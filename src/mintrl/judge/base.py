@@ -16,7 +16,7 @@ class ReviewRequest:
         question: the task text ``x`` as the policy saw it (without chat markup).
         reference: privileged context ``z`` (the reference answer), never shown to the policy.
         prefix_text: the accepted response so far (decoded).
-        steps: the new chunk split into steps (see :func:`mintrl.judge.steps.split_steps`).
+        steps: the new chunk split into steps (see :func:`mintrl.text.steps.split_steps`).
         final: True when the chunk ended the response (EOS), so a claim at its very end is complete.
     """
 

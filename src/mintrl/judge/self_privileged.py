@@ -11,7 +11,7 @@ import re
 from typing import Sequence
 
 from mintrl.judge.base import KEEP, REVISE, UNPARSEABLE, ReviewRequest, Verdict
-from mintrl.judge.templates import load_prompt
+from mintrl.prompts.templates import load_prompt
 from mintrl.model.tokens import chat_ids
 from mintrl.sampler.hf import HFSampler
 
@@ -57,7 +57,7 @@ class SelfPrivilegedJudge:
     """LLM judge on the frozen base policy with privileged context (see module docstring).
 
     Args:
-        context: the run's :class:`mintrl.build.ModelContext`.
+        context: the run's :class:`mintrl.training.build.ModelContext`.
         teacher: None for the frozen step-0 policy (self, MInTRL section 5.1), or a teacher model
             (``embedded``, HF folder or hub id; e.g. the paper's Qwen3-4B-Instruct-2507), loaded once
             per run through ``context.teacher`` and shared with a teacher intervention.
@@ -65,7 +65,7 @@ class SelfPrivilegedJudge:
         max_new_tokens: verdict length budget (tokens).
         temperature: judge sampling temperature.
         prompt: judge template, a shipped name (``judge_math``, ``judge_code``) or a file path
-            (see :mod:`mintrl.judge.templates`).
+            (see :mod:`mintrl.prompts.templates`).
     """
 
     def __init__(self, context, max_new_tokens: int = 16, temperature: float = 1.0, prompt: str = "judge_math",

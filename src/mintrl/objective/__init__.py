@@ -6,7 +6,7 @@ Components follow :class:`mintrl.objective.base.Objective` (setup / prepare / pe
 from mintrl.objective.advantages import control_advantages, control_baseline, group_advantages, mentor_advantages, valid_rows
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate, sequence_mean, step_totals
 from mintrl.objective.base import Objective, ObjectiveOutput
-from mintrl.objective.distillation import OnPolicyDistillation
+from mintrl.objective.opd import OnPolicyDistillation
 from mintrl.objective.functional import anchor_logprobs, anchored_log_ratio, regression_loss, regression_terms
 from mintrl.objective.grpo import GRPO
 from mintrl.objective.intervention_grpo import InterventionGRPO

@@ -4,7 +4,7 @@ A micro-batch's contribution is its *sum* of per-token (or per-sequence) losses 
 of the *whole optimizer step* (all micro-batches, gradient-accumulation steps and data-parallel
 ranks): summing the contributions of any split gives the same loss and the same gradient.
 With ``W`` data-parallel ranks, each rank multiplies its contribution by ``W`` because DDP and
-FSDP average gradients over ranks (see :meth:`mintrl.module.PolicyModule.accumulate`).
+FSDP average gradients over ranks (see :meth:`mintrl.training.module.PolicyModule.accumulate`).
 """
 
 from __future__ import annotations

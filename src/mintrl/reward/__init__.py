@@ -1,6 +1,7 @@
 """Verifiable rewards (``reward=`` config group)."""
 
-from mintrl.reward.answer import ReasoningGymReward, extract_answer
+from mintrl.reward.reasoning_gym import ReasoningGymReward
+from mintrl.text.answer import extract_answer
 from mintrl.reward.base import Reward, score_rewards
 from mintrl.reward.code import CodeReward, build_program, extract_code
 from mintrl.reward.math import MathVerifyReward

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mintrl.reward.answer import _TAG
+from mintrl.text.answer import _TAG
 
 
 def parse_gold(answer: str):

@@ -80,7 +80,7 @@ class RolloutBatch:
         finished: ``[N]`` bool, the response ended with EOS (False: truncated at the length limit).
         behaviour_logprobs: ``[N, L]`` float32, log-prob of each response token under the policy
             that wrote it (rollout policy or intervention), for importance-weight diagnostics.
-        prompts: the step's ``G`` :class:`mintrl.data.prompts.PromptItem` (question, reference).
+        prompts: the step's ``G`` :class:`mintrl.data.base.PromptItem` (question, reference).
         extras: per-row ``[N, ...]`` tensors added by an objective's ``prepare`` (advantages,
             reference or teacher log-probs, loss mask); sliced with the batch.
         num_groups: ``G``, prompts in the step. temperature: sampling temperature of the rollouts

@@ -20,11 +20,11 @@ from tqdm.auto import tqdm
 
 from mintrl.allocation.branching import Brancher
 from mintrl.allocation.budget import RolloutBudget
-from mintrl.data.prompts import PromptItem
+from mintrl.data.base import PromptItem
 from mintrl.intervention.base import Intervention, InterventionRequest
-from mintrl.faults import GuardedJudge, GuardedReward
+from mintrl.rollout.guards import GuardedJudge, GuardedReward
 from mintrl.judge.base import FAILED, REVISE, UNPARSEABLE, Judge, ReviewRequest
-from mintrl.judge.steps import split_steps, token_index_of_char
+from mintrl.text.steps import split_steps, token_index_of_char
 from mintrl.reward.base import score_rewards
 from mintrl.rollout.batch import Rollout, RolloutBatch, collate_rollouts
 from mintrl.rollout.schedule import InterventionSchedule
@@ -81,11 +81,11 @@ class SemiOnPolicyRollout:
             afterwards every rollout is a pure on-policy control rollout (early stopping, sec. 2.3).
         adaptive_stop: None, or the knobs of the adaptive stop (``gap_threshold``, ``patience``,
             ``smoothing``, ``min_steps``; see :class:`mintrl.rollout.schedule.InterventionSchedule`).
-        step_delimiters: see :func:`mintrl.judge.steps.split_steps`.
+        step_delimiters: see :func:`mintrl.text.steps.split_steps`.
         progress: show a transient progress bar of the generation rounds.
         judge_timeout_s, reward_timeout_s: limit of one judge ``review`` / reward call (seconds;
-            None: none). The judge and reward are wrapped by :class:`mintrl.faults.GuardedJudge`
-            and :class:`mintrl.faults.GuardedReward`: a call that raises, hangs or answers
+            None: none). The judge and reward are wrapped by :class:`mintrl.rollout.guards.GuardedJudge`
+            and :class:`mintrl.rollout.guards.GuardedReward`: a call that raises, hangs or answers
             garbage gives its rows a "failed" verdict (Keep) or no reward, counted in the step's
             ``judge/{errors,timeouts,garbage}`` and ``reward/{failed,timeout}``.
 
@@ -136,10 +136,10 @@ class SemiOnPolicyRollout:
         self.allocation = allocation
         self.pad_token_id = getattr(sampler, "pad_token_id", tokenizer.pad_token_id)
 
-    # The judge and reward are always guarded (mintrl.faults), also when swapped later (the pilot does).
+    # The judge and reward are always guarded (mintrl.rollout.guards), also when swapped later (the pilot does).
     @property
     def judge(self) -> GuardedJudge:
-        """The judge, wrapped by :class:`mintrl.faults.GuardedJudge` (``.inner`` is the judge itself)."""
+        """The judge, wrapped by :class:`mintrl.rollout.guards.GuardedJudge` (``.inner`` is the judge itself)."""
         return self._judge
 
     @judge.setter
@@ -148,7 +148,7 @@ class SemiOnPolicyRollout:
 
     @property
     def reward(self) -> GuardedReward:
-        """The reward, wrapped by :class:`mintrl.faults.GuardedReward` (``.inner`` is the reward itself)."""
+        """The reward, wrapped by :class:`mintrl.rollout.guards.GuardedReward` (``.inner`` is the reward itself)."""
         return self._reward
 
     @reward.setter

@@ -8,10 +8,10 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
-from mintrl.logprobs import token_logprobs
+from mintrl.model.logprobs import token_logprobs
 from mintrl.sampler.base import Generation, check_generate_args
 from mintrl.sampler.weights import is_sharded, weights_version
-from mintrl.shared_prompts import CACHE_ARG
+from mintrl.model.shared_prompts import CACHE_ARG
 
 
 def eos_ids_of(model: PreTrainedModel, tokenizer=None) -> tuple[int, ...]:

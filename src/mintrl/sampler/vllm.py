@@ -9,7 +9,7 @@ The same contract as :class:`mintrl.sampler.HFSampler` (see :mod:`mintrl.sampler
   mode ignores the temperature.
 - ``top_p < 1``: vLLM's processed log-probs are then renormalised over the kept nucleus while the
   trainer's are over the full vocabulary, so training configs refuse it
-  (:func:`mintrl.build.check_config`); evaluation may use it (its log-probs are not trained on).
+  (:func:`mintrl.training.build.check_config`); evaluation may use it (its log-probs are not trained on).
 - Continuation from given ids (a chunk, or a truncated + corrected prefix) reuses the engine's
   prefix cache for the unchanged blocks of the prefix.
 

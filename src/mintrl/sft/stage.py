@@ -18,9 +18,9 @@ import torch
 from hydra.utils import instantiate
 from torch.utils.data import DataLoader, IterableDataset
 
-from mintrl.callbacks.export import HFExport
+from mintrl.training.callbacks.export import HFExport
 from mintrl.intervention.base import InterventionRequest
-from mintrl.module import PolicyModule
+from mintrl.training.module import PolicyModule
 from mintrl.objective.sft import SupervisedNLL
 from mintrl.reward.base import score_rewards
 from mintrl.rollout.batch import Rollout, collate_rollouts
@@ -33,7 +33,7 @@ def collect_demonstrations(intervention, reward, items, tokenizer, per_prompt: i
 
     Args:
         intervention: an intervention component with ``demonstrate``. reward: a batched reward.
-        items: training :class:`mintrl.data.prompts.PromptItem`. tokenizer: the policy tokenizer.
+        items: training :class:`mintrl.data.base.PromptItem`. tokenizer: the policy tokenizer.
         per_prompt: demonstrations per prompt. max_new_tokens: length limit (tokens).
         batch_prompts: prompts per ``demonstrate`` call.
 
@@ -109,7 +109,7 @@ class SFTStage:
         """Collect, filter, fine-tune ``components.context.policy`` in place, export.
 
         Args:
-            components: the run's :class:`mintrl.build.Components`.
+            components: the run's :class:`mintrl.training.build.Components`.
             trainer_cfg: the run's ``trainer`` config (device, precision), reused with ``steps``.
             logger: a Lightning logger for the stage's curves (``objective/nll``, ``train/loss``), or False.
 

@@ -143,21 +143,3 @@ def read_responses(path: str) -> list[str]:
                 raise ValueError(f"{path} line {number}: not a JSON object with a 'response' string")
             responses.append(response)
     return responses
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """``mintrl-keywords A/samples.jsonl B/samples.jsonl [--first-words 512]``: the keyword-shift
-    table of run B against run A (e.g. A = GRPO, B = MInTRL evaluation samples)."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="mintrl-keywords", description=main.__doc__)
-    parser.add_argument("samples_a")
-    parser.add_argument("samples_b")
-    parser.add_argument("--first-words", type=int, default=512, help="window per response (words)")
-    args = parser.parse_args(argv)
-    shift = keyword_shift(read_responses(args.samples_a), read_responses(args.samples_b), args.first_words)
-    print(shift_table(shift, args.samples_a, args.samples_b))
-
-
-if __name__ == "__main__":
-    main()

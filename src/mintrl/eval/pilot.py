@@ -17,18 +17,15 @@ import itertools
 import logging
 import math
 import time
-from pathlib import Path
 from typing import Sequence
 
-import hydra
 import torch
 from omegaconf import DictConfig
 
-from mintrl.build import build_components
+from mintrl.training.build import build_components
 from mintrl.judge.base import REVISE, Verdict
 from mintrl.judge.rule import RuleJudge
 from mintrl.rollout.stats import kappa_estimate
-from mintrl.train import CONFIG_DIR
 
 log = logging.getLogger(__name__)
 
@@ -140,18 +137,3 @@ def format_table(rows: list[dict]) -> str:
             f"| {f(r['seconds_per_rollout'], '.2f')} | {f(r['kappa_estimate'], '.3f')} | {f(r['policy_logprob'], '.2f')} "
             f"| {f(r['agreement'], '.1%')} |")
     return "\n".join(lines)
-
-
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="pilot")
-def main(cfg: DictConfig) -> None:
-    """Hydra entry point: print the table and write it to ``pilot.output``."""
-    table = format_table(run_pilot(cfg))
-    print(table, flush=True)
-    if cfg.pilot.get("output"):
-        out = Path(cfg.pilot.output)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(table + "\n")
-
-
-if __name__ == "__main__":
-    main()

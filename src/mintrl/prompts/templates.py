@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PROMPT_DIR = Path(__file__).resolve().parents[1] / "prompts"
+PROMPT_DIR = Path(__file__).resolve().parent
 
 
 def load_prompt(name_or_path: str, required: tuple[str, ...] = ()) -> str:

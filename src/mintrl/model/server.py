@@ -10,7 +10,6 @@ what the tests run the API judge against. Not a production server: use vLLM's fo
 
 from __future__ import annotations
 
-import argparse
 import json
 import threading
 import time
@@ -118,26 +117,3 @@ class ChatServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-def main() -> None:
-    """CLI: serve ``--model`` (``embedded`` or an HF folder / hub id) until interrupted."""
-    from mintrl.model import embedded_smollm2, load_policy
-
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="embedded")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--name", default="mintrl-local")
-    args = parser.parse_args()
-    loaded = embedded_smollm2() if args.model == "embedded" else load_policy(args.model)
-    server = ChatServer(loaded.model.eval(), loaded.tokenizer, args.host, args.port, args.name)
-    print(f"serving {args.model} as {args.name!r} at {server.base_url}", flush=True)
-    try:
-        server.httpd.serve_forever()
-    except KeyboardInterrupt:
-        server.stop()
-
-
-if __name__ == "__main__":
-    main()

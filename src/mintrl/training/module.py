@@ -19,8 +19,8 @@ import lightning.pytorch as L
 import torch
 from lightning.pytorch.utilities import grad_norm
 
-from mintrl.logprobs import token_logprobs
-from mintrl.metrics import PassAtK
+from mintrl.model.logprobs import token_logprobs
+from mintrl.eval.pass_at_k import PassAtK
 from mintrl.objective.aggregation import StepTotals, step_totals
 from mintrl.rollout.batch import RolloutBatch
 from mintrl.sampler.weights import is_sharded
@@ -66,7 +66,7 @@ class PolicyModule(L.LightningModule):
         optimizer: ``functools.partial`` of a torch optimizer (Hydra ``_partial_: true``).
         scheduler: optional partial of an LR scheduler, stepped after every optimizer update.
         tokenizer: saved next to the exported Hugging Face folder.
-        logprob_chunk_tokens: positions per LM-head block in :func:`mintrl.logprobs.token_logprobs`.
+        logprob_chunk_tokens: positions per LM-head block in :func:`mintrl.model.logprobs.token_logprobs`.
         epochs: passes over each rollout batch (optimizer updates per batch = ``epochs x minibatches``).
         minibatches: optimizer updates per pass; rows are shuffled per pass (seeded by the step).
         micro_batch_rows: rows per forward/backward (gradient accumulation); None = a whole
@@ -81,7 +81,7 @@ class PolicyModule(L.LightningModule):
             time); the loss and gradients are unchanged. Generation and no-grad scoring are
             unaffected (they keep their KV cache).
         share_prompts: forward each distinct prompt of a micro-batch once and its rollouts from the
-            prompt's KV cache (:mod:`mintrl.shared_prompts`): same log-probs and gradients up to
+            prompt's KV cache (:mod:`mintrl.model.shared_prompts`): same log-probs and gradients up to
             float rounding, about half the update time for groups of 4 with prompts twice the
             response length. The plain forward runs instead under activation checkpointing
             (training passes), under FSDP, and when no prompt repeats in a micro-batch.

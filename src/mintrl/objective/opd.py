@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from mintrl.intervention.self_privileged import privileged_prompt_ids
-from mintrl.judge.templates import load_prompt
+from mintrl.prompts.templates import load_prompt
 from mintrl.model.tokens import same_vocabulary
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate
 from mintrl.objective.base import Objective, ObjectiveOutput
@@ -23,7 +23,7 @@ class OnPolicyDistillation(Objective):
     updates per rollout batch stay on-policy-corrected. Rewards are not used (still logged).
 
     Args:
-        context: the run's :class:`mintrl.build.ModelContext` (policy tokenizer, teacher loading).
+        context: the run's :class:`mintrl.training.build.ModelContext` (policy tokenizer, teacher loading).
         teacher: teacher model: None (the frozen step-0 policy), ``embedded``, or an HF folder / hub
             id; it must have the policy's vocabulary.
         teacher_dtype: teacher weights dtype.

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from mintrl.shared_prompts import shared_prompt_hidden
+from mintrl.model.shared_prompts import shared_prompt_hidden
 
 
 def _head_and_body(model):
@@ -75,7 +75,7 @@ def token_logprobs(
         temperature: the sampling temperature ``T`` (> 0).
         chunk_tokens: at most this many positions go through the LM head at once.
         share_prompts: forward each distinct prompt (the tokens before a row's first target) once
-            and the rows' responses from its KV cache (:mod:`mintrl.shared_prompts`); same result
+            and the rows' responses from its KV cache (:mod:`mintrl.model.shared_prompts`); same result
             up to float rounding, less work when rows share prompts (a group). Ignored, i.e. the
             plain forward runs, when no prompt repeats or when activation checkpointing is active.
 

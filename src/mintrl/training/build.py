@@ -9,7 +9,7 @@ from typing import Any
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-import mintrl.config  # noqa: F401  (registers the config resolvers)
+import mintrl.training.config  # noqa: F401  (registers the config resolvers)
 from mintrl.model.loading import LoadedPolicy, embedded_smollm2, load_policy
 
 # Fields that must be positive integers, checked before any model is loaded.

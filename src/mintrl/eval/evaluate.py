@@ -2,7 +2,7 @@
 
 The benchmark's problems become the validation prompts of the usual data module; the Lightning
 Trainer's ``validate`` samples ``n`` responses per problem with the configured sampler (so
-``trainer=ddp`` shards problems over devices) and the module's :class:`mintrl.metrics.PassAtK`
+``trainer=ddp`` shards problems over devices) and the module's :class:`mintrl.eval.pass_at_k.PassAtK`
 reduces the unbiased estimator over all ranks.
 """
 
@@ -14,12 +14,10 @@ import math
 import os
 from pathlib import Path
 
-import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mintrl.build import build_components
-from mintrl.train import CONFIG_DIR
+from mintrl.training.build import build_components
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +110,3 @@ def evaluate(cfg: DictConfig) -> dict:
     if c.trainer.is_global_zero:
         print("\n" + table + f"\n(written to {out}/eval.json and eval.md)", flush=True)
     return result
-
-
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="eval")
-def main(cfg: DictConfig) -> float | None:
-    """Hydra entry point. Returns pass@1 (the sweep objective)."""
-    return evaluate(cfg)["pass_at_k"].get(1)
-
-
-if __name__ == "__main__":
-    main()

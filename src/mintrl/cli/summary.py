@@ -1,0 +1,74 @@
+"""``mintrl-summary``: the table and MInTRL Figure 6 of a Hydra multirun (see :mod:`mintrl.eval.summary`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from mintrl.eval.summary import (
+    fmt,
+    final_pass_at_1,
+    is_no_intervention,
+    markdown_table,
+    plot_intensity,
+    read_job,
+    read_multirun,
+    summarize,
+)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``mintrl-summary <multirun_dir> [--figure out.png] [--json out.json] [--baseline run_dir]``.
+
+    Prints the markdown table; exits with status 2 and a message naming the folder when it holds
+    no jobs."""
+    parser = argparse.ArgumentParser(
+        prog="mintrl-summary",
+        description="Table and MInTRL Figure 6 (delta pass@1 vs off-policy token fraction) of a Hydra multirun.",
+    )
+    parser.add_argument("multirun_dir", help="outputs/<task>/multiruns/<date>: one sub-folder per job")
+    parser.add_argument("--figure", metavar="PNG", help="write the Figure 6 scatter plot here")
+    parser.add_argument("--json", metavar="JSON", help="write the table rows here")
+    parser.add_argument(
+        "--baseline",
+        metavar="RUN_DIR",
+        help="no-intervention run to compare with (default: the multirun's judge=none / n_semi=0 job)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        jobs = read_multirun(args.multirun_dir)
+    except FileNotFoundError as e:
+        parser.error(str(e))
+    baseline = None
+    if args.baseline:
+        baseline = read_job(args.baseline)
+        if baseline.scalars is None:
+            parser.error(f"no TensorBoard event files under the baseline {args.baseline}")
+        print(f"baseline: {args.baseline} (final val pass@1 {fmt(final_pass_at_1(baseline.scalars))})")
+        if not is_no_intervention(baseline.overrides, baseline.config):
+            print("note: the baseline does not look like a no-intervention run (judge=none, rollout.n_semi=0)")
+        print()
+    rows = summarize(jobs, baseline)
+    print(markdown_table(rows))
+    if not any(r["delta_pass_at_1"] is not None for r in rows):
+        print(
+            "\nno no-intervention run with a val pass@1: pass --baseline, or add one with "
+            f"`mintrl-train experiment=no_intervention hydra.run.dir={args.multirun_dir}/baseline`"
+        )
+    if args.figure:
+        import matplotlib.pyplot as plt
+
+        plt.close(plot_intensity(rows, args.figure, title=f"Off-policy intensity: {Path(args.multirun_dir).name}"))
+        print(f"\nfigure: {args.figure}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+        print(f"rows: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

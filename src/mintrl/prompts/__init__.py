@@ -1,0 +1,2 @@
+"""The shipped prompt templates (``*.txt``: judge, intervention, privileged note, per domain) and
+their loader, :func:`mintrl.prompts.templates.load_prompt`."""

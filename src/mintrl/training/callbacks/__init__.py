@@ -1,0 +1,7 @@
+"""Lightning callbacks of a run (``callbacks=`` config group)."""
+
+from mintrl.training.callbacks.export import HFExport
+from mintrl.training.callbacks.summary import RunSummary
+from mintrl.training.callbacks.timing import StepTimer
+
+__all__ = ["HFExport", "RunSummary", "StepTimer"]
