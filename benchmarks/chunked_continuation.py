@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 
 import torch
-
 from _common import alternate, median, table
+
 from mintrl.model import embedded_smollm2
 
 

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import torch
+from _common import median, table
 from hydra import compose, initialize_config_dir
 
-from _common import median, table
 from mintrl.training.build import build_components
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")

@@ -11,7 +11,14 @@ import random
 import pytest
 import torch
 
-from mintrl.allocation import RailController, RolloutBudget, anchor_features, realized_gain, recency_huber_loss, reward_variance
+from mintrl.allocation import (
+    RailController,
+    RolloutBudget,
+    anchor_features,
+    realized_gain,
+    recency_huber_loss,
+    reward_variance,
+)
 
 
 def test_reward_variance_and_realized_gain_by_hand():
@@ -104,18 +111,17 @@ def test_checkpoint_round_trip_restores_exact_predictions_and_decisions():
 
 # ------------------------------------------------------------------ on the embedded model
 
+from conftest import ARITHMETIC  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 
 from mintrl.allocation import Brancher, EntropyAllocation, RailAllocation, anchors  # noqa: E402
-from mintrl.training.build import ModelContext  # noqa: E402
 from mintrl.data.reasoning_gym import ReasoningGymPrompts  # noqa: E402
 from mintrl.intervention.rule import RuleIntervention  # noqa: E402
 from mintrl.judge.none import KeepJudge  # noqa: E402
 from mintrl.reward import ReasoningGymReward  # noqa: E402
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout  # noqa: E402
 from mintrl.sampler import HFSampler  # noqa: E402
-
-from conftest import ARITHMETIC  # noqa: E402
+from mintrl.training.build import ModelContext  # noqa: E402
 
 DELIMITERS = ("blank_line", "code_fence")
 

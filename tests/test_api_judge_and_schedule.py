@@ -9,16 +9,16 @@ import time
 import pytest
 import torch
 
-from mintrl.training.build import ModelContext
 from mintrl.intervention.api import ApiIntervention
 from mintrl.intervention.base import InterventionRequest
 from mintrl.judge.api import ApiJudge
 from mintrl.judge.base import FAILED, KEEP, REVISE, UNPARSEABLE, ReviewRequest
 from mintrl.judge.self_privileged import parse_verdict
+from mintrl.model.server import ChatServer
 from mintrl.prompts.templates import load_prompt
 from mintrl.rollout.schedule import InterventionSchedule
 from mintrl.rollout.stats import kappa_estimate
-from mintrl.model.server import ChatServer
+from mintrl.training.build import ModelContext
 
 VERDICTS = [  # (reply, steps in the chunk, expected kind, expected 0-based step)
     ("KEEP", 3, KEEP, None),
@@ -164,14 +164,14 @@ def test_kappa_estimate_hand_value():
 
 
 def test_rollout_engine_applies_the_adaptive_stop(embedded, tokenizer):
+    from conftest import ARITHMETIC
+
     from mintrl.data.reasoning_gym import ReasoningGymPrompts
     from mintrl.intervention.rule import RuleIntervention
     from mintrl.judge.rule import RuleJudge
     from mintrl.reward import ReasoningGymReward
     from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
     from mintrl.sampler import HFSampler
-
-    from conftest import ARITHMETIC
 
     items = ReasoningGymPrompts(task_kwargs=ARITHMETIC, train_size=4, val_size=2).build("train", tokenizer)
     # a threshold no gap can reach from below (rewards are in [0, 1]): the first intervened step ends the phase

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from mintrl.data import RolloutDataModule
+from mintrl.data.base import InvalidRow, RowFilter
 from mintrl.data.benchmarks import HubPrompts
 from mintrl.data.code import CodePrompts
-from mintrl.data.base import InvalidRow, RowFilter
 
 GOOD_HE = {"task_id": "t/0", "prompt": "def f(x):\n", "canonical_solution": "    return x\n", "test": "def check(c):\n    assert c(1) == 1\n",
            "entry_point": "f"}

@@ -10,9 +10,9 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from mintrl.data.code import CodePrompts
-from mintrl.text.steps import split_steps
 from mintrl.reward import CodeReward, build_program, extract_code, score_rewards
 from mintrl.reward.sandbox import Sandbox
+from mintrl.text.steps import split_steps
 
 UID_BASE = 62000
 
@@ -104,8 +104,9 @@ def test_code_steps_split_at_fences_and_blank_lines():
 
 
 def test_two_training_steps_on_code_with_the_embedded_model(tmp_path):
-    from mintrl.training.run import run
     from test_experiments import _compose
+
+    from mintrl.training.run import run
 
     cfg = _compose("experiment=code/grpo_cpu", f"paths.output_dir={tmp_path}", "trainer.max_steps=2", "data.prompts_per_step=2",
                    "data.prompts.val_size=2", "data.val_samples_per_prompt=1", "rollout.max_response_tokens=48",

@@ -6,10 +6,8 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from hydra.errors import MissingConfigException
-from transformers import AutoModelForCausalLM
 
 import mintrl.model.loading as loading
-from mintrl.training.build import build_components, check_config
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.intervention.self_privileged import SelfPrivilegedIntervention
@@ -18,8 +16,8 @@ from mintrl.judge.rule import RuleJudge
 from mintrl.judge.self_privileged import SelfPrivilegedJudge
 from mintrl.model import load_policy
 from mintrl.objective import AdvantageRegression
+from mintrl.training.build import build_components, check_config
 from mintrl.training.config import CONFIG_DIR
-
 
 
 def _compose(*overrides):

@@ -13,9 +13,9 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 
-from mintrl.training.build import build_components
 from mintrl.objective.aggregation import step_totals
 from mintrl.rollout.batch import concat_batches
+from mintrl.training.build import build_components
 
 TESTS = Path(__file__).resolve().parent
 CONFIG_DIR = str(TESTS.parent / "configs")

@@ -14,9 +14,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from hydra import compose, initialize_config_dir
 
+from mintrl.cli.keywords import main as keywords_main
 from mintrl.data import ChampPrompts, HubPrompts
 from mintrl.eval.evaluate import evaluate
-from mintrl.cli.keywords import main as keywords_main
 from mintrl.eval.pass_at_k import PassAtK, correct_counts, pass_at_k
 from mintrl.model import embedded_smollm2
 from mintrl.reward import MathVerifyReward

@@ -6,27 +6,26 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ARITHMETIC
 from hydra import compose, initialize_config_dir
 from hydra._internal.utils import _locate
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
-from mintrl.training.build import ModelContext, build_components, check_config
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.intervention.self_privileged import privileged_prompt_ids
 from mintrl.judge.none import KeepJudge
-from mintrl.model.logprobs import token_logprobs
 from mintrl.model import load_policy
+from mintrl.model.logprobs import token_logprobs
 from mintrl.objective import GRPO, AdvantageRegression, InterventionGRPO, OnPolicyDistillation
 from mintrl.reward import ReasoningGymReward
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
 from mintrl.sampler import HFSampler
 from mintrl.sft import SFTStage, collect_demonstrations
+from mintrl.training.build import ModelContext, build_components, check_config
 from mintrl.training.config import CONFIG_DIR
 from mintrl.training.run import run
-
-from conftest import ARITHMETIC
 
 EXPERIMENTS = sorted(str(p.relative_to(Path(CONFIG_DIR) / "experiment"))[:-5] for p in (Path(CONFIG_DIR) / "experiment").rglob("*.yaml"))
 MATH_ROWS = ["base_eval", "grpo", "opd", "sft_grpo", "mentor", "intervention_grpo", "mintrl_proxy", "mintrl_const"]

@@ -8,14 +8,14 @@ import math
 import time
 from pathlib import Path
 
+import fault_helpers
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-import fault_helpers
-from mintrl.rollout.guards import FaultCounts, GuardedJudge, GuardedReward, review_guarded, score_rewards_guarded
 from mintrl.judge.base import FAILED, KEEP, REVISE, ReviewRequest, Verdict
+from mintrl.rollout.guards import FaultCounts, GuardedJudge, GuardedReward, review_guarded, score_rewards_guarded
 from mintrl.training.run import run
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")

@@ -4,20 +4,18 @@ import math
 
 import pytest
 import torch
+from conftest import ARITHMETIC
 
-from mintrl.training.build import ModelContext
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.judge.base import ReviewRequest
 from mintrl.judge.rule import RuleJudge
-from mintrl.text.steps import split_steps
 from mintrl.reward import ReasoningGymReward, extract_answer
 from mintrl.rollout.batch import Rollout
-from mintrl.text.steps import token_index_of_char
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout, apply_verdict
 from mintrl.sampler import HFSampler
-
-from conftest import ARITHMETIC
+from mintrl.text.steps import split_steps, token_index_of_char
+from mintrl.training.build import ModelContext
 
 
 @pytest.fixture(scope="module")

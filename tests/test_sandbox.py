@@ -5,18 +5,16 @@ exhaust this machine)."""
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import threading
 import time
 from collections import Counter
 
 import pytest
+from conftest import SANDBOX_REPORT
 
 from mintrl.data.code import CodePrompts
 from mintrl.reward.sandbox import Outcome, Program, Sandbox
-
-from conftest import SANDBOX_REPORT
 
 UID_BASE = 62000  # not the default: a training run elsewhere on this machine uses 61000+
 LIMITS = dict(timeout_s=3.0, cpu_s=3, memory_mb=512, file_size_mb=4, processes=16, max_output_bytes=4096, uid_base=UID_BASE)

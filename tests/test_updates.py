@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from mintrl.training.module import PolicyModule, minibatch_rows
+from mintrl.model.logprobs import token_logprobs
 from mintrl.objective import GRPO, AdvantageRegression, InterventionGRPO, SupervisedNLL, step_totals
 from mintrl.rollout.batch import RolloutBatch
-from mintrl.model.logprobs import token_logprobs
+from mintrl.training.module import PolicyModule, minibatch_rows
 
 
 def _rollout_batch(model, n=8, seed=0, temperature=0.8):

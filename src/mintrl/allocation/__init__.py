@@ -7,14 +7,14 @@ the gain controller with its recency-weighted Huber loss (eq. 6), and the shadow
 with gate and exploration (eq. 10).
 """
 
-from mintrl.allocation.budget import RolloutBudget
 from mintrl.allocation.branching import Brancher, anchors
+from mintrl.allocation.budget import RolloutBudget
 from mintrl.allocation.controller import GainController, recency_huber_loss, recency_weights
+from mintrl.allocation.entropy import EntropyAllocation
 from mintrl.allocation.features import FEATURES, anchor_features
 from mintrl.allocation.gain import realized_gain, reward_variance
-from mintrl.allocation.entropy import EntropyAllocation
-from mintrl.allocation.rail_controller import BranchAction, RailController
 from mintrl.allocation.rail import RailAllocation
+from mintrl.allocation.rail_controller import BranchAction, RailController
 from mintrl.allocation.uniform import UniformAllocation
 
 __all__ = ["FEATURES", "BranchAction", "Brancher", "EntropyAllocation", "RailAllocation", "UniformAllocation", "anchors", "GainController", "RailController", "RolloutBudget", "anchor_features",

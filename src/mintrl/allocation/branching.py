@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mintrl.text.steps import split_steps, token_index_of_char
 from mintrl.reward.base import score_rewards
 from mintrl.rollout.batch import Rollout
+from mintrl.text.steps import split_steps, token_index_of_char
 
 
 def anchors(rollout: Rollout, tokenizer, delimiters: Sequence[str]) -> list[tuple[int, int, int, float]]:

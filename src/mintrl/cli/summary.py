@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Sequence
 
 from mintrl.eval.summary import (
-    fmt,
     final_pass_at_1,
+    fmt,
     is_no_intervention,
     markdown_table,
     plot_intensity,

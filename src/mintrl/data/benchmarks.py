@@ -13,8 +13,8 @@ import os
 import re
 from typing import Any
 
-from mintrl.data.code import CODE_INSTRUCTION, code_items, normalise_row
 from mintrl.data.base import DEFAULT_INSTRUCTION, InvalidRow, PromptItem, RowFilter, prompt_ids, read_json_rows
+from mintrl.data.code import CODE_INSTRUCTION, code_items, normalise_row
 
 _WORD = re.compile(r"[A-Za-z]{2,}")
 MATH_WORDS = {"sqrt", "floor", "ceil", "pi", "ln", "log", "exp", "sin", "cos", "tan", "infty", "frac", "binom"}

@@ -12,9 +12,8 @@ import logging
 import random
 from typing import Iterator
 
-import numpy as np
-
 import lightning.pytorch as L
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 

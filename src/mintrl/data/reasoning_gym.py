@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-
 import reasoning_gym
 from reasoning_gym.factory import DATASETS
 
 from mintrl.data.base import DEFAULT_INSTRUCTION, InvalidRow, PromptItem, RowFilter, prompt_ids
+
 
 class ReasoningGymPrompts:
     """Train and validation prompts of one reasoning-gym task, from disjoint seeds.

@@ -22,10 +22,10 @@ from typing import Sequence
 import torch
 from omegaconf import DictConfig
 
-from mintrl.training.build import build_components
 from mintrl.judge.base import REVISE, Verdict
 from mintrl.judge.rule import RuleJudge
 from mintrl.rollout.stats import kappa_estimate
+from mintrl.training.build import build_components
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +107,13 @@ def run_pilot(cfg: DictConfig) -> list[dict]:
             policy_lp.append(kappa_estimate(batch.rollout_logprobs, batch.intervention_mask))
         if compare:
             engine.judge = judge.judge
-        mean = lambda key: sum(s.get(key, float("nan")) for s in stats) / len(stats)
-        finite = lambda xs: [x for x in xs if not math.isnan(x)]
+
+        def mean(key: str) -> float:
+            return sum(s.get(key, float("nan")) for s in stats) / len(stats)
+
+        def finite(xs: list[float]) -> list[float]:
+            return [x for x in xs if not math.isnan(x)]
+
         gap = sum(gaps) / max(len(gaps), 1)
         se = math.sqrt(sum((d - gap) ** 2 for d in gaps) / (len(gaps) - 1) / len(gaps)) if len(gaps) > 1 else float("nan")
         rows.append({
@@ -129,7 +134,10 @@ def format_table(rows: list[dict]) -> str:
     head = ("| chunk | reviews | continuation | control | semi | semi - control (± s.e.) | off-policy (semi) | revisions / rollout "
             "| s / rollout | kappa estimate | policy log-prob of iv. tokens | agreement with rule |")
     lines = [head, "|" + "---|" * 12]
-    f = lambda v, spec: "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+    def f(v, spec: str) -> str:
+        return "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
     for r in rows:
         lines.append(
             f"| {r['chunk']} | {r['reviews']} | {r['continuation']} | {f(r['control'], '.3f')} | {f(r['semi'], '.3f')} "

@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import Sequence
 
 from mintrl.intervention.base import Correction, InterventionRequest
-from mintrl.prompts.templates import load_prompt
 from mintrl.model.tokens import chat_ids, same_vocabulary
+from mintrl.prompts.templates import load_prompt
 from mintrl.sampler.hf import HFSampler
+
 
 def privileged_prompt_ids(tokenizer, note: str, question: str, reference: str) -> list[int]:
     """Chat-templated user message ``note.format(question=..., reference=...)`` with the generation

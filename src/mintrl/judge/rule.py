@@ -19,8 +19,8 @@ from typing import Sequence
 
 from mintrl.judge.arithmetic import answer_matches, find_claims
 from mintrl.judge.base import REVISE, ReviewRequest, Verdict
-from mintrl.text.steps import split_steps
 from mintrl.text.answer import locate_answer
+from mintrl.text.steps import split_steps
 
 
 class RuleJudge:

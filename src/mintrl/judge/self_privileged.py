@@ -11,8 +11,8 @@ import re
 from typing import Sequence
 
 from mintrl.judge.base import KEEP, REVISE, UNPARSEABLE, ReviewRequest, Verdict
-from mintrl.prompts.templates import load_prompt
 from mintrl.model.tokens import chat_ids
+from mintrl.prompts.templates import load_prompt
 from mintrl.sampler.hf import HFSampler
 
 _VERDICT = re.compile(r"\b(KEEP|REVISE)\b(?:\s*(?:at\s+)?(?:step)?\s*(?:[\[#(:=-]\s*)?(\d+))?", re.I)

@@ -10,7 +10,6 @@ and in the backward pass. Prompt positions never go through the LM head.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from mintrl.model.shared_prompts import shared_prompt_hidden

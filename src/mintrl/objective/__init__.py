@@ -3,13 +3,19 @@
 Components follow :class:`mintrl.objective.base.Objective` (setup / prepare / per-micro-batch loss).
 """
 
-from mintrl.objective.advantages import control_advantages, control_baseline, group_advantages, mentor_advantages, valid_rows
+from mintrl.objective.advantages import (
+    control_advantages,
+    control_baseline,
+    group_advantages,
+    mentor_advantages,
+    valid_rows,
+)
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate, sequence_mean, step_totals
 from mintrl.objective.base import Objective, ObjectiveOutput
-from mintrl.objective.opd import OnPolicyDistillation
 from mintrl.objective.functional import anchor_logprobs, anchored_log_ratio, regression_loss, regression_terms
 from mintrl.objective.grpo import GRPO
 from mintrl.objective.intervention_grpo import InterventionGRPO
+from mintrl.objective.opd import OnPolicyDistillation
 from mintrl.objective.policy_gradient import clipped_surrogate, importance_weight_stats, kl_penalty
 from mintrl.objective.regression import AdvantageRegression
 from mintrl.objective.sft import SupervisedNLL

@@ -5,12 +5,12 @@ from __future__ import annotations
 import torch
 
 from mintrl.intervention.self_privileged import privileged_prompt_ids
-from mintrl.prompts.templates import load_prompt
 from mintrl.model.tokens import same_vocabulary
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate
 from mintrl.objective.base import Objective, ObjectiveOutput
 from mintrl.objective.grpo import masked_mean
 from mintrl.objective.policy_gradient import clipped_surrogate
+from mintrl.prompts.templates import load_prompt
 from mintrl.rollout.batch import RolloutBatch
 
 

@@ -22,14 +22,13 @@ from mintrl.allocation.branching import Brancher
 from mintrl.allocation.budget import RolloutBudget
 from mintrl.data.base import PromptItem
 from mintrl.intervention.base import Intervention, InterventionRequest
-from mintrl.rollout.guards import GuardedJudge, GuardedReward
 from mintrl.judge.base import FAILED, REVISE, UNPARSEABLE, Judge, ReviewRequest
-from mintrl.text.steps import split_steps, token_index_of_char
 from mintrl.reward.base import score_rewards
 from mintrl.rollout.batch import Rollout, RolloutBatch, collate_rollouts
+from mintrl.rollout.guards import GuardedJudge, GuardedReward
 from mintrl.rollout.schedule import InterventionSchedule
 from mintrl.rollout.stats import rollout_stats
-
+from mintrl.text.steps import split_steps, token_index_of_char
 
 
 def apply_verdict(rollout: Rollout, ids: list[int], logprobs: list[float], finished: bool, steps, verdict, item: PromptItem, tokenizer) -> InterventionRequest | None:

@@ -9,9 +9,9 @@ import torch.nn.functional as F
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
 from mintrl.model.logprobs import token_logprobs
+from mintrl.model.shared_prompts import CACHE_ARG
 from mintrl.sampler.base import Generation, check_generate_args
 from mintrl.sampler.weights import is_sharded, weights_version
-from mintrl.model.shared_prompts import CACHE_ARG
 
 
 def eos_ids_of(model: PreTrainedModel, tokenizer=None) -> tuple[int, ...]:

@@ -13,17 +13,16 @@ import functools
 import logging
 from pathlib import Path
 
-import lightning.pytorch as L
 import torch
 from hydra.utils import instantiate
 from torch.utils.data import DataLoader, IterableDataset
 
-from mintrl.training.callbacks.export import HFExport
 from mintrl.intervention.base import InterventionRequest
-from mintrl.training.module import PolicyModule
 from mintrl.objective.sft import SupervisedNLL
 from mintrl.reward.base import score_rewards
 from mintrl.rollout.batch import Rollout, collate_rollouts
+from mintrl.training.callbacks.export import HFExport
+from mintrl.training.module import PolicyModule
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ text back, so a step index maps to a cut position in the text and then to a toke
 from __future__ import annotations
 
 import re
-from typing import Sequence
 from dataclasses import dataclass
+from typing import Sequence
 
 BLANK_LINE = r"\n(?:[ \t]*\n)+"  # a line break and the blank lines after it (the next line's indent stays with it)
 CODE_FENCE = r"(?m)^[ \t]*```"

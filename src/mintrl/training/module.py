@@ -19,8 +19,8 @@ import lightning.pytorch as L
 import torch
 from lightning.pytorch.utilities import grad_norm
 
-from mintrl.model.logprobs import token_logprobs
 from mintrl.eval.pass_at_k import PassAtK
+from mintrl.model.logprobs import token_logprobs
 from mintrl.objective.aggregation import StepTotals, step_totals
 from mintrl.rollout.batch import RolloutBatch
 from mintrl.sampler.weights import is_sharded

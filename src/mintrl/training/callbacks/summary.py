@@ -50,7 +50,10 @@ class RunSummary(L.Callback):
         if not trainer.is_global_zero:
             return
         s = self.summary
-        fmt = lambda v: "n/a" if v is None else f"{v:.3f}"
+
+        def fmt(v: float | None) -> str:
+            return "n/a" if v is None else f"{v:.3f}"
+
         lines = [
             "", "=" * 72, f"mintrl run summary: {s['steps']} optimizer steps in {s['minutes']:.1f} min",
             f"  held-out reward (val/reward):   first {fmt(s['val_reward_first'])}  ->  last {fmt(s['val_reward_last'])}",
