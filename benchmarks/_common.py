@@ -38,8 +38,13 @@ def peak_rss_mib(code: str, *args: str) -> float:
     follows the live tensors. With the default dynamic threshold, buffers up to 32 MiB come from the
     heap and stay resident after they are freed, which adds hundreds of MiB of allocator retention
     that depends on the order of allocations rather than on the computation measured."""
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONWARNINGS": "ignore", "MALLOC_MMAP_THRESHOLD_": str(64 * 1024)})
+    out = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", "MALLOC_MMAP_THRESHOLD_": str(64 * 1024)},
+    )
     marks = {}
     for line in out.stdout.splitlines():
         if line.startswith("{"):

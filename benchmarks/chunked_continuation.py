@@ -35,9 +35,15 @@ def main() -> None:
         from mintrl.sampler import VLLMSampler
 
         sampler = VLLMSampler(policy, tok, max_model_len=1024, enforce_eager=args.device == "cpu")
-    questions = [f"Explain why {a} + {b} = {a + b}, step by step." for a, b in zip(range(args.rows), range(50, 50 + args.rows))]
-    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)["input_ids"]
-               for q in questions]
+    questions = [
+        f"Explain why {a} + {b} = {a + b}, step by step." for a, b in zip(range(args.rows), range(50, 50 + args.rows))
+    ]
+    prompts = [
+        tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)[
+            "input_ids"
+        ]
+        for q in questions
+    ]
     per_chunk = args.tokens // args.chunks
 
     def generate(n_chunks: int, budget: int) -> None:
@@ -46,19 +52,37 @@ def main() -> None:
             if not active:
                 break
             # as the rollout loop does: each row names its rollout, so a backend can continue from its KV
-            out = sampler.generate([p for _, p in active], budget, temperature=1.0, cache_keys=[row for row, _ in active])
-            active = [(row, p + ids.tolist()) for (row, p), ids, done in zip(active, out.token_ids, out.finished) if not done]
+            out = sampler.generate(
+                [p for _, p in active], budget, temperature=1.0, cache_keys=[row for row, _ in active]
+            )
+            active = [
+                (row, p + ids.tolist()) for (row, p), ids, done in zip(active, out.token_ids, out.finished) if not done
+            ]
         sampler.release()  # end of a rollout batch: kept KV is dropped
 
     torch.manual_seed(0)
     generate(1, 4)  # warm-up (and the first vLLM weight push)
-    times = alternate({"one call": lambda: generate(1, per_chunk * args.chunks),
-                       f"{args.chunks} chunks": lambda: generate(args.chunks, per_chunk)}, args.repeats)
+    times = alternate(
+        {
+            "one call": lambda: generate(1, per_chunk * args.chunks),
+            f"{args.chunks} chunks": lambda: generate(args.chunks, per_chunk),
+        },
+        args.repeats,
+    )
     one, chunked = median(times["one call"]), median(times[f"{args.chunks} chunks"])
-    table(f"chunked continuation, {args.sampler} sampler, {args.rows} rows x {per_chunk * args.chunks} tokens ({args.device})",
-          [(f"{args.chunks} chunks of {per_chunk} / one call of {per_chunk * args.chunks} (target <= 1.1)", chunked / one,
-            f"{chunked:.2f} s vs {one:.2f} s")],
-          [f"medians of {args.repeats} alternating repetitions; a row that ends with EOS is not continued, in both variants"])
+    table(
+        f"chunked continuation, {args.sampler} sampler, {args.rows} rows x {per_chunk * args.chunks} tokens ({args.device})",
+        [
+            (
+                f"{args.chunks} chunks of {per_chunk} / one call of {per_chunk * args.chunks} (target <= 1.1)",
+                chunked / one,
+                f"{chunked:.2f} s vs {one:.2f} s",
+            )
+        ],
+        [
+            f"medians of {args.repeats} alternating repetitions; a row that ends with EOS is not continued, in both variants"
+        ],
+    )
     if hasattr(sampler, "close"):
         sampler.close()
 

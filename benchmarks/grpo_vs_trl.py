@@ -111,11 +111,25 @@ print(json.dumps({"steps": steps[1:], "peak_mib": kib("VmHWM:") / 1024, "above_m
 
 
 def run_child(framework: str, args) -> dict:
-    spec = json.dumps({"framework": framework, "prompts": args.prompts, "group": args.group, "tokens": args.tokens,
-                       "steps": args.steps, "device": args.device, "sampler": args.sampler,
-                       "gradient_checkpointing": args.gradient_checkpointing, "configs": os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs")})
-    out = subprocess.run([sys.executable, "-c", CHILD, spec], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false"})
+    spec = json.dumps(
+        {
+            "framework": framework,
+            "prompts": args.prompts,
+            "group": args.group,
+            "tokens": args.tokens,
+            "steps": args.steps,
+            "device": args.device,
+            "sampler": args.sampler,
+            "gradient_checkpointing": args.gradient_checkpointing,
+            "configs": os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs"),
+        }
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, spec],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false"},
+    )
     if out.returncode:
         raise RuntimeError(f"{framework} run failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -129,10 +143,17 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2, help="measured steps per process (after one warm-up step)")
     parser.add_argument("--repeats", type=int, default=2, help="processes per framework, alternating")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (both frameworks)")
-    parser.add_argument("--sampler", choices=["hf", "vllm"], default="hf",
-                        help="generation on both sides: Hugging Face generate, or a colocated vLLM engine (TRL use_vllm, vllm_mode=colocate)")
-    parser.add_argument("--gradient-checkpointing", action="store_true",
-                        help="activation checkpointing on both sides (TRL's GRPOConfig default; off in mintrl's default config)")
+    parser.add_argument(
+        "--sampler",
+        choices=["hf", "vllm"],
+        default="hf",
+        help="generation on both sides: Hugging Face generate, or a colocated vLLM engine (TRL use_vllm, vllm_mode=colocate)",
+    )
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="activation checkpointing on both sides (TRL's GRPOConfig default; off in mintrl's default config)",
+    )
     args = parser.parse_args()
     runs: dict[str, list[dict]] = {"mintrl": [], "trl": []}
     for _ in range(args.repeats):
@@ -142,25 +163,61 @@ def main() -> None:
     def stat(framework, f):
         return median([f(s) for r in runs[framework] for s in r["steps"]])
 
-    ours = {k: stat("mintrl", f) for k, f in (("step", lambda s: s[0]), ("gen", lambda s: s[1]), ("train", lambda s: s[0] - s[1]))}
-    trl = {k: stat("trl", f) for k, f in (("step", lambda s: s[0]), ("gen", lambda s: s[1]), ("train", lambda s: s[0] - s[1]))}
+    ours = {
+        k: stat("mintrl", f)
+        for k, f in (("step", lambda s: s[0]), ("gen", lambda s: s[1]), ("train", lambda s: s[0] - s[1]))
+    }
+    trl = {
+        k: stat("trl", f)
+        for k, f in (("step", lambda s: s[0]), ("gen", lambda s: s[1]), ("train", lambda s: s[0] - s[1]))
+    }
     mem_ours, mem_trl = median([r["peak_mib"] for r in runs["mintrl"]]), median([r["peak_mib"] for r in runs["trl"]])
-    above_ours, above_trl = median([r["above_model_mib"] for r in runs["mintrl"]]), median([r["above_model_mib"] for r in runs["trl"]])
-    extra = [("peak resident memory above the loaded model (set-up, steps)", above_ours / above_trl,
-              f"{above_ours:.0f} MiB vs {above_trl:.0f} MiB")]
+    above_ours, above_trl = (
+        median([r["above_model_mib"] for r in runs["mintrl"]]),
+        median([r["above_model_mib"] for r in runs["trl"]]),
+    )
+    extra = [
+        (
+            "peak resident memory above the loaded model (set-up, steps)",
+            above_ours / above_trl,
+            f"{above_ours:.0f} MiB vs {above_trl:.0f} MiB",
+        )
+    ]
     if args.device != "cpu":
-        gpu_ours, gpu_trl = median([r["cuda_peak_mib"] for r in runs["mintrl"]]), median([r["cuda_peak_mib"] for r in runs["trl"]])
-        extra.append(("peak GPU memory allocated by torch", gpu_ours / gpu_trl, f"{gpu_ours:.0f} MiB vs {gpu_trl:.0f} MiB"))
+        gpu_ours, gpu_trl = (
+            median([r["cuda_peak_mib"] for r in runs["mintrl"]]),
+            median([r["cuda_peak_mib"] for r in runs["trl"]]),
+        )
+        extra.append(
+            ("peak GPU memory allocated by torch", gpu_ours / gpu_trl, f"{gpu_ours:.0f} MiB vs {gpu_trl:.0f} MiB")
+        )
     checkpointing = "activation checkpointing on both" if args.gradient_checkpointing else "no activation checkpointing"
-    table(f"GRPO step vs TRL GRPOTrainer: {args.prompts} prompts x {args.group} rollouts x <= {args.tokens} tokens, fp32, "
-          f"{args.device}, {args.sampler} generation, {checkpointing}",
-          [("step time, mintrl / TRL (target <= 0.7)", ours["step"] / trl["step"], f"{ours['step']:.1f} s vs {trl['step']:.1f} s"),
-           ("  generation", ours["gen"] / trl["gen"], f"{ours['gen']:.1f} s vs {trl['gen']:.1f} s"),
-           ("  training (everything else: rewards, log-probs, update)", ours["train"] / trl["train"],
-            f"{ours['train']:.1f} s vs {trl['train']:.1f} s"),
-           ("peak resident memory of the process, mintrl / TRL", mem_ours / mem_trl, f"{mem_ours:.0f} MiB vs {mem_trl:.0f} MiB"),
-           *extra],
-          [f"medians over {args.repeats} processes x {args.steps} steps per framework (one warm-up step each, not counted)"])
+    table(
+        f"GRPO step vs TRL GRPOTrainer: {args.prompts} prompts x {args.group} rollouts x <= {args.tokens} tokens, fp32, "
+        f"{args.device}, {args.sampler} generation, {checkpointing}",
+        [
+            (
+                "step time, mintrl / TRL (target <= 0.7)",
+                ours["step"] / trl["step"],
+                f"{ours['step']:.1f} s vs {trl['step']:.1f} s",
+            ),
+            ("  generation", ours["gen"] / trl["gen"], f"{ours['gen']:.1f} s vs {trl['gen']:.1f} s"),
+            (
+                "  training (everything else: rewards, log-probs, update)",
+                ours["train"] / trl["train"],
+                f"{ours['train']:.1f} s vs {trl['train']:.1f} s",
+            ),
+            (
+                "peak resident memory of the process, mintrl / TRL",
+                mem_ours / mem_trl,
+                f"{mem_ours:.0f} MiB vs {mem_trl:.0f} MiB",
+            ),
+            *extra,
+        ],
+        [
+            f"medians over {args.repeats} processes x {args.steps} steps per framework (one warm-up step each, not counted)"
+        ],
+    )
 
 
 if __name__ == "__main__":

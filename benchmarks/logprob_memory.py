@@ -61,7 +61,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=16)
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--device", default="cpu", help="cpu (peak resident set) or cuda (peak memory allocated by torch)")
+    parser.add_argument(
+        "--device", default="cpu", help="cpu (peak resident set) or cuda (peak memory allocated by torch)"
+    )
     args = parser.parse_args()
     variants = [(mode, ckpt) for ckpt in ("1", "0") for mode in ("chunked", "naive")]
     peaks: dict[tuple[str, str], list[float]] = {v: [] for v in variants}
@@ -69,14 +71,29 @@ def main() -> None:
         for mode, ckpt in variants:
             peaks[mode, ckpt].append(peak_rss_mib(CHILD, mode, str(args.rows), str(args.tokens), ckpt, args.device))
     m = {v: median(p) for v, p in peaks.items()}
-    rows = [(f"chunked / naive, {label} (target <= 0.5)", m["chunked", ckpt] / m["naive", ckpt],
-             f"{m['chunked', ckpt]:.0f} MiB vs {m['naive', ckpt]:.0f} MiB")
-            for ckpt, label in (("1", "body checkpointed on both sides"), ("0", "no checkpointing on either side"))]
-    rows.append(("chunked + checkpointing / naive without", m["chunked", "1"] / m["naive", "0"],
-                 f"{m['chunked', '1']:.0f} MiB vs {m['naive', '0']:.0f} MiB"))
-    table(f"training-step memory, {args.rows} x {args.tokens} tokens, forward + backward of the log-probs ({args.device}, fp32)", rows,
-          [f"peak memory above the loaded model; medians of {args.repeats} fresh processes each, alternating; peak resident set",
-           "(VmHWM, reset after a warm-up) minus the resident set then"])
+    rows = [
+        (
+            f"chunked / naive, {label} (target <= 0.5)",
+            m["chunked", ckpt] / m["naive", ckpt],
+            f"{m['chunked', ckpt]:.0f} MiB vs {m['naive', ckpt]:.0f} MiB",
+        )
+        for ckpt, label in (("1", "body checkpointed on both sides"), ("0", "no checkpointing on either side"))
+    ]
+    rows.append(
+        (
+            "chunked + checkpointing / naive without",
+            m["chunked", "1"] / m["naive", "0"],
+            f"{m['chunked', '1']:.0f} MiB vs {m['naive', '0']:.0f} MiB",
+        )
+    )
+    table(
+        f"training-step memory, {args.rows} x {args.tokens} tokens, forward + backward of the log-probs ({args.device}, fp32)",
+        rows,
+        [
+            f"peak memory above the loaded model; medians of {args.repeats} fresh processes each, alternating; peak resident set",
+            "(VmHWM, reset after a warm-up) minus the resident set then",
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -33,8 +33,15 @@ def main() -> None:
     parser.add_argument("--sampler", choices=["hf", "vllm"], default="hf")
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
-    overrides = [f"paths.output_dir={tempfile.mkdtemp()}", "objective=grpo", "judge=none", "rollout.n_semi=0",
-                 "rollout.progress=false", "data.prompts.train_size=200", f"sampler={args.sampler}"]
+    overrides = [
+        f"paths.output_dir={tempfile.mkdtemp()}",
+        "objective=grpo",
+        "judge=none",
+        "rollout.n_semi=0",
+        "rollout.progress=false",
+        "data.prompts.train_size=200",
+        f"sampler={args.sampler}",
+    ]
     if args.sampler == "vllm":
         overrides += ["sampler.max_model_len=2048", f"sampler.enforce_eager={args.device == 'cpu'}"]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
@@ -48,15 +55,17 @@ def main() -> None:
     def step(group: int, tokens: int, seed: int) -> None:
         rollout.n_control, rollout.max_response_tokens = group, tokens
         torch.manual_seed(seed)
-        batch = rollout.generate(items[seed * args.prompts:(seed + 1) * args.prompts], step=0)
+        batch = rollout.generate(items[seed * args.prompts : (seed + 1) * args.prompts], step=0)
         batch = module.objective.prepare(batch.to(args.device), module.frozen_logprobs)
         module.accumulate(batch, step_totals(batch.extras["loss_mask"]))
         optimizer.zero_grad(set_to_none=True)  # measure the work, keep the weights
         if args.device != "cpu":
             torch.cuda.synchronize()
 
-    points = {"group": [(args.group * 2**d, args.tokens) for d in range(args.doublings + 1)],
-              "response length": [(args.group, args.tokens * 2**d) for d in range(args.doublings + 1)]}
+    points = {
+        "group": [(args.group * 2**d, args.tokens) for d in range(args.doublings + 1)],
+        "response length": [(args.group, args.tokens * 2**d) for d in range(args.doublings + 1)],
+    }
     step(args.group, 8, 99)  # warm-up
     times: dict[tuple[int, int], list[float]] = {p: [] for ps in points.values() for p in ps}
     for r in range(args.repeats):
@@ -70,10 +79,21 @@ def main() -> None:
         y = [math.log(median(times[p])) for p in ps]
         mx, my = sum(x) / len(x), sum(y) / len(y)
         slope = sum((a - mx) * (b - my) for a, b in zip(x, y)) / sum((a - mx) ** 2 for a in x)
-        rows.append((f"exponent of step time in {axis}", slope, ", ".join(f"{p[0] if axis == 'group' else p[1]}: {median(times[p]):.1f} s" for p in ps)))
-    table(f"scaling of an on-policy GRPO step ({args.prompts} prompts, {args.sampler} sampler, {args.device}): time ~ x^b", rows,
-          [f"group size from {args.group} at {args.tokens} tokens; length from {args.tokens} at group {args.group}; "
-           f"the length budget is a maximum (responses that end early shorten the step); medians of {args.repeats}"])
+        rows.append(
+            (
+                f"exponent of step time in {axis}",
+                slope,
+                ", ".join(f"{p[0] if axis == 'group' else p[1]}: {median(times[p]):.1f} s" for p in ps),
+            )
+        )
+    table(
+        f"scaling of an on-policy GRPO step ({args.prompts} prompts, {args.sampler} sampler, {args.device}): time ~ x^b",
+        rows,
+        [
+            f"group size from {args.group} at {args.tokens} tokens; length from {args.tokens} at group {args.group}; "
+            f"the length budget is a maximum (responses that end early shorten the step); medians of {args.repeats}"
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -24,8 +24,13 @@ CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
 def _rollout(overrides: list[str], sampler: str, device: str):
     if sampler == "vllm":  # three engines side by side: a small share of the GPU each
-        overrides = [*overrides, "sampler=vllm", "sampler.gpu_memory_utilization=0.15", "sampler.max_model_len=1024",
-                     f"sampler.enforce_eager={device == 'cpu'}"]
+        overrides = [
+            *overrides,
+            "sampler=vllm",
+            "sampler.gpu_memory_utilization=0.15",
+            "sampler.max_model_len=1024",
+            f"sampler.enforce_eager={device == 'cpu'}",
+        ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("train", overrides=["paths.output_dir=/tmp/mintrl-bench", "rollout.progress=false", *overrides])
     c = build_components(cfg, trainer=False)
@@ -69,12 +74,22 @@ def main() -> None:
         secs = median([a[0] for a in absolute[name]])
         toks = median([a[1] for a in absolute[name]])
         fixes = median([a[2] for a in absolute[name]])
-        rows.append((f"{name} / on-policy, s per response token" + (" (target <= 1.25)" if "rule" in name else ""), m / base,
-                     f"{secs:.1f} s for {toks:.0f} tokens, {fixes:.2f} interventions per semi rollout"))
+        rows.append(
+            (
+                f"{name} / on-policy, s per response token" + (" (target <= 1.25)" if "rule" in name else ""),
+                m / base,
+                f"{secs:.1f} s for {toks:.0f} tokens, {fixes:.2f} interventions per semi rollout",
+            )
+        )
     on = absolute["on-policy"]
-    table(f"semi-on-policy overhead, {args.prompts} prompts x 4 rollouts, {args.sampler} sampler ({args.device})", rows,
-          [f"on-policy: {median([a[0] for a in on]):.1f} s for {median([a[1] for a in on]):.0f} tokens; "
-           f"medians of {args.repeats} alternating repetitions, each on new prompts"])
+    table(
+        f"semi-on-policy overhead, {args.prompts} prompts x 4 rollouts, {args.sampler} sampler ({args.device})",
+        rows,
+        [
+            f"on-policy: {median([a[0] for a in on]):.1f} s for {median([a[1] for a in on]):.0f} tokens; "
+            f"medians of {args.repeats} alternating repetitions, each on new prompts"
+        ],
+    )
 
 
 if __name__ == "__main__":

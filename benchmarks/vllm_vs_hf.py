@@ -40,10 +40,19 @@ def main() -> None:
 
     loaded = embedded_smollm2()
     policy, tok = loaded.model.to(args.device), loaded.tokenizer
-    questions = [f"What is {a} + {b}? Explain briefly." for a, b in zip(range(3, 3 + args.rows), range(40, 40 + args.rows))]
-    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)["input_ids"] for q in questions]
+    questions = [
+        f"What is {a} + {b}? Explain briefly." for a, b in zip(range(3, 3 + args.rows), range(40, 40 + args.rows))
+    ]
+    prompts = [
+        tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True)[
+            "input_ids"
+        ]
+        for q in questions
+    ]
     hf = HFSampler(policy, tok)
-    vllm = VLLMSampler(policy, tok, dtype=args.dtype, max_model_len=1024, enforce_eager=args.eager, gpu_memory_utilization=0.3)
+    vllm = VLLMSampler(
+        policy, tok, dtype=args.dtype, max_model_len=1024, enforce_eager=args.eager, gpu_memory_utilization=0.3
+    )
     start = time.perf_counter()
     vllm.engine()
     print(f"vLLM engine start: {time.perf_counter() - start:.1f} s")
@@ -54,8 +63,10 @@ def main() -> None:
     for _ in range(args.repeats):
         for name, sampler in (("vllm", vllm), ("hf", hf)):
             best[name] = max(best[name], _tokens_per_s(sampler, prompts, args.tokens))
-    print(f"{args.rows} rollouts x {args.tokens} tokens, {args.device}: hf {best['hf']:.0f} tok/s, vllm {best['vllm']:.0f} tok/s, "
-          f"ratio vllm/hf = {best['vllm'] / best['hf']:.2f}")
+    print(
+        f"{args.rows} rollouts x {args.tokens} tokens, {args.device}: hf {best['hf']:.0f} tok/s, vllm {best['vllm']:.0f} tok/s, "
+        f"ratio vllm/hf = {best['vllm'] / best['hf']:.2f}"
+    )
 
     # one optimizer step, then the engine must sample from the new weights
     sequence = prompts[0] + vllm.generate(prompts[:1], 16).token_ids[0].tolist()
@@ -66,10 +77,14 @@ def main() -> None:
     optimizer.zero_grad()
     pushed_before = vllm.sync_seconds
     gen = vllm.generate(prompts[:8], 32)
-    scored = score_sequences(policy, [p + t.tolist() for p, t in zip(prompts[:8], gen.token_ids)], [len(p) for p in prompts[:8]])
+    scored = score_sequences(
+        policy, [p + t.tolist() for p, t in zip(prompts[:8], gen.token_ids)], [len(p) for p in prompts[:8]]
+    )
     gap = torch.cat([(s - g).abs() for s, g in zip(scored, gen.logprobs)])
-    print(f"after a weight sync ({vllm.sync_seconds - pushed_before:.2f} s push): mean |engine - trainer| log-prob = "
-          f"{gap.mean().item():.2e} nats/token (max {gap.max().item():.2e}) over {gap.numel()} tokens")
+    print(
+        f"after a weight sync ({vllm.sync_seconds - pushed_before:.2f} s push): mean |engine - trainer| log-prob = "
+        f"{gap.mean().item():.2e} nats/token (max {gap.max().item():.2e}) over {gap.numel()} tokens"
+    )
     vllm.close()
 
 

@@ -22,7 +22,9 @@ def embedded():
     ``MINTRL_TEST_DEVICE`` when set."""
     torch.manual_seed(0)
     loaded = embedded_smollm2()
-    device = os.environ.get("MINTRL_TEST_DEVICE")  # e.g. cuda: benchmarks/gpu_vllm_check.sh runs the contract suite on a GPU
+    device = os.environ.get(
+        "MINTRL_TEST_DEVICE"
+    )  # e.g. cuda: benchmarks/gpu_vllm_check.sh runs the contract suite on a GPU
     if device:
         loaded.model.to(device)
     return loaded
@@ -43,9 +45,18 @@ def fresh_policy(embedded):
 def tiny_model():
     """A 2-layer random Llama with a 128-token vocabulary, for fast tensor-code tests."""
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         eos_token_id=2, pad_token_id=0, bos_token_id=1)
+    config = LlamaConfig(
+        vocab_size=128,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        eos_token_id=2,
+        pad_token_id=0,
+        bos_token_id=1,
+    )
     return LlamaForCausalLM(config).eval()
 
 

@@ -8,8 +8,12 @@ from pathlib import Path
 import lightning.pytorch as L
 import torch
 
-KEYS = ("model.layers.0.self_attn.q_proj.weight", "model.layers.15.mlp.down_proj.weight",
-        "model.layers.29.input_layernorm.weight", "model.norm.weight")
+KEYS = (
+    "model.layers.0.self_attn.q_proj.weight",
+    "model.layers.15.mlp.down_proj.weight",
+    "model.layers.29.input_layernorm.weight",
+    "model.norm.weight",
+)
 
 
 class Recorder(L.Callback):
@@ -22,5 +26,7 @@ class Recorder(L.Callback):
 
     def on_train_end(self, trainer, module):
         state = module.policy.state_dict()
-        torch.save({"weights": {k: state[k].detach().clone() for k in KEYS}, "world_size": trainer.world_size},
-                   self.out / f"final_rank{trainer.global_rank}.pt")
+        torch.save(
+            {"weights": {k: state[k].detach().clone() for k in KEYS}, "world_size": trainer.world_size},
+            self.out / f"final_rank{trainer.global_rank}.pt",
+        )

@@ -18,7 +18,10 @@ class StepLog(L.Callback):
         self.path = Path(path)
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        row = {"step": trainer.global_step, **{k: float(trainer.callback_metrics[k]) for k in KEYS if k in trainer.callback_metrics}}
+        row = {
+            "step": trainer.global_step,
+            **{k: float(trainer.callback_metrics[k]) for k in KEYS if k in trainer.callback_metrics},
+        }
         row["questions"] = [p.question for p in batch.prompts]
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")

@@ -52,7 +52,9 @@ def test_mentor_advantages_hand_values():
     # one group: controls 1, 0 (mean .5, std .7071), guided rollouts 1 and 0
     rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
     control = torch.tensor([True, True, False, False])
-    adv = mentor_advantages(rewards, torch.zeros(4, dtype=torch.long), control, 1, torch.ones(4, dtype=torch.bool), alpha=0.5, eps=0.0)
+    adv = mentor_advantages(
+        rewards, torch.zeros(4, dtype=torch.long), control, 1, torch.ones(4, dtype=torch.bool), alpha=0.5, eps=0.0
+    )
     assert adv.tolist() == pytest.approx([0.5 / math.sqrt(0.5), -0.5 / math.sqrt(0.5), 0.25, 0.0])
     assert cosine_decay(0, 120) == 1.0 and cosine_decay(60, 120) == pytest.approx(0.5) and cosine_decay(500, 120) == 0.0
 
@@ -121,10 +123,17 @@ def _batch(rewards, finished=None, lengths=(3, 3, 3, 3), behaviour=None):
         response[i, 2 : 2 + t] = True
     rollout_lp = torch.full((n, width), -1.0) * response
     return RolloutBatch(
-        input_ids=torch.ones(n, width, dtype=torch.long), attention_mask=torch.ones(n, width, dtype=torch.long),
-        response_mask=response, intervention_mask=torch.zeros(n, width, dtype=torch.bool), rollout_logprobs=rollout_lp,
-        rewards=torch.tensor(rewards), group_index=torch.zeros(n, dtype=torch.long), is_control=torch.ones(n, dtype=torch.bool),
-        num_groups=1, finished=torch.tensor(finished) if finished is not None else None, behaviour_logprobs=behaviour,
+        input_ids=torch.ones(n, width, dtype=torch.long),
+        attention_mask=torch.ones(n, width, dtype=torch.long),
+        response_mask=response,
+        intervention_mask=torch.zeros(n, width, dtype=torch.bool),
+        rollout_logprobs=rollout_lp,
+        rewards=torch.tensor(rewards),
+        group_index=torch.zeros(n, dtype=torch.long),
+        is_control=torch.ones(n, dtype=torch.bool),
+        num_groups=1,
+        finished=torch.tensor(finished) if finished is not None else None,
+        behaviour_logprobs=behaviour,
     )
 
 
@@ -189,10 +198,16 @@ def test_reward_with_wrong_length_or_bad_value_is_an_error():
     assert math.isnan(values[0]) and values[1] == 0.5
 
 
-@pytest.mark.parametrize("kwargs,field", [
-    (dict(clip_low=1.0), "clip_low"), (dict(kl_coef=-1.0), "kl_coef"), (dict(kl_estimator="k9"), "kl_estimator"),
-    (dict(aggregation="mean"), "aggregation"), (dict(dual_clip=0.5), "dual_clip"),
-])
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        (dict(clip_low=1.0), "clip_low"),
+        (dict(kl_coef=-1.0), "kl_coef"),
+        (dict(kl_estimator="k9"), "kl_estimator"),
+        (dict(aggregation="mean"), "aggregation"),
+        (dict(dual_clip=0.5), "dual_clip"),
+    ],
+)
 def test_grpo_rejects_bad_knobs(kwargs, field):
     with pytest.raises(ValueError, match=f"objective.{field}"):
         GRPO(**kwargs)

@@ -55,8 +55,19 @@ def _true_gain(z, action):
 
 def _run_bandit(rounds, seed=0):
     rng = random.Random(seed)
-    rail = RailController(state_dim=3, budgets=(1, 2, 4), temperatures=(1.0,), promote_after=30, window=200, rho0=0.1,
-                          rho_steps=200, refit_every=10, fit_steps=40, lr=2e-2, seed=seed)
+    rail = RailController(
+        state_dim=3,
+        budgets=(1, 2, 4),
+        temperatures=(1.0,),
+        promote_after=30,
+        window=200,
+        rho0=0.1,
+        rho_steps=200,
+        refit_every=10,
+        fit_steps=40,
+        lr=2e-2,
+        seed=seed,
+    )
     torch.manual_seed(seed)
     regret, fixed_regret, curve = 0.0, 0.0, []
     for t in range(rounds):
@@ -100,12 +111,27 @@ def test_checkpoint_round_trip_restores_exact_predictions_and_decisions():
     buffer = io.BytesIO()
     torch.save(rail.state_dict(), buffer)
     buffer.seek(0)
-    restored = RailController(state_dim=3, budgets=(1, 2, 4), temperatures=(1.0,), promote_after=30, window=200, rho0=0.1,
-                              rho_steps=200, refit_every=10, fit_steps=40, lr=2e-2, seed=99)
+    restored = RailController(
+        state_dim=3,
+        budgets=(1, 2, 4),
+        temperatures=(1.0,),
+        promote_after=30,
+        window=200,
+        rho0=0.1,
+        rho_steps=200,
+        refit_every=10,
+        fit_steps=40,
+        lr=2e-2,
+        seed=99,
+    )
     restored.load_state_dict(torch.load(buffer, weights_only=False))
     z = [0.3, 0.9, 0.1]
     assert torch.equal(restored.predict(z), rail.predict(z))
-    assert (restored.phase, restored.recorded, restored.live_decisions) == (rail.phase, rail.recorded, rail.live_decisions)
+    assert (restored.phase, restored.recorded, restored.live_decisions) == (
+        rail.phase,
+        rail.recorded,
+        rail.live_decisions,
+    )
     assert [restored.decide(z) for _ in range(20)] == [rail.decide(z) for _ in range(20)]
 
 
@@ -132,9 +158,18 @@ def items(tokenizer):
 
 
 def _engine(embedded, tokenizer, allocation, max_tokens=48):
-    return SemiOnPolicyRollout(HFSampler(embedded.model, tokenizer), KeepJudge(), RuleIntervention(ModelContext(embedded)),
-                               ReasoningGymReward(), tokenizer, n_control=4, n_semi=0, max_response_tokens=max_tokens,
-                               progress=False, allocation=allocation)
+    return SemiOnPolicyRollout(
+        HFSampler(embedded.model, tokenizer),
+        KeepJudge(),
+        RuleIntervention(ModelContext(embedded)),
+        ReasoningGymReward(),
+        tokenizer,
+        n_control=4,
+        n_semi=0,
+        max_response_tokens=max_tokens,
+        progress=False,
+        allocation=allocation,
+    )
 
 
 def test_branches_share_the_prefix_and_are_rescored_at_the_training_temperature(embedded, tokenizer, items):
@@ -150,7 +185,9 @@ def test_branches_share_the_prefix_and_are_rescored_at_the_training_temperature(
     assert len(found) == 1 and found[0][1:3] == (1, 2) and found[0][3] == pytest.approx(0.5)
     k = found[0][0]
     assert tokenizer.decode(parent.response_ids[k:]).startswith("The sum")
-    brancher = Brancher(engine.sampler, tokenizer, ReasoningGymReward(), temperature=1.0, top_p=1.0, max_response_tokens=24)
+    brancher = Brancher(
+        engine.sampler, tokenizer, ReasoningGymReward(), temperature=1.0, top_p=1.0, max_response_tokens=24
+    )
     children = brancher.branch(parent, k, 3, 1.5, items[0])
     assert len(children) == 3
     for c in children:
@@ -174,10 +211,22 @@ def test_rail_allocation_goes_live_and_its_state_survives_a_checkpoint(tmp_path)
     from mintrl.training.config import CONFIG_DIR
     from mintrl.training.run import run
 
-    overrides = [f"paths.output_dir={tmp_path}", "allocation=rail", "allocation.budget_per_step=16", "allocation.promote_after=1",
-                 "allocation.refit_every=1", "allocation.fit_steps=5", "trainer.max_steps=2", "data.prompts_per_step=2",
-                 "data.prompts.val_size=2", "data.val_samples_per_prompt=1", "rollout.max_response_tokens=32",
-                 "rollout.chunk_size=8", "rollout.continuation_len=8", "rollout.progress=false"]
+    overrides = [
+        f"paths.output_dir={tmp_path}",
+        "allocation=rail",
+        "allocation.budget_per_step=16",
+        "allocation.promote_after=1",
+        "allocation.refit_every=1",
+        "allocation.fit_steps=5",
+        "trainer.max_steps=2",
+        "data.prompts_per_step=2",
+        "data.prompts.val_size=2",
+        "data.val_samples_per_prompt=1",
+        "rollout.max_response_tokens=32",
+        "rollout.chunk_size=8",
+        "rollout.continuation_len=8",
+        "rollout.progress=false",
+    ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("train", overrides=overrides)
     summary = run(cfg)
@@ -188,7 +237,9 @@ def test_rail_allocation_goes_live_and_its_state_survives_a_checkpoint(tmp_path)
     used = [v for _, v in scalars["allocation/budget_used"]]
     assert all(8 <= u <= 16 for u in used)  # 2 prompts x (2 + 2) initial, never above the cap
     per_prompt = [v for _, v in scalars["allocation/rollouts_per_prompt"]]
-    assert all(4 <= p and 2 * p <= u for p, u in zip(per_prompt, used))  # rejected shadow branches use budget, not group places
+    assert all(
+        4 <= p and 2 * p <= u for p, u in zip(per_prompt, used)
+    )  # rejected shadow branches use budget, not group places
     ckpt = torch.load(tmp_path / "checkpoints" / "last.ckpt", weights_only=False)
     state = ckpt["RolloutDataModule"]["rollout"]["allocation"]["rail"]
     assert state["recorded"] == scalars["allocation/traces"][-1][1] and state["recorded"] >= 1
@@ -206,9 +257,18 @@ def test_intervene_action_reviews_the_chunk_at_the_anchor_and_writes_a_correctio
     item = items[0]  # "Calculate a + b."
     a, b = item.entry["metadata"]["expression"].split(" + ")
     good = f"{a} + {b} = {int(a) + int(b)}"
-    engine = SemiOnPolicyRollout(HFSampler(embedded.model, tokenizer), RuleJudge(), RuleIntervention(ModelContext(embedded)),
-                                 ReasoningGymReward(), tokenizer, n_control=1, n_semi=0, chunk_size=64, max_response_tokens=64,
-                                 progress=False)
+    engine = SemiOnPolicyRollout(
+        HFSampler(embedded.model, tokenizer),
+        RuleJudge(),
+        RuleIntervention(ModelContext(embedded)),
+        ReasoningGymReward(),
+        tokenizer,
+        n_control=1,
+        n_semi=0,
+        chunk_size=64,
+        max_response_tokens=64,
+        progress=False,
+    )
     parent = Rollout(group=0, is_control=True, prompt_ids=list(item.prompt_ids))
     head = tokenizer.encode("Let me add.\n\n", add_special_tokens=False)
     tail = tokenizer.encode(f"First, {good}\n\nThen {a} + {b} = 99\n\nSo", add_special_tokens=False)
@@ -218,7 +278,9 @@ def test_intervene_action_reviews_the_chunk_at_the_anchor_and_writes_a_correctio
     [child] = engine.intervene_at(parent, anchor, 8, item)
     assert not child.is_control and child.revisions == 1 and child.revision_steps == [1]
     written = [i for i, flag in enumerate(child.intervention) if flag]
-    assert written and len(written) <= 8 and written == list(range(written[0], written[-1] + 1))  # one correction, <= L tokens
+    assert (
+        written and len(written) <= 8 and written == list(range(written[0], written[-1] + 1))
+    )  # one correction, <= L tokens
     n = written[0]
     assert child.response_ids[:anchor] == parent.response_ids[:anchor]
     assert tokenizer.decode(child.response_ids[:n]).rstrip() == f"Let me add.\n\nFirst, {good}"  # the wrong step is cut

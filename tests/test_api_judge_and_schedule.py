@@ -69,13 +69,17 @@ def server(embedded):
 
 
 def _requests():
-    return [ReviewRequest("Calculate 3 + 4.", "7", "", ["3 + 4 = 8"], False),
-            ReviewRequest("Calculate 2 + 2.", "4", "Let me add.", ["2 + 2 = 4", "So <answer>4</answer>"], True)]
+    return [
+        ReviewRequest("Calculate 3 + 4.", "7", "", ["3 + 4 = 8"], False),
+        ReviewRequest("Calculate 2 + 2.", "4", "Let me add.", ["2 + 2 = 4", "So <answer>4</answer>"], True),
+    ]
 
 
 def test_api_judge_against_the_loopback_server(server, monkeypatch):
     monkeypatch.setenv("MINTRL_TEST_KEY", "secret-value")
-    judge = ApiJudge(server.base_url, "smollm2", api_key_env="MINTRL_TEST_KEY", timeout_s=60, max_concurrency=2, max_new_tokens=8)
+    judge = ApiJudge(
+        server.base_url, "smollm2", api_key_env="MINTRL_TEST_KEY", timeout_s=60, max_concurrency=2, max_new_tokens=8
+    )
     assert "secret-value" not in repr(judge.endpoint)
     torch.manual_seed(0)
     verdicts = judge.review(_requests())
@@ -137,7 +141,9 @@ def test_api_judge_connection_refused_counts_as_failed():
 
 
 def test_adaptive_stop_fires_on_a_synthetic_gap_series_and_not_before():
-    schedule = InterventionSchedule(intervention_steps=100, adaptive=True, gap_threshold=0.05, patience=3, smoothing=0.5)
+    schedule = InterventionSchedule(
+        intervention_steps=100, adaptive=True, gap_threshold=0.05, patience=3, smoothing=0.5
+    )
     gaps = [0.30, 0.20, 0.10, 0.04, 0.02, 0.01, 0.0, 0.0]
     # EMA: .30, .25, .175, .1075, .06375, .036875 (<.05: 1), .0184 (2), .0092 (3) -> stops at step 7
     fired = [schedule.update(step, gap) for step, gap in enumerate(gaps)]
@@ -175,10 +181,21 @@ def test_rollout_engine_applies_the_adaptive_stop(embedded, tokenizer):
 
     items = ReasoningGymPrompts(task_kwargs=ARITHMETIC, train_size=4, val_size=2).build("train", tokenizer)
     # a threshold no gap can reach from below (rewards are in [0, 1]): the first intervened step ends the phase
-    engine = SemiOnPolicyRollout(HFSampler(embedded.model, tokenizer), RuleJudge(), RuleIntervention(ModelContext(embedded)),
-                                 ReasoningGymReward(), tokenizer, n_control=1, n_semi=1, chunk_size=8, max_reviews=1,
-                                 continuation_len=8, max_response_tokens=16, progress=False,
-                                 adaptive_stop={"gap_threshold": 2.0, "patience": 1, "smoothing": 0.0})
+    engine = SemiOnPolicyRollout(
+        HFSampler(embedded.model, tokenizer),
+        RuleJudge(),
+        RuleIntervention(ModelContext(embedded)),
+        ReasoningGymReward(),
+        tokenizer,
+        n_control=1,
+        n_semi=1,
+        chunk_size=8,
+        max_reviews=1,
+        continuation_len=8,
+        max_response_tokens=16,
+        progress=False,
+        adaptive_stop={"gap_threshold": 2.0, "patience": 1, "smoothing": 0.0},
+    )
     torch.manual_seed(0)
     first = engine.generate(items[:2], step=0)
     assert first.stats["rollout/intervention_phase"] == 1.0 and first.stats["rollout/adaptive_stop"] == 0.0

@@ -12,16 +12,27 @@ from mintrl.data.base import InvalidRow, RowFilter
 from mintrl.data.benchmarks import HubPrompts
 from mintrl.data.code import CodePrompts
 
-GOOD_HE = {"task_id": "t/0", "prompt": "def f(x):\n", "canonical_solution": "    return x\n", "test": "def check(c):\n    assert c(1) == 1\n",
-           "entry_point": "f"}
+GOOD_HE = {
+    "task_id": "t/0",
+    "prompt": "def f(x):\n",
+    "canonical_solution": "    return x\n",
+    "test": "def check(c):\n    assert c(1) == 1\n",
+    "entry_point": "f",
+}
 # (row, the error it must give); row i of the file is BAD[i - 1] (row 0 is good)
 BAD_CODE = [
     ({**GOOD_HE, "prompt": ""}, "row 1: field 'prompt' is missing, empty or not a string"),
     ({**GOOD_HE, "canonical_solution": None}, "row 2: field 'canonical_solution' is missing, empty or not a string"),
     ({**GOOD_HE, "test": 17}, "row 3: field 'test' is missing, empty or not a string"),
-    ({"task_id": "m/1", "text": "Add.", "code": "def add(a, b): return a + b", "test_list": []}, "row 4: field 'test_list' must be a non-empty list"),
+    (
+        {"task_id": "m/1", "text": "Add.", "code": "def add(a, b): return a + b", "test_list": []},
+        "row 4: field 'test_list' must be a non-empty list",
+    ),
     ({"task_id": "x", "question": "?"}, "row 5: neither HumanEval format"),
-    ({**GOOD_HE, "prompt": "def f(x):\n" + "    # padding\n" * 400}, "row 6 (problem t/0): field 'question': prompt has"),
+    (
+        {**GOOD_HE, "prompt": "def f(x):\n" + "    # padding\n" * 400},
+        "row 6 (problem t/0): field 'question': prompt has",
+    ),
 ]
 GOOD_MATH = {"problem": "What is 1 + 1?", "answer": "2"}
 BAD_MATH = [
@@ -67,7 +78,9 @@ def test_bad_math_rows_give_their_error_or_are_skipped(tmp_path, tokenizer):
             HubPrompts(single, max_prompt_tokens=512).build("val", tokenizer)
         assert f"row {k + 1}:" in str(err.value) and message.split(": ", 1)[1][:22] in str(err.value), str(err.value)
     rows = RowFilter(skip=True)
-    assert [i.question for i in HubPrompts(path, max_prompt_tokens=512).build("val", tokenizer, rows)] == ["What is 1 + 1?"]
+    assert [i.question for i in HubPrompts(path, max_prompt_tokens=512).build("val", tokenizer, rows)] == [
+        "What is 1 + 1?"
+    ]
     assert len(rows.skipped) == len(BAD_MATH)
     (tmp_path / "broken.jsonl").write_text(json.dumps(GOOD_MATH) + "\n{not json\n")
     with pytest.raises(InvalidRow, match="broken.jsonl line 2: not JSON"):
@@ -76,10 +89,17 @@ def test_bad_math_rows_give_their_error_or_are_skipped(tmp_path, tokenizer):
 
 def test_data_module_skip_invalid_counts_the_skipped_rows(tmp_path, tokenizer):
     path = _write(tmp_path / "code.jsonl", [GOOD_HE, *[r for r, _ in BAD_CODE], GOOD_HE, GOOD_HE])
-    strict = RolloutDataModule(CodePrompts(path, val_size=1, max_prompt_tokens=512), rollout=None, tokenizer=tokenizer, prompts_per_step=1)
+    strict = RolloutDataModule(
+        CodePrompts(path, val_size=1, max_prompt_tokens=512), rollout=None, tokenizer=tokenizer, prompts_per_step=1
+    )
     with pytest.raises(InvalidRow, match="row 1: field 'prompt'"):
         strict.setup()
-    lenient = RolloutDataModule(CodePrompts(path, val_size=1, max_prompt_tokens=512), rollout=None, tokenizer=tokenizer,
-                                prompts_per_step=1, skip_invalid=True)
+    lenient = RolloutDataModule(
+        CodePrompts(path, val_size=1, max_prompt_tokens=512),
+        rollout=None,
+        tokenizer=tokenizer,
+        prompts_per_step=1,
+        skip_invalid=True,
+    )
     lenient.setup()
     assert lenient.skipped_rows == len(BAD_CODE) and len(lenient.train_items) == 2 and len(lenient.val_items) == 1

@@ -28,21 +28,32 @@ def humaneval_items(tokenizer):
     return {item.entry["task_id"]: item for split in ("train", "val") for item in prompts.build(split, tokenizer)}
 
 
-@pytest.mark.parametrize("response, code", [
-    ("Here:\n```python\ndef f():\n    return 1\n```\nDone.", "def f():\n    return 1\n"),
-    ("```\nx = 1\n```\ntext\n```py\nx = 2\n```", "x = 2\n"),  # the last block, any tag
-    ("Sure.\n```python\ndef f():\n    return", "def f():\n    return"),  # cut at the length limit
-    ("def f():\n    return 3\n", "def f():\n    return 3\n"),  # no fence: the whole response
-    ("", ""),
-])
+@pytest.mark.parametrize(
+    "response, code",
+    [
+        ("Here:\n```python\ndef f():\n    return 1\n```\nDone.", "def f():\n    return 1\n"),
+        ("```\nx = 1\n```\ntext\n```py\nx = 2\n```", "x = 2\n"),  # the last block, any tag
+        ("Sure.\n```python\ndef f():\n    return", "def f():\n    return"),  # cut at the length limit
+        ("def f():\n    return 3\n", "def f():\n    return 3\n"),  # no fence: the whole response
+        ("", ""),
+    ],
+)
 def test_extract_code(response, code):
     assert extract_code(response) == code
 
 
 def test_build_program_prepends_the_prompt_for_full_functions_and_bodies():
-    entry = {"prompt": "from typing import List\n\ndef f(xs: List[int]) -> int:\n    \"\"\"Sum.\"\"\"\n", "tests": "T", "entry_point": "f"}
+    entry = {
+        "prompt": 'from typing import List\n\ndef f(xs: List[int]) -> int:\n    """Sum."""\n',
+        "tests": "T",
+        "entry_point": "f",
+    }
     full = build_program("def f(xs):\n    return sum(xs)\n", entry)
-    assert full.solution == entry["prompt"] + "\ndef f(xs):\n    return sum(xs)\n" and full.entry_point == "f" and full.tests == "T"
+    assert (
+        full.solution == entry["prompt"] + "\ndef f(xs):\n    return sum(xs)\n"
+        and full.entry_point == "f"
+        and full.tests == "T"
+    )
     body = build_program("    return sum(xs)\n", entry)
     assert body.solution == entry["prompt"] + "    return sum(xs)\n"
     mbpp = build_program("def g():\n    pass\n", {"prompt": "", "tests": "assert g() is None", "entry_point": None})
@@ -61,10 +72,22 @@ def test_humaneval_split_is_disjoint_documented_and_complete(tokenizer):
 
 
 def test_mbpp_jsonl_through_datasets_and_bad_rows_are_named(tmp_path, sandbox, tokenizer):
-    rows = [{"task_id": 11, "text": "Write a function to add two numbers.", "code": "def add(a, b):\n    return a + b",
-             "test_list": ["assert add(1, 2) == 3", "assert add(0, 0) == 0"], "test_setup_code": ""},
-            {"task_id": 12, "text": "Write a function returning the square.", "code": "def sq(x):\n    return x * x",
-             "test_list": ["assert sq(3) == 9"], "test_setup_code": "import math"}]
+    rows = [
+        {
+            "task_id": 11,
+            "text": "Write a function to add two numbers.",
+            "code": "def add(a, b):\n    return a + b",
+            "test_list": ["assert add(1, 2) == 3", "assert add(0, 0) == 0"],
+            "test_setup_code": "",
+        },
+        {
+            "task_id": 12,
+            "text": "Write a function returning the square.",
+            "code": "def sq(x):\n    return x * x",
+            "test_list": ["assert sq(3) == 9"],
+            "test_setup_code": "import math",
+        },
+    ]
     path = tmp_path / "mbpp.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows))
     prompts = CodePrompts(source=str(path), val_size=1, split_seed=0)
@@ -91,7 +114,13 @@ def test_reward_values_and_outcome_counts(sandbox, humaneval_items):
     responses = [right, always_false, loop, "I don't know."]
     reward = CodeReward(sandbox)
     assert score_rewards(reward, responses, [item] * 4) == [1.0, 0.0, 0.0, 0.0]
-    assert reward.metrics() == {"code/passed": 1.0, "code/failed": 2.0, "code/timeout": 1.0, "code/crashed": 0.0, "code/sandbox_error": 0.0}
+    assert reward.metrics() == {
+        "code/passed": 1.0,
+        "code/failed": 2.0,
+        "code/timeout": 1.0,
+        "code/crashed": 0.0,
+        "code/sandbox_error": 0.0,
+    }
     assert set(reward.metrics().values()) == {0.0}  # reset
     partial = CodeReward(sandbox, fraction=True)
     assert partial(responses, [item] * 4) == [1.0, pytest.approx(3 / 7), 0.0, 0.0]
@@ -100,7 +129,14 @@ def test_reward_values_and_outcome_counts(sandbox, humaneval_items):
 def test_code_steps_split_at_fences_and_blank_lines():
     text = "Plan: loop.\n\n```python\ndef f(x):\n    y = x + 1\n\n    return y\n```\nDone."
     steps = [s.text for s in split_steps(text)]
-    assert steps == ["Plan: loop.\n\n", "```python\n", "def f(x):\n    y = x + 1\n\n", "    return y\n", "```\n", "Done."]
+    assert steps == [
+        "Plan: loop.\n\n",
+        "```python\n",
+        "def f(x):\n    y = x + 1\n\n",
+        "    return y\n",
+        "```\n",
+        "Done.",
+    ]
 
 
 def test_two_training_steps_on_code_with_the_embedded_model(tmp_path):
@@ -108,14 +144,25 @@ def test_two_training_steps_on_code_with_the_embedded_model(tmp_path):
 
     from mintrl.training.run import run
 
-    cfg = _compose("experiment=code/grpo_cpu", f"paths.output_dir={tmp_path}", "trainer.max_steps=2", "data.prompts_per_step=2",
-                   "data.prompts.val_size=2", "data.val_samples_per_prompt=1", "rollout.max_response_tokens=48",
-                   "rollout.progress=false", f"reward.sandbox.uid_base={UID_BASE}", "reward.sandbox.workers=2")
+    cfg = _compose(
+        "experiment=code/grpo_cpu",
+        f"paths.output_dir={tmp_path}",
+        "trainer.max_steps=2",
+        "data.prompts_per_step=2",
+        "data.prompts.val_size=2",
+        "data.val_samples_per_prompt=1",
+        "rollout.max_response_tokens=48",
+        "rollout.progress=false",
+        f"reward.sandbox.uid_base={UID_BASE}",
+        "reward.sandbox.workers=2",
+    )
     summary = run(cfg)
     assert summary["steps"] == 2 and (tmp_path / "hf_policy" / "model.safetensors").is_file()
     events = EventAccumulator(str(tmp_path / "tensorboard"))  # all event files of the run
     events.Reload()
-    counts = [sum(events.Scalars(f"code/{o}")[k].value for o in ("passed", "failed", "timeout", "crashed")) for k in range(2)]
+    counts = [
+        sum(events.Scalars(f"code/{o}")[k].value for o in ("passed", "failed", "timeout", "crashed")) for k in range(2)
+    ]
     assert counts == [8.0, 8.0]  # 2 prompts x 4 rollouts per step, each run once in the sandbox
     rewards = [e.value for e in events.Scalars("reward/all")]
     passed = [events.Scalars("code/passed")[k].value for k in range(2)]
@@ -130,4 +177,10 @@ def test_a_sandbox_failure_is_no_reward_not_a_zero(tmp_path, humaneval_items):
     item = humaneval_items["HumanEval/0"]
     rewards = score_rewards(reward, ["```python\n" + item.reference + "```"] * 2, [item] * 2)
     assert len(rewards) == 2 and all(math.isnan(r) for r in rewards)  # missing: no training signal
-    assert reward.metrics() == {"code/passed": 0.0, "code/failed": 0.0, "code/timeout": 0.0, "code/crashed": 0.0, "code/sandbox_error": 2.0}
+    assert reward.metrics() == {
+        "code/passed": 0.0,
+        "code/failed": 0.0,
+        "code/timeout": 0.0,
+        "code/crashed": 0.0,
+        "code/sandbox_error": 2.0,
+    }

@@ -1,7 +1,6 @@
 """Hydra configs compose and instantiate every component; bad input gets clear errors;
 the model loading path works on local folders."""
 
-
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
@@ -26,9 +25,16 @@ def _compose(*overrides):
 
 
 def test_every_group_composes_and_instantiates(tmp_path):
-    cfg = _compose("judge=self_privileged", "intervention=self_privileged", "objective=regression_proxy", f"paths.output_dir={tmp_path}")
+    cfg = _compose(
+        "judge=self_privileged",
+        "intervention=self_privileged",
+        "objective=regression_proxy",
+        f"paths.output_dir={tmp_path}",
+    )
     c = build_components(cfg)
-    assert isinstance(c.rollout.judge.inner, SelfPrivilegedJudge) and isinstance(c.rollout.intervention, SelfPrivilegedIntervention)
+    assert isinstance(c.rollout.judge.inner, SelfPrivilegedJudge) and isinstance(
+        c.rollout.intervention, SelfPrivilegedIntervention
+    )
     assert c.module.objective.kappa is None
     # the judge's model is a frozen copy of step 0, not the policy being trained
     frozen = c.rollout.judge.sampler.model
@@ -39,7 +45,9 @@ def test_every_group_composes_and_instantiates(tmp_path):
     assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["lr"] == cfg.module.optimizer.lr
 
     default = build_components(_compose(), trainer=False)
-    assert isinstance(default.rollout.judge.inner, RuleJudge) and isinstance(default.rollout.intervention, RuleIntervention)
+    assert isinstance(default.rollout.judge.inner, RuleJudge) and isinstance(
+        default.rollout.intervention, RuleIntervention
+    )
     assert isinstance(default.module.objective, AdvantageRegression) and default.module.objective.kappa == -0.2
     assert isinstance(default.datamodule.prompts, ReasoningGymPrompts)
     none = build_components(_compose("judge=none"), trainer=False)
@@ -57,13 +65,16 @@ def test_unknown_task_lists_valid_names():
         ReasoningGymPrompts(task="arithmetc")
 
 
-@pytest.mark.parametrize("override,field", [
-    ("rollout.chunk_size=0", "rollout.chunk_size"),
-    ("rollout.continuation_len=-4", "rollout.continuation_len"),
-    ("rollout.n_control=0", "rollout.n_control"),
-    ("rollout.n_semi=-1", "rollout.n_semi"),
-    ("data.prompts_per_step=0", "data.prompts_per_step"),
-])
+@pytest.mark.parametrize(
+    "override,field",
+    [
+        ("rollout.chunk_size=0", "rollout.chunk_size"),
+        ("rollout.continuation_len=-4", "rollout.continuation_len"),
+        ("rollout.n_control=0", "rollout.n_control"),
+        ("rollout.n_semi=-1", "rollout.n_semi"),
+        ("data.prompts_per_step=0", "data.prompts_per_step"),
+    ],
+)
 def test_non_positive_sizes_rejected_at_config_time(override, field):
     with pytest.raises(ValueError, match=field):
         check_config(_compose(override))

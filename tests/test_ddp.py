@@ -20,12 +20,19 @@ from mintrl.training.build import build_components
 TESTS = Path(__file__).resolve().parent
 CONFIG_DIR = str(TESTS.parent / "configs")
 COMMON = [
-    "trainer.max_steps=1", "validate_at_start=false", "data.prompts_per_step=2", "data.prompts.val_size=4",
-    "rollout.max_response_tokens=16", "rollout.chunk_size=8", "rollout.continuation_len=8",
+    "trainer.max_steps=1",
+    "validate_at_start=false",
+    "data.prompts_per_step=2",
+    "data.prompts.val_size=4",
+    "rollout.max_response_tokens=16",
+    "rollout.chunk_size=8",
+    "rollout.continuation_len=8",
     # SGD: the update is lr x the (clipped) gradient, so equal weights mean equal gradients (Adam's
     # first step is ~lr x sign(gradient) and would hide a wrong gradient scale)
     # and no clipping, which would rescale a wrongly scaled gradient back to the same norm
-    "module.optimizer._target_=torch.optim.SGD", "module.optimizer.lr=0.5", "module.max_grad_norm=null",
+    "module.optimizer._target_=torch.optim.SGD",
+    "module.optimizer.lr=0.5",
+    "module.max_grad_norm=null",
 ]
 
 
@@ -33,10 +40,25 @@ def test_ddp_step_equals_the_single_process_step_on_the_union(tmp_path, embedded
     from ddp_recorder import KEYS
 
     record = tmp_path / "record"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "mintrl.cli.train", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
-           "trainer.precision=32-true", f"paths.output_dir={tmp_path / 'run'}", f"hydra.run.dir={tmp_path / 'hydra'}",
-           *COMMON, "+callbacks.record._target_=ddp_recorder.Recorder", f"+callbacks.record.out={record}"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "mintrl.cli.train",
+        "trainer=ddp",
+        "trainer.accelerator=cpu",
+        "trainer.devices=2",
+        "trainer.precision=32-true",
+        f"paths.output_dir={tmp_path / 'run'}",
+        f"hydra.run.dir={tmp_path / 'hydra'}",
+        *COMMON,
+        "+callbacks.record._target_=ddp_recorder.Recorder",
+        f"+callbacks.record.out={record}",
+    ]
     done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
     batches = [torch.load(record / f"batch_rank{r}_step0.pt", weights_only=False) for r in (0, 1)]
@@ -64,7 +86,9 @@ def test_ddp_step_equals_the_single_process_step_on_the_union(tmp_path, embedded
         moved = (state[k] - initial[k]).abs().max().item()
         assert moved > 1e-4, f"{k} did not move: the comparison would be vacuous"
         diff = (finals[0]["weights"][k] - state[k]).abs().max().item()
-        assert diff < 1e-5 * max(1.0, moved * 100), f"{k}: DDP vs single-process update differ by {diff:.2e} (update {moved:.2e})"
+        assert diff < 1e-5 * max(1.0, moved * 100), (
+            f"{k}: DDP vs single-process update differ by {diff:.2e} (update {moved:.2e})"
+        )
 
     # rank 0 alone wrote logs, checkpoints and the exported policy
     run = tmp_path / "run"

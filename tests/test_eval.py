@@ -39,9 +39,13 @@ def test_pass_at_k_edges_and_bad_arguments():
 
 
 def test_metric_counts_correct_samples_and_skips_short_rows():
-    rewards = torch.tensor([[1.0, 0.0, 1.0, 0.0, 0.0],      # c = 2 of 5
-                            [0.5, 1.0, NAN, NAN, NAN],      # partial credit is not a pass; 2 valid samples
-                            [0.0, 0.0, 0.0, 0.0, 0.0]])
+    rewards = torch.tensor(
+        [
+            [1.0, 0.0, 1.0, 0.0, 0.0],  # c = 2 of 5
+            [0.5, 1.0, NAN, NAN, NAN],  # partial credit is not a pass; 2 valid samples
+            [0.0, 0.0, 0.0, 0.0, 0.0],
+        ]
+    )
     assert correct_counts(rewards)[0].tolist() == [5, 2, 5] and correct_counts(rewards)[1].tolist() == [2, 1, 0]
     metric = PassAtK(ks=[1, 2, 3])
     metric.update(rewards)
@@ -55,8 +59,10 @@ def test_metric_counts_correct_samples_and_skips_short_rows():
 def _rank(rank: int, port: int, queue) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     metric = PassAtK(ks=[1, 2])
-    shard = [torch.tensor([[1.0, 1.0, 0.0, 0.0, 0.0]]),  # rank 0: one problem, c = 2
-             torch.tensor([[0.0] * 5, [1.0] * 5])][rank]  # rank 1: two problems, c = 0 and 5
+    shard = [
+        torch.tensor([[1.0, 1.0, 0.0, 0.0, 0.0]]),  # rank 0: one problem, c = 2
+        torch.tensor([[0.0] * 5, [1.0] * 5]),
+    ][rank]  # rank 1: two problems, c = 0 and 5
     metric.update(shard)
     queue.put((rank, metric.compute()))
     dist.destroy_process_group()
@@ -85,8 +91,15 @@ def test_metric_reduces_over_two_real_ranks():
 def test_math_verify_reward_grades_equivalent_forms():
     reward = MathVerifyReward()
     items = [SimpleNamespace(reference="2^(n-1)")] * 4 + [SimpleNamespace(reference="72")] * 3
-    responses = ["<answer>2^{n-1}</answer>", "so \\boxed{2^n}", "<answer>2^(n-1)</answer>", "no idea",
-                 "<answer>72</answer>", "<answer>\\frac{144}{2}</answer>", "<answer>71</answer>"]
+    responses = [
+        "<answer>2^{n-1}</answer>",
+        "so \\boxed{2^n}",
+        "<answer>2^(n-1)</answer>",
+        "no idea",
+        "<answer>72</answer>",
+        "<answer>\\frac{144}{2}</answer>",
+        "<answer>71</answer>",
+    ]
     assert reward(responses, items) == [1.0, 0.0, 1.0, 0.0, 1.0, 1.0, 0.0]
 
 
@@ -103,12 +116,21 @@ def test_hub_benchmark_offline_is_a_clear_error_and_a_local_copy_loads(tmp_path,
     with pytest.raises(RuntimeError, match="needs the Hugging Face hub .* or a local copy"):
         HubPrompts("openai/gsm8k", name="main", split="test", question_field="question", answer_field="answer").rows()
     local = tmp_path / "gsm8k_test.jsonl"
-    local.write_text("\n".join(json.dumps(r) for r in [
-        {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = 7\n#### 7"},
-        {"question": "Half of 10?", "answer": "#### 5"}]))
+    local.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = 7\n#### 7"},
+                {"question": "Half of 10?", "answer": "#### 5"},
+            ]
+        )
+    )
     prompts = HubPrompts(str(local), question_field="question", answer_field="answer", answer_pattern=r"####\s*(.+)$")
     items = prompts.build("val", tokenizer)
-    assert [(i.question, i.reference) for i in items] == [("Tom has 3 apples and buys 4. How many?", "7"), ("Half of 10?", "5")]
+    assert [(i.question, i.reference) for i in items] == [
+        ("Tom has 3 apples and buys 4. How many?", "7"),
+        ("Half of 10?", "5"),
+    ]
     assert MathVerifyReward()(["<answer>7</answer>", "<answer>6</answer>"], items) == [1.0, 0.0]
     with pytest.raises(ValueError, match="row 0: field 'problem' is missing"):
         HubPrompts(str(local)).rows()
@@ -116,8 +138,18 @@ def test_hub_benchmark_offline_is_a_clear_error_and_a_local_copy_loads(tmp_path,
 
 def _eval_cfg(tmp_path, ckpt_path, name):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        return compose("eval", overrides=[f"ckpt_path={ckpt_path}", "n=4", "ks=[1,2,4]", "limit=6", "max_response_tokens=24",
-                                          f"paths.output_dir={tmp_path / name}", "seed=3"])
+        return compose(
+            "eval",
+            overrides=[
+                f"ckpt_path={ckpt_path}",
+                "n=4",
+                "ks=[1,2,4]",
+                "limit=6",
+                "max_response_tokens=24",
+                f"paths.output_dir={tmp_path / name}",
+                "seed=3",
+            ],
+        )
 
 
 def test_mintrl_eval_gives_the_same_pass_at_k_for_base_hf_folder_and_lightning_checkpoint(tmp_path, capsys):
@@ -152,8 +184,19 @@ def test_mintrl_eval_gives_the_same_pass_at_k_for_base_hf_folder_and_lightning_c
 
 def test_every_benchmark_config_composes():
     names = sorted(f[:-5] for f in os.listdir(os.path.join(CONFIG_DIR, "benchmark")))
-    assert {"heldout", "arithmetic_hard", "gsm_symbolic", "humaneval", "champ", "gsm8k", "math500", "aime24",
-            "livecodebench", "humaneval_plus", "mbpp_plus"} <= set(names)
+    assert {
+        "heldout",
+        "arithmetic_hard",
+        "gsm_symbolic",
+        "humaneval",
+        "champ",
+        "gsm8k",
+        "math500",
+        "aime24",
+        "livecodebench",
+        "humaneval_plus",
+        "mbpp_plus",
+    } <= set(names)
     from mintrl.training.build import check_config
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
@@ -172,7 +215,10 @@ def test_hub_code_benchmark_from_a_local_copy_runs_in_the_sandbox(tmp_path, toke
     local = tmp_path / "humaneval_plus_copy.jsonl"
     local.write_text("\n".join(json.dumps(r) for r in raw))
     items = HubPrompts(str(local), code=True).build("val", tokenizer)
-    assert [i.entry["task_id"] for i in items] == ["HumanEval/0", "HumanEval/1"] and "```python code block" in tokenizer.decode(items[0].prompt_ids)
+    assert [i.entry["task_id"] for i in items] == [
+        "HumanEval/0",
+        "HumanEval/1",
+    ] and "```python code block" in tokenizer.decode(items[0].prompt_ids)
     reward = CodeReward(Sandbox(workers=1, uid_base=62000))
     assert reward(["```python\n" + i.reference + "```" for i in items], items) == [1.0, 1.0]
     assert reward(["```python\nreturn None\n```"] * 2, items) == [0.0, 0.0]

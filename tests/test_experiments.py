@@ -27,7 +27,9 @@ from mintrl.training.build import ModelContext, build_components, check_config
 from mintrl.training.config import CONFIG_DIR
 from mintrl.training.run import run
 
-EXPERIMENTS = sorted(str(p.relative_to(Path(CONFIG_DIR) / "experiment"))[:-5] for p in (Path(CONFIG_DIR) / "experiment").rglob("*.yaml"))
+EXPERIMENTS = sorted(
+    str(p.relative_to(Path(CONFIG_DIR) / "experiment"))[:-5] for p in (Path(CONFIG_DIR) / "experiment").rglob("*.yaml")
+)
 MATH_ROWS = ["base_eval", "grpo", "opd", "sft_grpo", "mentor", "intervention_grpo", "mintrl_proxy", "mintrl_const"]
 
 
@@ -96,7 +98,11 @@ def test_paper_scale_rows_carry_appendix_h_settings(row):
 
 
 def test_objective_classes_of_the_rows():
-    kinds = {row: type(instantiate(_compose(f"experiment=math/{row}_cpu").objective, context=None)) for row in MATH_ROWS if row != "opd"}
+    kinds = {
+        row: type(instantiate(_compose(f"experiment=math/{row}_cpu").objective, context=None))
+        for row in MATH_ROWS
+        if row != "opd"
+    }
     assert kinds["grpo"] is GRPO and kinds["sft_grpo"] is GRPO and kinds["mintrl_const"] is AdvantageRegression
     assert kinds["mentor"] is InterventionGRPO and kinds["intervention_grpo"] is InterventionGRPO
 
@@ -115,8 +121,17 @@ def items(tokenizer):
 
 
 def _on_policy_batch(embedded, tokenizer, items, n=2):
-    engine = SemiOnPolicyRollout(HFSampler(embedded.model, tokenizer), KeepJudge(), RuleIntervention(ModelContext(embedded)),
-                                 ReasoningGymReward(), tokenizer, n_control=2, n_semi=0, max_response_tokens=12, progress=False)
+    engine = SemiOnPolicyRollout(
+        HFSampler(embedded.model, tokenizer),
+        KeepJudge(),
+        RuleIntervention(ModelContext(embedded)),
+        ReasoningGymReward(),
+        tokenizer,
+        n_control=2,
+        n_semi=0,
+        max_response_tokens=12,
+        progress=False,
+    )
     torch.manual_seed(0)
     return engine.generate(items[:n])
 
@@ -148,11 +163,12 @@ def test_opd_privileged_teacher_logprobs_line_up_with_the_response(embedded, tok
         prompt = privileged_prompt_ids(tokenizer, note, item.question, item.reference)
         ids = torch.tensor([prompt + response])
         target = torch.zeros_like(ids, dtype=torch.bool)
-        target[0, len(prompt):] = True
-        direct = _logprob_fn(embedded.model, ids, torch.ones_like(ids), target, 1.0)[0, len(prompt):]
+        target[0, len(prompt) :] = True
+        direct = _logprob_fn(embedded.model, ids, torch.ones_like(ids), target, 1.0)[0, len(prompt) :]
         assert torch.allclose(batch.extras["teacher_logprobs"][i, batch.response_mask[i]], direct, atol=1e-4)
     # at theta = pi_t the token-mean loss equals the mean per-token reverse KL estimate
     from mintrl.objective import step_totals
+
     out = objective(batch, batch.rollout_logprobs.clone(), step_totals(batch.extras["loss_mask"]))
     assert out.loss.item() == pytest.approx(out.metrics["objective/reverse_kl"].item(), abs=1e-5)
 
@@ -177,18 +193,29 @@ def _save_with_extra_token(embedded, tmp_path):
 
 
 def test_rule_demonstrations_are_complete_and_rewarded(embedded, tokenizer, items):
-    demos = collect_demonstrations(RuleIntervention(ModelContext(embedded)), ReasoningGymReward(), items[:3], tokenizer,
-                                   per_prompt=2, max_new_tokens=32)
+    demos = collect_demonstrations(
+        RuleIntervention(ModelContext(embedded)),
+        ReasoningGymReward(),
+        items[:3],
+        tokenizer,
+        per_prompt=2,
+        max_new_tokens=32,
+    )
     assert [d.group for d in demos] == [0, 0, 1, 1, 2, 2]
     for d in demos:
-        assert tokenizer.decode(d.response_ids, skip_special_tokens=True) == f"The answer is <answer>{items[d.group].reference}</answer>"
+        assert (
+            tokenizer.decode(d.response_ids, skip_special_tokens=True)
+            == f"The answer is <answer>{items[d.group].reference}</answer>"
+        )
         assert d.finished and d.reward == 1.0 and d.behaviour == [0.0] * len(d.response_ids)
     with pytest.raises(ValueError, match="sft.steps"):
         SFTStage(steps=0)
 
 
 def test_teacher_judge_and_intervention_share_one_loaded_model(tmp_path):
-    c = build_components(_compose("judge=teacher", "intervention=teacher", "teacher_model.path=embedded"), trainer=False)
+    c = build_components(
+        _compose("judge=teacher", "intervention=teacher", "teacher_model.path=embedded"), trainer=False
+    )
     judge_model = c.rollout.judge.sampler.model
     assert judge_model is c.rollout.intervention.sampler.model, "loaded once per run"
     assert judge_model is not c.module.policy and not any(p.requires_grad for p in judge_model.parameters())
@@ -199,7 +226,10 @@ def test_teacher_judge_and_intervention_share_one_loaded_model(tmp_path):
 def test_code_rows_differ_from_math_rows_only_where_the_paper_says(row):
     math_cfg, code_cfg = _compose(f"experiment=math/{row}"), _compose(f"experiment=code/{row}")
     assert code_cfg.domain == "code" and code_cfg.reward._target_ == "mintrl.reward.CodeReward"
-    assert code_cfg.data.prompts._target_ == "mintrl.data.CodePrompts" and code_cfg.data.prompts.chat_template_kwargs.enable_thinking is False
+    assert (
+        code_cfg.data.prompts._target_ == "mintrl.data.CodePrompts"
+        and code_cfg.data.prompts.chat_template_kwargs.enable_thinking is False
+    )
     r = code_cfg.rollout
     assert (r.chunk_size, r.max_reviews, r.continuation_len) == (128, 4, 64)  # Table 6, code
     if row == "mintrl_const":
@@ -212,16 +242,36 @@ def test_code_rows_differ_from_math_rows_only_where_the_paper_says(row):
     if "prompt" in a["judge"]:
         a["judge"]["prompt"] = b["judge"]["prompt"]  # both judge_${domain}
     a["rollout"]["chunk_size"] = b["rollout"]["chunk_size"]
-    for key in ("model", "teacher_model", "objective", "module", "trainer", "judge", "intervention", "rollout", "sft", "train"):
+    for key in (
+        "model",
+        "teacher_model",
+        "objective",
+        "module",
+        "trainer",
+        "judge",
+        "intervention",
+        "rollout",
+        "sft",
+        "train",
+    ):
         assert a.get(key) == b.get(key), key
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("row", [f"math/{r}" for r in MATH_ROWS] + [f"code/{r}" for r in MATH_ROWS])
 def test_every_cpu_row_trains_two_steps(row, tmp_path):
-    overrides = [f"experiment={row}_cpu", f"paths.output_dir={tmp_path}", "trainer.max_steps=2", "data.prompts_per_step=2",
-                 "data.prompts.val_size=4", "data.val_samples_per_prompt=1", "rollout.max_response_tokens=24",
-                 "rollout.chunk_size=8", "rollout.continuation_len=8", "rollout.progress=false"]
+    overrides = [
+        f"experiment={row}_cpu",
+        f"paths.output_dir={tmp_path}",
+        "trainer.max_steps=2",
+        "data.prompts_per_step=2",
+        "data.prompts.val_size=4",
+        "data.val_samples_per_prompt=1",
+        "rollout.max_response_tokens=24",
+        "rollout.chunk_size=8",
+        "rollout.continuation_len=8",
+        "rollout.progress=false",
+    ]
     if row.endswith("sft_grpo"):
         overrides += ["sft.prompts=8", "sft.steps=2", "sft.rows_per_step=4"]
     if row == "code/sft_grpo":  # 24-token programs never pass: keep every demonstration to exercise the stage

@@ -19,8 +19,16 @@ from mintrl.rollout.guards import FaultCounts, GuardedJudge, GuardedReward, revi
 from mintrl.training.run import run
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
-SMALL = ["trainer.max_steps=2", "validate_at_start=false", "data.prompts_per_step=2", "data.prompts.val_size=2",
-         "data.val_samples_per_prompt=1", "rollout.max_response_tokens=24", "rollout.chunk_size=8", "rollout.continuation_len=8"]
+SMALL = [
+    "trainer.max_steps=2",
+    "validate_at_start=false",
+    "data.prompts_per_step=2",
+    "data.prompts.val_size=2",
+    "data.val_samples_per_prompt=1",
+    "rollout.max_response_tokens=24",
+    "rollout.chunk_size=8",
+    "rollout.continuation_len=8",
+]
 
 
 def _requests(n):
@@ -115,8 +123,14 @@ def _cfg(out: Path, *overrides: str):
 def test_run_survives_a_flaky_judge_and_a_hanging_nan_reward(tmp_path):
     for calls in fault_helpers.LOG.values():
         calls.clear()
-    cfg = _cfg(tmp_path, "judge._target_=fault_helpers.FlakyJudge", "reward._target_=fault_helpers.BadReward",
-               "rollout.reward_timeout_s=1", "rollout.max_reviews=3", "+trainer.limit_val_batches=0")  # training rewards only
+    cfg = _cfg(
+        tmp_path,
+        "judge._target_=fault_helpers.FlakyJudge",
+        "reward._target_=fault_helpers.BadReward",
+        "rollout.reward_timeout_s=1",
+        "rollout.max_reviews=3",
+        "+trainer.limit_val_batches=0",
+    )  # training rewards only
     summary = run(cfg)
     assert summary["steps"] == 2
     s = _scalars(tmp_path)
@@ -144,8 +158,13 @@ def test_run_survives_a_flaky_judge_and_a_hanging_nan_reward(tmp_path):
 
 
 def test_non_finite_updates_are_skipped_then_the_run_stops_with_the_last_good_state(tmp_path):
-    cfg = _cfg(tmp_path, "objective._target_=fault_helpers.NaNAfter", "+objective.after=1", "module.max_bad_steps=2",
-               "trainer.max_steps=5")
+    cfg = _cfg(
+        tmp_path,
+        "objective._target_=fault_helpers.NaNAfter",
+        "+objective.after=1",
+        "module.max_bad_steps=2",
+        "trainer.max_steps=5",
+    )
     with pytest.raises(RuntimeError, match=r"2 skipped steps in a row .*last-good.ckpt"):
         run(cfg)
     ckpt = torch.load(tmp_path / "checkpoints" / "last-good.ckpt", map_location="cpu", weights_only=True)

@@ -32,7 +32,9 @@ def test_chunked_logprobs_and_gradients_match_naive_path(tiny_model, chunk_token
     assert torch.allclose(lp, ref, atol=1e-5)
     assert (lp[~mask] == 0).all() and (ent[~mask] == 0).all() and (ent[mask] > 0).all()
     g1 = torch.autograd.grad(lp.sum(), tiny_model.model.layers[0].mlp.up_proj.weight)[0]
-    g2 = torch.autograd.grad(_naive(tiny_model, ids, attn, mask, 0.7).sum(), tiny_model.model.layers[0].mlp.up_proj.weight)[0]
+    g2 = torch.autograd.grad(
+        _naive(tiny_model, ids, attn, mask, 0.7).sum(), tiny_model.model.layers[0].mlp.up_proj.weight
+    )[0]
     assert torch.allclose(g1, g2, atol=1e-5)
 
 
@@ -44,7 +46,12 @@ def test_token_logprobs_rejects_bad_arguments(tiny_model):
 
 def _prompts(tokenizer):
     texts = ["What is 2 + 3?", "Name a colour."]
-    return [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True)["input_ids"] for t in texts]
+    return [
+        tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True)[
+            "input_ids"
+        ]
+        for t in texts
+    ]
 
 
 def test_sampler_logprobs_and_chunked_continuation_match_one_forward_pass(embedded, tokenizer):

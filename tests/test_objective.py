@@ -95,9 +95,15 @@ def test_regression_loss_value_and_gradient_direction():
 def test_objective_component_on_a_batch():
     logprobs, rollout, response, intervention = _two_sequences()
     batch = RolloutBatch(
-        input_ids=torch.zeros(2, 5, dtype=torch.long), attention_mask=torch.ones(2, 5, dtype=torch.long),
-        response_mask=response, intervention_mask=intervention, rollout_logprobs=rollout,
-        rewards=torch.tensor([1.0, 0.0]), group_index=torch.tensor([0, 0]), is_control=torch.tensor([True, False]), num_groups=1,
+        input_ids=torch.zeros(2, 5, dtype=torch.long),
+        attention_mask=torch.ones(2, 5, dtype=torch.long),
+        response_mask=response,
+        intervention_mask=intervention,
+        rollout_logprobs=rollout,
+        rewards=torch.tensor([1.0, 0.0]),
+        group_index=torch.tensor([0, 0]),
+        is_control=torch.tensor([True, False]),
+        num_groups=1,
     )
     objective = AdvantageRegression(beta=0.5, kappa=-0.2)
     objective.prepare(batch, logprob_fn=None)

@@ -19,16 +19,27 @@ def test_verdicts_agree():
 
 @pytest.mark.parametrize("judge,reviews", [("rule", "[1,2]"), ("self_privileged", "[1]")])
 def test_pilot_grid_point(judge, reviews, tmp_path):
-    overrides = [f"paths.output_dir={tmp_path}", f"judge={judge}", "pilot.chunk_sizes=[8]", f"pilot.max_reviews={reviews}",
-                 "pilot.continuation_lens=[8]", "pilot.prompts=2", "rollout.n_control=1", "rollout.n_semi=2",
-                 "rollout.max_response_tokens=16", "rollout.progress=false"]
+    overrides = [
+        f"paths.output_dir={tmp_path}",
+        f"judge={judge}",
+        "pilot.chunk_sizes=[8]",
+        f"pilot.max_reviews={reviews}",
+        "pilot.continuation_lens=[8]",
+        "pilot.prompts=2",
+        "rollout.n_control=1",
+        "rollout.n_semi=2",
+        "rollout.max_response_tokens=16",
+        "rollout.progress=false",
+    ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("pilot", overrides=overrides)
     rows = run_pilot(cfg)
     expected = [(8, 1, 8), (8, 2, 8)] if judge == "rule" else [(8, 1, 8)]
     assert [(r["chunk"], r["reviews"], r["continuation"]) for r in rows] == expected
     for r in rows:
-        assert 0 <= r["control"] <= 1 and 0 <= r["semi"] <= 1 and 0 <= r["offpolicy"] <= 1 and r["seconds_per_rollout"] > 0
+        assert (
+            0 <= r["control"] <= 1 and 0 <= r["semi"] <= 1 and 0 <= r["offpolicy"] <= 1 and r["seconds_per_rollout"] > 0
+        )
         assert r["revisions"] <= r["reviews"]
         if judge == "rule":
             assert math.isnan(r["agreement"])  # the reference itself

@@ -21,17 +21,46 @@ from mintrl.training.checkpointing import AtomicCheckpointIO
 
 TESTS = Path(__file__).resolve().parent
 COMMON = [
-    "trainer.max_steps=4", "validate_at_start=false", "data.prompts_per_step=2", "data.prompts.val_size=2",
-    "data.val_samples_per_prompt=1", "rollout.max_response_tokens=16", "rollout.chunk_size=8", "rollout.continuation_len=8",
-    "callbacks.checkpoint.every_n_train_steps=2", "callbacks.best=null", "module.optimizer.lr=1e-4",
+    "trainer.max_steps=4",
+    "validate_at_start=false",
+    "data.prompts_per_step=2",
+    "data.prompts.val_size=2",
+    "data.val_samples_per_prompt=1",
+    "rollout.max_response_tokens=16",
+    "rollout.chunk_size=8",
+    "rollout.continuation_len=8",
+    "callbacks.checkpoint.every_n_train_steps=2",
+    "callbacks.best=null",
+    "module.optimizer.lr=1e-4",
 ]
 
 
 def _train(out: Path, *extra: str, wait_for: Path | None = None) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]), "OMP_NUM_THREADS": "2"}
-    cmd = [sys.executable, "-m", "mintrl.cli.train", f"paths.output_dir={out}", f"hydra.run.dir={out}/hydra", *COMMON,
-           "+callbacks.steps._target_=resume_helpers.StepLog", f"+callbacks.steps.path={out}/steps.jsonl", *extra]
-    proc = subprocess.Popen(cmd, env=env, cwd=out.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "2",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "mintrl.cli.train",
+        f"paths.output_dir={out}",
+        f"hydra.run.dir={out}/hydra",
+        *COMMON,
+        "+callbacks.steps._target_=resume_helpers.StepLog",
+        f"+callbacks.steps.path={out}/steps.jsonl",
+        *extra,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        env=env,
+        cwd=out.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     if wait_for is None:
         output, _ = proc.communicate(timeout=600)
         assert proc.returncode == 0, output[-4000:]
@@ -56,8 +85,13 @@ def test_killed_and_resumed_run_equals_the_straight_run(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     straight.mkdir(), resumed.mkdir()
     _train(straight)
-    _train(resumed, "+callbacks.hang._target_=resume_helpers.HangAt", "+callbacks.hang.step=2",
-           f"+callbacks.hang.marker={resumed}/killed_here", wait_for=resumed / "killed_here")
+    _train(
+        resumed,
+        "+callbacks.hang._target_=resume_helpers.HangAt",
+        "+callbacks.hang.step=2",
+        f"+callbacks.hang.marker={resumed}/killed_here",
+        wait_for=resumed / "killed_here",
+    )
     assert not (resumed / "hf_policy").exists()
     ckpt = torch.load(resumed / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     assert ckpt["global_step"] == 2
@@ -66,7 +100,10 @@ def test_killed_and_resumed_run_equals_the_straight_run(tmp_path):
     assert sorted(a) == sorted(b) == [1, 2, 3, 4]
     for step in a:
         assert a[step] == b[step], f"step {step}: straight {a[step]} vs resumed {b[step]}"
-    wa, wb = load_file(straight / "hf_policy" / "model.safetensors"), load_file(resumed / "hf_policy" / "model.safetensors")
+    wa, wb = (
+        load_file(straight / "hf_policy" / "model.safetensors"),
+        load_file(resumed / "hf_policy" / "model.safetensors"),
+    )
     assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), "final weights differ"
 
 

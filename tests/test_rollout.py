@@ -33,11 +33,13 @@ def test_truncation_and_intervention_ids_and_provenance(embedded, tokenizer, ite
     rollout = Rollout(group=0, is_control=False, prompt_ids=item.prompt_ids)
     rollout.append(prefix, [-0.1] * len(prefix), intervention=False)
     steps = split_steps(tokenizer.decode(chunk))
-    verdict = RuleJudge().review_one(ReviewRequest(item.question, item.reference, tokenizer.decode(prefix), [s.text for s in steps], False))
+    verdict = RuleJudge().review_one(
+        ReviewRequest(item.question, item.reference, tokenizer.decode(prefix), [s.text for s in steps], False)
+    )
     assert verdict.revise and verdict.step == 1 and verdict.correction == good
 
     fix = apply_verdict(rollout, chunk, [-0.5] * len(chunk), False, steps, verdict, item, tokenizer)
-    kept = rollout.response_ids[len(prefix):]
+    kept = rollout.response_ids[len(prefix) :]
     assert rollout.response_ids[: len(prefix)] == prefix and kept == chunk[: len(kept)]
     kept_text = tokenizer.decode(kept)
     # the whole first step is kept, nothing of the wrong one (a token straddling the cut is dropped)
@@ -74,8 +76,17 @@ def test_extract_answer():
 def test_semi_on_policy_rollouts_of_the_embedded_model(embedded, tokenizer, items):
     context = ModelContext(embedded)
     engine = SemiOnPolicyRollout(
-        HFSampler(embedded.model, tokenizer), RuleJudge(), RuleIntervention(context), ReasoningGymReward(), tokenizer,
-        n_control=2, n_semi=4, chunk_size=8, max_reviews=2, continuation_len=8, max_response_tokens=32,
+        HFSampler(embedded.model, tokenizer),
+        RuleJudge(),
+        RuleIntervention(context),
+        ReasoningGymReward(),
+        tokenizer,
+        n_control=2,
+        n_semi=4,
+        chunk_size=8,
+        max_reviews=2,
+        continuation_len=8,
+        max_response_tokens=32,
     )
     torch.manual_seed(0)
     batch = engine.generate(items[:6], step=0)
@@ -95,17 +106,37 @@ def test_semi_on_policy_rollouts_of_the_embedded_model(embedded, tokenizer, item
     assert batch.prompts is not None and [p.index for p in batch.prompts] == [it.index for it in items[:6]]
     s = batch.stats
     assert s["rollout/offpolicy_frac"] == pytest.approx(batch.intervention_mask.sum().item() / resp.sum().item())
-    assert s["judge/keep"] + s["judge/revise"] + s["judge/unparseable"] == pytest.approx(s["judge/reviews_per_rollout"] * 24)
+    assert s["judge/keep"] + s["judge/revise"] + s["judge/unparseable"] == pytest.approx(
+        s["judge/reviews_per_rollout"] * 24
+    )
     assert s["judge/revise"] > 0, "the 135M model makes arithmetic mistakes the rule judge revises"
     assert ((batch.rewards >= 0) & (batch.rewards <= 1)).all()
     # after the intervention phase every rollout is a control rollout
-    late = SemiOnPolicyRollout(engine.sampler, RuleJudge(), RuleIntervention(context), ReasoningGymReward(), tokenizer,
-                               n_control=1, n_semi=1, max_response_tokens=8, intervention_steps=3).generate(items[:2], step=3)
-    assert late.is_control.all() and not late.intervention_mask.any() and late.stats["rollout/intervention_phase"] == 0.0
+    late = SemiOnPolicyRollout(
+        engine.sampler,
+        RuleJudge(),
+        RuleIntervention(context),
+        ReasoningGymReward(),
+        tokenizer,
+        n_control=1,
+        n_semi=1,
+        max_response_tokens=8,
+        intervention_steps=3,
+    ).generate(items[:2], step=3)
+    assert (
+        late.is_control.all() and not late.intervention_mask.any() and late.stats["rollout/intervention_phase"] == 0.0
+    )
 
 
-@pytest.mark.parametrize("field,kwargs", [("chunk_size", dict(chunk_size=0)), ("continuation_len", dict(continuation_len=-1)),
-                                          ("n_control", dict(n_control=0)), ("n_semi", dict(n_semi=-2))])
+@pytest.mark.parametrize(
+    "field,kwargs",
+    [
+        ("chunk_size", dict(chunk_size=0)),
+        ("continuation_len", dict(continuation_len=-1)),
+        ("n_control", dict(n_control=0)),
+        ("n_semi", dict(n_semi=-2)),
+    ],
+)
 def test_rollout_rejects_non_positive_sizes(embedded, tokenizer, field, kwargs):
     with pytest.raises(ValueError, match=f"rollout.{field}"):
         SemiOnPolicyRollout(None, None, None, None, tokenizer, **kwargs)

@@ -22,7 +22,10 @@ from mintrl.sampler import HFSampler, VLLMSampler
 from mintrl.sampler.hf import score_sequences
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
-BACKENDS = ["hf", pytest.param("vllm", marks=pytest.mark.skipif(not HAS_VLLM, reason="vLLM not installed (make test-vllm)"))]
+BACKENDS = [
+    "hf",
+    pytest.param("vllm", marks=pytest.mark.skipif(not HAS_VLLM, reason="vLLM not installed (make test-vllm)")),
+]
 GAP_REPORT: dict[str, float] = {}
 
 
@@ -43,13 +46,19 @@ def sampler(request, embedded, tokenizer):
 
 
 def _prompts(tokenizer, texts=("What is 2 + 3?", "Name a colour.", "Count to five.")):
-    return [tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True)["input_ids"]
-            for t in texts]
+    return [
+        tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=True)[
+            "input_ids"
+        ]
+        for t in texts
+    ]
 
 
 def _gap(model, prompts, gen, temperature) -> torch.Tensor:
     """Per-token |sampler - trainer| log-prob differences of a generation, concatenated."""
-    scored = score_sequences(model, [p + ids.tolist() for p, ids in zip(prompts, gen.token_ids)], [len(p) for p in prompts], temperature)
+    scored = score_sequences(
+        model, [p + ids.tolist() for p, ids in zip(prompts, gen.token_ids)], [len(p) for p in prompts], temperature
+    )
     for s, lp in zip(scored, gen.logprobs):
         assert s.shape == lp.shape
     return torch.cat([(s - lp).abs() for s, lp in zip(scored, gen.logprobs)])
@@ -74,7 +83,9 @@ def test_logprobs_match_the_trainer(sampler, embedded, tokenizer):
         torch.manual_seed(1)
         gap = _gap(embedded.model, prompts, sampler.generate(prompts, 24, temperature=temperature), temperature)
         GAP_REPORT[f"{sampler.kind} T={temperature}"] = gap.mean().item()
-        print(f"{sampler.kind} T={temperature}: mean |sampler - trainer| log-prob = {gap.mean().item():.2e} nats over {gap.numel()} tokens, max {gap.max().item():.2e}")
+        print(
+            f"{sampler.kind} T={temperature}: mean |sampler - trainer| log-prob = {gap.mean().item():.2e} nats over {gap.numel()} tokens, max {gap.max().item():.2e}"
+        )
         assert gap.mean().item() < 1e-3 and gap.max().item() < 2e-2
 
 
@@ -116,7 +127,9 @@ def test_continuation_with_cache_keys_equals_one_call(sampler, embedded, tokeniz
         assert sampler.reused_tokens - reused == sum(len(p) - 1 for p in prefixes)
     for i in range(len(prompts)):
         if not first.finished[i]:
-            assert torch.cat([first.token_ids[i], second.token_ids[i]]).tolist() == one.token_ids[i].tolist(), f"row {i}"
+            assert torch.cat([first.token_ids[i], second.token_ids[i]]).tolist() == one.token_ids[i].tolist(), (
+                f"row {i}"
+            )
     torch.manual_seed(3)
     first = sampler.generate(prompts, 5, temperature=0.8, cache_keys=[20, 21, 22])
     cut = [p + ids.tolist()[:3] for p, ids in zip(prompts, first.token_ids)]  # truncated, as after a judge's cut
@@ -168,7 +181,10 @@ def test_next_call_after_an_optimizer_step_uses_the_new_weights(kind, embedded, 
     policy = copy.deepcopy(embedded.model)
     sampler = make_sampler(kind, policy, tokenizer)
     # ~270 tokens: several KV blocks, so a prefix cache that survived the push would be hit
-    prompt = _prompts(tokenizer, [" ".join(["Explain step by step why the sum of two even numbers is always even, then give an example."] * 12)])
+    prompt = _prompts(
+        tokenizer,
+        [" ".join(["Explain step by step why the sum of two even numbers is always even, then give an example."] * 12)],
+    )
     try:
         torch.manual_seed(5)
         before = sampler.generate(prompt, 12, temperature=1.0, cache_keys=[0])  # HF keeps this row's KV
@@ -181,7 +197,9 @@ def test_next_call_after_an_optimizer_step_uses_the_new_weights(kind, embedded, 
         optimizer.step()
         optimizer.zero_grad()
         new = score_sequences(policy, [sequence], [len(prompt[0])], 1.0)[0]
-        assert (new - old).abs().mean().item() > 0.02, "the step must move the log-probs for this test to see a stale engine"
+        assert (new - old).abs().mean().item() > 0.02, (
+            "the step must move the log-probs for this test to see a stale engine"
+        )
         torch.manual_seed(5)
         after = sampler.generate(prompt, 12, temperature=1.0, cache_keys=[0])  # ... and must not reuse it now
         gap = _gap(policy, prompt, after, 1.0)
@@ -195,8 +213,18 @@ def test_next_call_after_an_optimizer_step_uses_the_new_weights(kind, embedded, 
             sampler.close()
 
 
-@pytest.mark.parametrize("field, value", [("block_size", 0), ("block_size", 24.0), ("sleep_level", 3), ("score_with", "judge"),
-                                          ("cpu_kv_cache_gib", 0.5), ("gpu_memory_utilization", 1.5), ("max_model_len", 0)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("block_size", 0),
+        ("block_size", 24.0),
+        ("sleep_level", 3),
+        ("score_with", "judge"),
+        ("cpu_kv_cache_gib", 0.5),
+        ("gpu_memory_utilization", 1.5),
+        ("max_model_len", 0),
+    ],
+)
 def test_vllm_sampler_names_a_bad_knob(tiny_model, field, value):
     """Checked when the sampler is built, before the tokenizer is read or any engine starts (runs
     without vLLM installed)."""
@@ -224,7 +252,11 @@ def test_hf_continuation_cache_keeps_unfinished_rows_within_its_budget(tiny_mode
     assert sorted(sampler._kept) == kept
     expected = sum(256 * (len(p) + len(t) - 1) for p, t, done in zip(prefixes, out.token_ids, out.finished) if not done)
     assert sampler._kept_bytes == expected
-    assert all(sampler._kept[k][1][0][0].shape == (2, len(prefixes[i]) + len(out.token_ids[i]) - 1, 8) for i, k in enumerate("abc") if k in kept)
+    assert all(
+        sampler._kept[k][1][0][0].shape == (2, len(prefixes[i]) + len(out.token_ids[i]) - 1, 8)
+        for i, k in enumerate("abc")
+        if k in kept
+    )
     # row "a" continues from its own 5 kept tokens; a new row [5, 6, 7, 30] borrows the 3 prompt
     # tokens it shares with "a" (a group's prompt): each re-encodes max(6 - 5, 4 - 3) = 1 token
     assert "a" in kept and len(out.token_ids[0]) == 3

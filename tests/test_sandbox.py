@@ -17,7 +17,9 @@ from mintrl.data.code import CodePrompts
 from mintrl.reward.sandbox import Outcome, Program, Sandbox
 
 UID_BASE = 62000  # not the default: a training run elsewhere on this machine uses 61000+
-LIMITS = dict(timeout_s=3.0, cpu_s=3, memory_mb=512, file_size_mb=4, processes=16, max_output_bytes=4096, uid_base=UID_BASE)
+LIMITS = dict(
+    timeout_s=3.0, cpu_s=3, memory_mb=512, file_size_mb=4, processes=16, max_output_bytes=4096, uid_base=UID_BASE
+)
 
 
 def sandbox_processes() -> list[int]:
@@ -51,13 +53,22 @@ def humaneval():
 
 def test_this_machine_grants_every_isolation(sandbox):
     iso = sandbox.isolation()
-    assert iso == {"network": True, "pid": True, "mount": True, "read_only": True, "user_namespace": False, "separate_user": True}
+    assert iso == {
+        "network": True,
+        "pid": True,
+        "mount": True,
+        "read_only": True,
+        "user_namespace": False,
+        "separate_user": True,
+    }
 
 
 def test_all_164_canonical_humaneval_solutions_pass_and_empty_bodies_fail(sandbox, humaneval):
     assert len(humaneval) == 164
     right = sandbox.run([Program(r["reference"], r["tests"], r["entry_point"]) for r in humaneval])
-    assert Counter(r.outcome for r in right) == {Outcome.PASSED: 164}, [(h["task_id"], r.stderr) for h, r in zip(humaneval, right) if r.outcome is not Outcome.PASSED]
+    assert Counter(r.outcome for r in right) == {Outcome.PASSED: 164}, [
+        (h["task_id"], r.stderr) for h, r in zip(humaneval, right) if r.outcome is not Outcome.PASSED
+    ]
     assert all(r.total > 0 and r.passed == r.total for r in right)
     wrong = sandbox.run([Program(r["prompt"] + "    return None\n", r["tests"], r["entry_point"]) for r in humaneval])
     assert Counter(r.outcome for r in wrong) == {Outcome.FAILED: 164}
@@ -75,12 +86,15 @@ def test_asserts_are_counted_one_by_one(sandbox):
     assert (ok.outcome, ok.passed, ok.total, ok.fraction) == (Outcome.PASSED, 11, 11, 1.0)
 
 
-@pytest.mark.parametrize("solution", [
-    "import sys\nsys.exit(0)\n",
-    "import os\nos._exit(0)\n",
-    "def add(a, b):\n    raise SystemExit(0)\n",
-    "import os\nprint('\\n' + 'x' * 32 + ' 1 1')\nos._exit(0)\n",  # a forged result line without the nonce
-])
+@pytest.mark.parametrize(
+    "solution",
+    [
+        "import sys\nsys.exit(0)\n",
+        "import os\nos._exit(0)\n",
+        "def add(a, b):\n    raise SystemExit(0)\n",
+        "import os\nprint('\\n' + 'x' * 32 + ' 1 1')\nos._exit(0)\n",  # a forged result line without the nonce
+    ],
+)
 def test_exiting_early_or_forging_the_result_line_is_not_a_pass(sandbox, solution):
     result = sandbox.run([Program(solution, "assert add(1, 2) == 3\n")])[0]
     assert result.outcome is Outcome.FAILED and result.total == 0
@@ -90,12 +104,20 @@ def test_parallel_runs_give_the_serial_outcomes(tmp_path, humaneval):
     rows = humaneval[:12]
     programs = [Program(r["reference"], r["tests"], r["entry_point"]) for r in rows]
     programs += [Program(r["prompt"] + "    return 0\n", r["tests"], r["entry_point"]) for r in rows]
-    programs += [Program("while True:\n    pass\n", "assert True\n"), Program("x = bytearray(600 << 20)\n", "assert True\n"),
-                 Program("def f():\n    return 1\n", "assert f() == 1\nassert f() == 2\n")]
+    programs += [
+        Program("while True:\n    pass\n", "assert True\n"),
+        Program("x = bytearray(600 << 20)\n", "assert True\n"),
+        Program("def f():\n    return 1\n", "assert f() == 1\nassert f() == 2\n"),
+    ]
     serial = Sandbox(workers=1, **LIMITS).run(programs)
     parallel = Sandbox(workers=2, **LIMITS).run(programs)
     assert [(r.outcome, r.passed, r.total) for r in serial] == [(r.outcome, r.passed, r.total) for r in parallel]
-    assert Counter(r.outcome for r in serial) == {Outcome.PASSED: 12, Outcome.FAILED: 13, Outcome.TIMEOUT: 1, Outcome.CRASHED: 1}
+    assert Counter(r.outcome for r in serial) == {
+        Outcome.PASSED: 12,
+        Outcome.FAILED: 13,
+        Outcome.TIMEOUT: 1,
+        Outcome.CRASHED: 1,
+    }
 
 
 # ---------------------------------------------------------------- hostile programs
@@ -193,7 +215,10 @@ def test_hostile_programs_are_contained(tmp_path, monkeypatch):
         "infinite loop": ("while True:\n    pass\n", Outcome.TIMEOUT),
         "fork bomb": (FORK_BOMB, Outcome.CRASHED),
         "memory bomb": (MEMORY_BOMB, Outcome.CRASHED),
-        "files outside the working directory": (FILES.format(canary=str(canary), outside=str(outside / "new")), Outcome.FAILED),
+        "files outside the working directory": (
+            FILES.format(canary=str(canary), outside=str(outside / "new")),
+            Outcome.FAILED,
+        ),
         "network connection": (NETWORK.format(port=server.getsockname()[1]), Outcome.FAILED),
         "killing the parent process": (KILL_PARENT.format(pid=os.getpid()), Outcome.FAILED),
         "gigabytes to stdout": (STDOUT_FLOOD, Outcome.CRASHED),
@@ -208,8 +233,10 @@ def test_hostile_programs_are_contained(tmp_path, monkeypatch):
     elapsed = time.monotonic() - start
     listener.join(timeout=0)
     checks = {
-        "files outside the working directory": canary.read_text() == "keep me" and sorted(os.listdir(outside)) == ["canary"]
-        and not os.path.exists("/tmp/mintrl-hostile-marker") and not os.path.exists("/root/mintrl-hostile-marker")
+        "files outside the working directory": canary.read_text() == "keep me"
+        and sorted(os.listdir(outside)) == ["canary"]
+        and not os.path.exists("/tmp/mintrl-hostile-marker")
+        and not os.path.exists("/root/mintrl-hostile-marker")
         and not os.path.exists("/etc/mintrl-hostile-marker"),
         "network connection": not accepted,
         "gigabytes to stdout": len(results["gigabytes to stdout"].stdout.encode()) <= LIMITS["max_output_bytes"],
@@ -218,16 +245,24 @@ def test_hostile_programs_are_contained(tmp_path, monkeypatch):
         "sleeping without imports": results["sleeping without imports"].wall_s < LIMITS["timeout_s"] + 1.0,
     }
     leftovers = sandbox_processes()
-    contained = {name: results[name].outcome is expected and checks.get(name, True) for name, (_, expected) in suite.items()}
+    contained = {
+        name: results[name].outcome is expected and checks.get(name, True) for name, (_, expected) in suite.items()
+    }
     contained = {name: ok and not leftovers for name, ok in contained.items()}
-    SANDBOX_REPORT.append(f"hostile programs contained: {sum(contained.values())}/{len(suite)} in {elapsed:.1f} s "
-                          f"(isolation: {box.isolation()})")
+    SANDBOX_REPORT.append(
+        f"hostile programs contained: {sum(contained.values())}/{len(suite)} in {elapsed:.1f} s "
+        f"(isolation: {box.isolation()})"
+    )
     for name, ok in contained.items():
-        SANDBOX_REPORT.append(f"  {'ok  ' if ok else 'FAIL'} {name}: {results[name].outcome.value} in {results[name].wall_s:.2f} s")
+        SANDBOX_REPORT.append(
+            f"  {'ok  ' if ok else 'FAIL'} {name}: {results[name].outcome.value} in {results[name].wall_s:.2f} s"
+        )
     server.close()
     os.kill(os.getpid(), 0)  # this process is alive
     assert leftovers == [] and os.listdir(tmp_path / "runs") == []
-    assert contained == {name: True for name in suite}, {n: (results[n].outcome, results[n].stderr[-200:]) for n in suite}
+    assert contained == {name: True for name in suite}, {
+        n: (results[n].outcome, results[n].stderr[-200:]) for n in suite
+    }
     assert elapsed < 4 * LIMITS["timeout_s"] + 10
 
 
@@ -256,7 +291,9 @@ def test_a_package_installed_under_tmp_still_works(tmp_path):
     try:
         spec.loader.exec_module(runner)
         assert runner.HARNESS.startswith(str(tmp_path))
-        result = runner.Sandbox(workers=1, **LIMITS).run([runner.Program("def f():\n    return 2\n", "assert f() == 2\n")])[0]
+        result = runner.Sandbox(workers=1, **LIMITS).run(
+            [runner.Program("def f():\n    return 2\n", "assert f() == 2\n")]
+        )[0]
     finally:
         del sys.modules["copied_runner"]
     assert (result.outcome.value, result.passed, result.total) == ("passed", 1, 1)

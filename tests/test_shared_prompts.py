@@ -47,11 +47,15 @@ def test_prompt_lengths_are_the_first_target_column():
 def test_shared_prompt_forward_equals_the_plain_forward_with_less_body_work(tiny_model):
     model = tiny_model.train()
     ids, attn, targets = _group_batch()
-    weights = torch.arange(ids.numel(), dtype=torch.float32).view(ids.shape) / 10  # a loss that weighs every token differently
+    weights = (
+        torch.arange(ids.numel(), dtype=torch.float32).view(ids.shape) / 10
+    )  # a loss that weighs every token differently
     results = {}
     for share in (False, True):
         model.zero_grad(set_to_none=True)
-        tokens, (lp, ent) = _body_tokens(model, lambda: token_logprobs(model, ids, attn, targets, 0.7, 4, share_prompts=share))
+        tokens, (lp, ent) = _body_tokens(
+            model, lambda: token_logprobs(model, ids, attn, targets, 0.7, 4, share_prompts=share)
+        )
         (lp * weights).sum().backward()
         results[share] = (tokens, lp.detach(), ent, torch.cat([p.grad.flatten() for p in model.parameters()]))
     # plain: 6 rows x 11 columns; shared: 2 prompts x 5 columns (left-padded) + 5 rows with targets x 5 response columns
@@ -66,19 +70,25 @@ def test_no_sharing_without_repeated_prompts_or_under_activation_checkpointing(t
     model = tiny_model.train()
     ids, attn, targets = _group_batch()
     distinct = [0, 3]  # one row per prompt: nothing to share, plain forward
-    tokens, _ = _body_tokens(model, lambda: token_logprobs(model, ids[distinct], attn[distinct], targets[distinct], share_prompts=True))
+    tokens, _ = _body_tokens(
+        model, lambda: token_logprobs(model, ids[distinct], attn[distinct], targets[distinct], share_prompts=True)
+    )
     assert tokens == 2 * 11
     enable_gradient_checkpointing(model)
     tokens, (lp, _) = _body_tokens(model, lambda: token_logprobs(model, ids, attn, targets, share_prompts=True))
     assert tokens == 66  # checkpointed layers would drop the cache: plain forward
     with torch.no_grad():  # checkpointing is inactive without grad: shared again, same values
-        tokens, (lp_shared, _) = _body_tokens(model, lambda: token_logprobs(model, ids, attn, targets, share_prompts=True))
+        tokens, (lp_shared, _) = _body_tokens(
+            model, lambda: token_logprobs(model, ids, attn, targets, share_prompts=True)
+        )
     assert tokens == SHARED and torch.allclose(lp_shared, lp.detach(), atol=1e-6)
 
 
 def test_shared_prompt_forward_on_the_embedded_model(embedded):
     model, tok = embedded.model, embedded.tokenizer
-    prompt = tok.apply_chat_template([{"role": "user", "content": "What is 3 + 4?"}], add_generation_prompt=True, tokenize=True)["input_ids"]
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 3 + 4?"}], add_generation_prompt=True, tokenize=True
+    )["input_ids"]
     responses = [tok.encode("3 + 4 = 7."), tok.encode("The answer is <answer>7</answer>"), tok.encode("It is 8.")]
     width = len(prompt) + max(map(len, responses))
     ids = torch.full((3, width), tok.pad_token_id)
@@ -90,6 +100,8 @@ def test_shared_prompt_forward_on_the_embedded_model(embedded):
         targets[i, len(prompt) : len(prompt) + len(r)] = True
     with torch.no_grad():
         plain, _ = token_logprobs(model, ids.to(model.device), attn.to(model.device), targets.to(model.device))
-        shared, _ = token_logprobs(model, ids.to(model.device), attn.to(model.device), targets.to(model.device), share_prompts=True)
+        shared, _ = token_logprobs(
+            model, ids.to(model.device), attn.to(model.device), targets.to(model.device), share_prompts=True
+        )
     assert torch.allclose(shared, plain, atol=1e-4), (shared - plain).abs().max()
     assert (plain[targets.to(plain.device)] < 0).all()

@@ -17,7 +17,10 @@ FENCE = "`" * 3
         ("a\n\nb\n\nc", ["a\n\n", "b\n\n", "c"]),  # blank lines; trailing text is a step
         ("one line only", ["one line only"]),  # no delimiter
         ("x\n\n\n\ny\n\n", ["x\n\n\n\n", "y\n\n"]),  # a run of blank lines stays with its step
-        (f"Plan:\n{FENCE}python\nx = 1\n{FENCE}\nDone", ["Plan:\n", f"{FENCE}python\n", "x = 1\n", f"{FENCE}\n", "Done"]),
+        (
+            f"Plan:\n{FENCE}python\nx = 1\n{FENCE}\nDone",
+            ["Plan:\n", f"{FENCE}python\n", "x = 1\n", f"{FENCE}\n", "Done"],
+        ),
         ("", []),
     ],
 )

@@ -20,16 +20,32 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # job -> (overrides, {tag: [(step, value), ...]}); None: the job has no event files
 JOBS = {
-    "0": (["+sweep=intensity", "rollout.progress=false", "judge=none"],
-          {"rollout/offpolicy_frac": [(1, 0.0), (2, 0.0), (3, 0.0)], "val/reward": [(0, 0.20), (3, 0.30)],
-           "reward/control": [(1, 0.1), (2, 0.2), (3, 0.3)]}),
-    "1": (["+sweep=intensity", "rollout.progress=false", "rollout.max_reviews=1"],
-          {"rollout/offpolicy_frac": [(1, 0.01), (2, 0.03), (3, 0.02)],
-           "val/pass@1": [(0, 0.20), (3, 0.35)], "val/reward": [(0, 0.9), (3, 0.9)],  # val/pass@1 preferred
-           "reward/control": [(1, 0.1), (2, 0.3), (3, 0.4)], "train/policy_entropy": [(1, 1.5), (2, 1.4), (3, 1.3)]}),
-    "2": (["+sweep=intensity", "rollout.progress=false", "rollout.max_reviews=4"],
-          {"rollout/offpolicy_frac": [(1, 0.04), (2, 0.06), (3, 0.05)], "val/pass@1": [(0, 0.20), (3, 0.25)],
-           "reward/control": [(1, 0.1), (2, 0.1), (3, 0.2)]}),
+    "0": (
+        ["+sweep=intensity", "rollout.progress=false", "judge=none"],
+        {
+            "rollout/offpolicy_frac": [(1, 0.0), (2, 0.0), (3, 0.0)],
+            "val/reward": [(0, 0.20), (3, 0.30)],
+            "reward/control": [(1, 0.1), (2, 0.2), (3, 0.3)],
+        },
+    ),
+    "1": (
+        ["+sweep=intensity", "rollout.progress=false", "rollout.max_reviews=1"],
+        {
+            "rollout/offpolicy_frac": [(1, 0.01), (2, 0.03), (3, 0.02)],
+            "val/pass@1": [(0, 0.20), (3, 0.35)],
+            "val/reward": [(0, 0.9), (3, 0.9)],  # val/pass@1 preferred
+            "reward/control": [(1, 0.1), (2, 0.3), (3, 0.4)],
+            "train/policy_entropy": [(1, 1.5), (2, 1.4), (3, 1.3)],
+        },
+    ),
+    "2": (
+        ["+sweep=intensity", "rollout.progress=false", "rollout.max_reviews=4"],
+        {
+            "rollout/offpolicy_frac": [(1, 0.04), (2, 0.06), (3, 0.05)],
+            "val/pass@1": [(0, 0.20), (3, 0.25)],
+            "reward/control": [(1, 0.1), (2, 0.1), (3, 0.2)],
+        },
+    ),
     "10": (["+sweep=intensity", "rollout.progress=false", "rollout.max_reviews=8"], None),
 }
 
@@ -93,7 +109,9 @@ def test_no_intervention_detection_and_baseline_matching():
     assert summary.is_no_intervention(["experiment=no_intervention"])
     assert summary.is_no_intervention([], {"judge": {"_target_": "mintrl.judge.none.KeepJudge"}})
     assert summary.is_no_intervention([], {"rollout": {"n_semi": 0}})
-    assert not summary.is_no_intervention(["judge=rule", "rollout.n_semi=2"], {"judge": {"_target_": "mintrl.judge.rule.RuleJudge"}})
+    assert not summary.is_no_intervention(
+        ["judge=rule", "rollout.n_semi=2"], {"judge": {"_target_": "mintrl.judge.rule.RuleJudge"}}
+    )
     baselines = [(["seed=0", "judge=none"], 0.3), (["seed=1", "judge=none"], 0.5)]
     assert summary.baseline_pass_at_1(["seed=1", "judge=rule"], baselines) == 0.5
     assert summary.baseline_pass_at_1(["judge=rule"], baselines) == pytest.approx(0.4)  # tie: mean
@@ -104,7 +122,9 @@ def test_no_intervention_detection_and_baseline_matching():
 def test_table_lists_the_numbers_and_the_missing_job(multirun):
     table = summary.markdown_table(summary.summarize(summary.read_multirun(multirun)))
     lines = table.splitlines()
-    assert lines[0].startswith("| job | overrides | off-policy frac | final val pass@1 | delta pass@1 vs no-intervention")
+    assert lines[0].startswith(
+        "| job | overrides | off-policy frac | final val pass@1 | delta pass@1 vs no-intervention"
+    )
     assert "| 0 (no-intervention) | judge=none | 0.000 | 0.300 | +0.000 |" in lines
     assert "| 1 | rollout.max_reviews=1 | 0.020 | 0.350 | +0.050 |" in lines
     assert "| 2 | rollout.max_reviews=4 | 0.050 | 0.250 | -0.050 |" in lines
@@ -137,16 +157,26 @@ def test_cli_errors_name_the_directory(tmp_path, capsys):
 
 # --- keyword shift (Figure 5) ---------------------------------------------------------------------
 
-TEXT = ("Wait, maybe we can use the sum. Waiting is not waiting; actually we will compute it. "
-        "Alternatively, WE CAN reuse.")  # 20 words
+TEXT = (
+    "Wait, maybe we can use the sum. Waiting is not waiting; actually we will compute it. "
+    "Alternatively, WE CAN reuse."
+)  # 20 words
 LONG = " ".join(["step"] * 510) + " wait we can maybe"  # words 511-514: the phrase crosses word 512
 
 
 def test_keyword_counts_whole_words_phrases_and_window():
     counts, n = keyword_counts(TEXT)
     assert n == 20
-    assert counts == {"wait": 1, "actually": 1, "maybe": 1, "alternatively": 1,
-                      "compute": 1, "use": 1, "we can": 2, "we will": 1}  # not waiting / reuse
+    assert counts == {
+        "wait": 1,
+        "actually": 1,
+        "maybe": 1,
+        "alternatively": 1,
+        "compute": 1,
+        "use": 1,
+        "we can": 2,
+        "we will": 1,
+    }  # not waiting / reuse
     counts, n = keyword_counts(LONG)
     assert n == 512
     assert counts["wait"] == 1 and counts["we can"] == 0 and counts["maybe"] == 0
@@ -178,8 +208,12 @@ def test_keyword_shift_difference_and_relative_change():
 
 # --- sweep configs --------------------------------------------------------------------------------
 
-SWEEPS = {"intensity": {"rollout.chunk_size", "rollout.max_reviews", "rollout.continuation_len"},
-          "kappa": {"objective.kappa"}, "anchor": {"objective"}, "judge": {"judge"}}
+SWEEPS = {
+    "intensity": {"rollout.chunk_size", "rollout.max_reviews", "rollout.continuation_len"},
+    "kappa": {"objective.kappa"},
+    "anchor": {"objective"},
+    "judge": {"judge"},
+}
 
 
 def _compose(overrides):
@@ -214,6 +248,7 @@ def test_sweep_configs_compose_and_every_job_composes(name):
 
 
 # --- notebook -------------------------------------------------------------------------------------
+
 
 def test_analysis_notebook_executes_headless(multirun, monkeypatch, tmp_path):
     import nbformat

@@ -26,15 +26,27 @@ from mintrl.training.run import run
 
 def test_one_training_step_changes_weights_and_lowers_the_loss(embedded, fresh_policy, tokenizer):
     items = ReasoningGymPrompts(task_kwargs=ARITHMETIC, train_size=8, val_size=2).build("train", tokenizer)
-    engine = SemiOnPolicyRollout(HFSampler(fresh_policy, tokenizer), RuleJudge(), RuleIntervention(ModelContext(embedded)),
-                                 ReasoningGymReward(), tokenizer, n_control=2, n_semi=2, chunk_size=8, max_reviews=1,
-                                 continuation_len=8, max_response_tokens=16)
+    engine = SemiOnPolicyRollout(
+        HFSampler(fresh_policy, tokenizer),
+        RuleJudge(),
+        RuleIntervention(ModelContext(embedded)),
+        ReasoningGymReward(),
+        tokenizer,
+        n_control=2,
+        n_semi=2,
+        chunk_size=8,
+        max_reviews=1,
+        continuation_len=8,
+        max_response_tokens=16,
+    )
     torch.manual_seed(0)
     batch = engine.generate(items[:2])
     # fixed rewards so that advantages are non-zero whatever was sampled:
     # group 0 controls [1, 0] -> A = [.5, -.5, .5, -.5]; group 1 controls [0, 0] -> A = [0, 0, 1, 1]
     batch.rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0])
-    module = PolicyModule(fresh_policy, AdvantageRegression(beta=0.05, kappa=-0.2), functools.partial(torch.optim.AdamW, lr=1e-5))
+    module = PolicyModule(
+        fresh_policy, AdvantageRegression(beta=0.05, kappa=-0.2), functools.partial(torch.optim.AdamW, lr=1e-5)
+    )
     optimizer = module.configure_optimizers()
     before = {n: p.detach().clone() for n, p in fresh_policy.named_parameters()}
     fresh_policy.train()
@@ -42,7 +54,9 @@ def test_one_training_step_changes_weights_and_lowers_the_loss(embedded, fresh_p
     totals = step_totals(batch.extras["loss_mask"])
 
     def loss_now():
-        lp, _ = token_logprobs(fresh_policy, batch.input_ids, batch.attention_mask, batch.response_mask, batch.temperature)
+        lp, _ = token_logprobs(
+            fresh_policy, batch.input_ids, batch.attention_mask, batch.response_mask, batch.temperature
+        )
         return module.objective(batch, lp, totals).loss
 
     loss0 = loss_now()
@@ -64,9 +78,15 @@ def test_one_training_step_changes_weights_and_lowers_the_loss(embedded, fresh_p
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
     overrides = [
-        f"paths.output_dir={out}", "trainer.max_steps=2", "data.prompts_per_step=2", "data.prompts.val_size=4",
-        "data.val_samples_per_prompt=1", "rollout.max_response_tokens=24", "rollout.chunk_size=8",
-        "rollout.continuation_len=8", "module.optimizer.lr=1e-5",
+        f"paths.output_dir={out}",
+        "trainer.max_steps=2",
+        "data.prompts_per_step=2",
+        "data.prompts.val_size=4",
+        "data.val_samples_per_prompt=1",
+        "rollout.max_response_tokens=24",
+        "rollout.chunk_size=8",
+        "rollout.continuation_len=8",
+        "module.optimizer.lr=1e-5",
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=False)
@@ -75,9 +95,22 @@ def tiny_run(tmp_path_factory):
 
 
 REQUIRED_SCALARS = {
-    "reward/control", "reward/semi", "reward/gap", "rollout/offpolicy_frac", "judge/interventions_per_rollout",
-    "judge/keep", "judge/revise", "judge/unparseable", "rollout/response_len", "train/policy_entropy", "train/loss",
-    "train/grad_norm", "perf/gen_tokens_per_s", "perf/step_seconds", "val/reward", "train/sampler_logprob_gap",
+    "reward/control",
+    "reward/semi",
+    "reward/gap",
+    "rollout/offpolicy_frac",
+    "judge/interventions_per_rollout",
+    "judge/keep",
+    "judge/revise",
+    "judge/unparseable",
+    "rollout/response_len",
+    "train/policy_entropy",
+    "train/loss",
+    "train/grad_norm",
+    "perf/gen_tokens_per_s",
+    "perf/step_seconds",
+    "val/reward",
+    "train/sampler_logprob_gap",
 }
 
 
@@ -101,13 +134,17 @@ def test_main_job_writes_scalars_checkpoint_and_hf_folder(tiny_run, embedded):
     assert len(values["val/reward"]) == 2  # before training and at the end
     # one sample per validation prompt and 0/1 rewards: pass@1 is the mean reward
     assert [v for _, v in values["val/pass@1"]] == pytest.approx([v for _, v in values["val/reward"]])
-    assert summary["best_monitor"] == "val/pass@1" and summary["best_score"] == pytest.approx(values["val/pass@1"][-1][1])
+    assert summary["best_monitor"] == "val/pass@1" and summary["best_score"] == pytest.approx(
+        values["val/pass@1"][-1][1]
+    )
     assert Path(summary["best_checkpoint"]).is_file() and Path(summary["best_checkpoint"]).name == "best-step2.ckpt"
     assert (out / "checkpoints" / "last.ckpt").is_file()
     model = AutoModelForCausalLM.from_pretrained(out / "hf_policy")
     ids = torch.tensor([[1, 2, 3]])
     with torch.no_grad():
-        assert not torch.allclose(model(ids).logits, embedded.model(ids).logits), "the exported policy is the trained one"
+        assert not torch.allclose(model(ids).logits, embedded.model(ids).logits), (
+            "the exported policy is the trained one"
+        )
     assert summary["steps"] == 2 and summary["val_reward_first"] is not None and summary["val_reward_last"] is not None
 
 

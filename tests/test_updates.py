@@ -37,18 +37,30 @@ def _rollout_batch(model, n=8, seed=0, temperature=0.8):
     rollout_lp = (lp + 0.3 * torch.randn(lp.shape, generator=g)) * resp
     behaviour = torch.where(inter, torch.zeros_like(rollout_lp), rollout_lp)
     return RolloutBatch(
-        input_ids=ids, attention_mask=attn, response_mask=resp, intervention_mask=inter, rollout_logprobs=rollout_lp,
-        rewards=torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0][:n]), group_index=torch.tensor([0, 0, 0, 0, 1, 1, 1, 1][:n]),
-        is_control=torch.tensor([True, True, False, False] * 2)[:n], num_groups=2,
-        finished=torch.tensor([True, True, True, False, True, True, True, True][:n]), behaviour_logprobs=behaviour,
-        temperature=temperature, step=3,
+        input_ids=ids,
+        attention_mask=attn,
+        response_mask=resp,
+        intervention_mask=inter,
+        rollout_logprobs=rollout_lp,
+        rewards=torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0, 0.0][:n]),
+        group_index=torch.tensor([0, 0, 0, 0, 1, 1, 1, 1][:n]),
+        is_control=torch.tensor([True, True, False, False] * 2)[:n],
+        num_groups=2,
+        finished=torch.tensor([True, True, True, False, True, True, True, True][:n]),
+        behaviour_logprobs=behaviour,
+        temperature=temperature,
+        step=3,
     )
 
 
 OBJECTIVES = {
     "grpo-token-mean-kl-k3": lambda: GRPO(kl_coef=0.1, kl_estimator="k3", mask_truncated=True),
-    "dr-grpo-seq-mean-token-sum": lambda: GRPO(scale_std=False, aggregation="seq-mean-token-sum", kl_coef=0.05, kl_estimator="k2"),
-    "grpo-seq-mean-token-mean-k1": lambda: GRPO(aggregation="seq-mean-token-mean", kl_coef=0.05, kl_estimator="k1", dual_clip=3.0),
+    "dr-grpo-seq-mean-token-sum": lambda: GRPO(
+        scale_std=False, aggregation="seq-mean-token-sum", kl_coef=0.05, kl_estimator="k2"
+    ),
+    "grpo-seq-mean-token-mean-k1": lambda: GRPO(
+        aggregation="seq-mean-token-mean", kl_coef=0.05, kl_estimator="k1", dual_clip=3.0
+    ),
     "mintrl-const": lambda: AdvantageRegression(beta=0.1, kappa=-0.2),
     "mintrl-proxy": lambda: AdvantageRegression(beta=0.1, kappa=None),
     "intervention-grpo": lambda: InterventionGRPO(importance="behaviour", semi_advantage="group"),
@@ -114,7 +126,9 @@ def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradient(tiny_mo
     reference = copy.deepcopy(tiny_model)
     results = {}
     for name, model, checkpointing in (("plain", reference, False), ("checkpointed", tiny_model, True)):
-        module = PolicyModule(model, objective, functools.partial(torch.optim.SGD, lr=0.1), gradient_checkpointing=checkpointing)
+        module = PolicyModule(
+            model, objective, functools.partial(torch.optim.SGD, lr=0.1), gradient_checkpointing=checkpointing
+        )
         prepared = objective.prepare(batch, module.frozen_logprobs)
         calls = []
         hooks = [layer.mlp.register_forward_pre_hook(lambda *a: calls.append(1)) for layer in model.model.layers]
@@ -124,13 +138,15 @@ def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradient(tiny_mo
             h.remove()
         results[name] = (loss.item(), _grads(model), len(calls))
     # 2 decoder layers: one MLP call each, plus one recomputation each in the backward when checkpointed
-        # (a pre-hook: torch stops a recomputation early, before forward hooks of its last module fire)
+    # (a pre-hook: torch stops a recomputation early, before forward hooks of its last module fire)
     assert results["plain"][2] == 2 and results["checkpointed"][2] == 4
     assert results["checkpointed"][0] == pytest.approx(results["plain"][0], rel=1e-6)
     assert results["plain"][1].abs().sum() > 0
     assert torch.allclose(results["checkpointed"][1], results["plain"][1], rtol=1e-5, atol=1e-8)
     with pytest.raises(ValueError, match="module.gradient_checkpointing=true, but Linear"):
-        PolicyModule(torch.nn.Linear(2, 2), objective, functools.partial(torch.optim.SGD, lr=0.1), gradient_checkpointing=True)
+        PolicyModule(
+            torch.nn.Linear(2, 2), objective, functools.partial(torch.optim.SGD, lr=0.1), gradient_checkpointing=True
+        )
 
 
 def test_minibatch_rows_partition_the_batch():
@@ -156,10 +172,24 @@ def test_several_updates_per_rollout_batch_through_the_trainer(tiny_model, tmp_p
     batch = _rollout_batch(tiny_model)
     anchor = batch.rollout_logprobs.clone()
     before = copy.deepcopy(tiny_model.state_dict())
-    module = PolicyModule(tiny_model, objective, functools.partial(torch.optim.AdamW, lr=1e-3), epochs=2, minibatches=2,
-                          micro_batch_rows=3, max_grad_norm=0.5)
-    trainer = L.Trainer(max_steps=8, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, default_root_dir=tmp_path)
+    module = PolicyModule(
+        tiny_model,
+        objective,
+        functools.partial(torch.optim.AdamW, lr=1e-3),
+        epochs=2,
+        minibatches=2,
+        micro_batch_rows=3,
+        max_grad_norm=0.5,
+    )
+    trainer = L.Trainer(
+        max_steps=8,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(module, datamodule=_FixedBatches(batch))
     assert trainer.global_step == 8  # optimizer updates
     assert trainer.fit_loop.epoch_loop.batch_progress.total.completed == 2  # rollout batches (2 x 2 updates each)
@@ -200,15 +230,33 @@ def test_real_ddp_update_equals_the_single_process_update(tiny_model, tmp_path):
     def module():
         model = copy.deepcopy(tiny_model)
         model.load_state_dict(start)
-        return PolicyModule(model, GRPO(), functools.partial(torch.optim.SGD, lr=1.0), micro_batch_rows=3, max_grad_norm=None)
+        return PolicyModule(
+            model, GRPO(), functools.partial(torch.optim.SGD, lr=1.0), micro_batch_rows=3, max_grad_norm=None
+        )
 
     single = module()
-    trainer = L.Trainer(max_steps=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, default_root_dir=tmp_path)
+    trainer = L.Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
     trainer.fit(single, datamodule=_FixedBatches(batch))
-    ddp = L.Trainer(max_steps=1, accelerator="cpu", devices=2, strategy="ddp_spawn", logger=False, enable_checkpointing=False,
-                    enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
-                    callbacks=[_SaveWeights(tmp_path / "ddp.pt")])
+    ddp = L.Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        callbacks=[_SaveWeights(tmp_path / "ddp.pt")],
+    )
     ddp.fit(module(), datamodule=_RankBatches(batch))
     ddp_weights = torch.load(tmp_path / "ddp.pt")
     moved = 0

@@ -22,11 +22,15 @@ from mintrl.sampler.hf import score_sequences  # noqa: E402
 from mintrl.training.run import run  # noqa: E402
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
-LONG = " ".join(["Explain step by step why the sum of two even numbers is always even, and then give three worked examples."] * 12)  # ~270 tokens: several KV blocks
+LONG = " ".join(
+    ["Explain step by step why the sum of two even numbers is always even, and then give three worked examples."] * 12
+)  # ~270 tokens: several KV blocks
 
 
 def _prompt(tokenizer):
-    return tokenizer.apply_chat_template([{"role": "user", "content": LONG}], add_generation_prompt=True, tokenize=True)["input_ids"]
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": LONG}], add_generation_prompt=True, tokenize=True
+    )["input_ids"]
 
 
 def _step(policy, sequence):
@@ -112,9 +116,18 @@ def test_generation_after_wake_up_uses_the_synced_weights(embedded, tokenizer, l
 def vllm_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("vllm_run")
     overrides = [
-        f"paths.output_dir={out}", "sampler=vllm", "sampler.enforce_eager=true", "sampler.max_model_len=1024",
-        "trainer.max_steps=2", "data.prompts_per_step=2", "data.prompts.val_size=4", "data.val_samples_per_prompt=1",
-        "rollout.max_response_tokens=24", "rollout.chunk_size=8", "rollout.continuation_len=8", "module.optimizer.lr=1e-5",
+        f"paths.output_dir={out}",
+        "sampler=vllm",
+        "sampler.enforce_eager=true",
+        "sampler.max_model_len=1024",
+        "trainer.max_steps=2",
+        "data.prompts_per_step=2",
+        "data.prompts.val_size=4",
+        "data.val_samples_per_prompt=1",
+        "rollout.max_response_tokens=24",
+        "rollout.chunk_size=8",
+        "rollout.continuation_len=8",
+        "module.optimizer.lr=1e-5",
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=False)

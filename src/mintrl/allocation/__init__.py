@@ -17,5 +17,20 @@ from mintrl.allocation.rail import RailAllocation
 from mintrl.allocation.rail_controller import BranchAction, RailController
 from mintrl.allocation.uniform import UniformAllocation
 
-__all__ = ["FEATURES", "BranchAction", "Brancher", "EntropyAllocation", "RailAllocation", "UniformAllocation", "anchors", "GainController", "RailController", "RolloutBudget", "anchor_features",
-           "realized_gain", "recency_huber_loss", "recency_weights", "reward_variance"]
+__all__ = [
+    "FEATURES",
+    "BranchAction",
+    "Brancher",
+    "EntropyAllocation",
+    "RailAllocation",
+    "UniformAllocation",
+    "anchors",
+    "GainController",
+    "RailController",
+    "RolloutBudget",
+    "anchor_features",
+    "realized_gain",
+    "recency_huber_loss",
+    "recency_weights",
+    "reward_variance",
+]

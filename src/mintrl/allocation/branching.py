@@ -38,7 +38,9 @@ class Brancher:
         (:meth:`mintrl.rollout.semi_on_policy.SemiOnPolicyRollout.intervene_at`), for intervene actions.
     """
 
-    def __init__(self, sampler, tokenizer, reward, temperature: float, top_p: float, max_response_tokens: int, intervene=None):
+    def __init__(
+        self, sampler, tokenizer, reward, temperature: float, top_p: float, max_response_tokens: int, intervene=None
+    ):
         self.sampler, self.tokenizer, self.reward = sampler, tokenizer, reward
         self.temperature, self.top_p, self.max_response_tokens = temperature, top_p, max_response_tokens
         self.intervene = intervene  # (parent, anchor, length, item) -> [semi-on-policy rollout] | []
@@ -56,13 +58,22 @@ class Brancher:
         children = []
         for ids, lps, finished in zip(gen.token_ids, gen.logprobs, gen.finished):
             child = Rollout(group=parent.group, is_control=True, prompt_ids=list(parent.prompt_ids))
-            child.append(parent.response_ids[:anchor], parent.logprobs[:anchor], intervention=False, behaviour=parent.behaviour[:anchor])
+            child.append(
+                parent.response_ids[:anchor],
+                parent.logprobs[:anchor],
+                intervention=False,
+                behaviour=parent.behaviour[:anchor],
+            )
             child.intervention[:anchor] = parent.intervention[:anchor]
             child.append(ids.tolist(), lps.tolist(), intervention=False)
             child.finished = bool(finished)
             children.append(child)
         if temperature != self.temperature:
-            scored = self.sampler.score([c.prompt_ids + c.response_ids for c in children], [len(c.prompt_ids) for c in children], self.temperature)
+            scored = self.sampler.score(
+                [c.prompt_ids + c.response_ids for c in children],
+                [len(c.prompt_ids) for c in children],
+                self.temperature,
+            )
             for c, lp in zip(children, scored):
                 c.logprobs = c.logprobs[:anchor] + [float(x) for x in lp[anchor:]]
         texts = self.tokenizer.batch_decode([c.response_ids for c in children], skip_special_tokens=True)

@@ -11,7 +11,7 @@ def recency_weights(n: int, decay: float) -> torch.Tensor:
     """``[n]`` non-increasing recency weights ``w_{t-j} = decay ** (t - j)`` for traces ``j`` in
     order (oldest first, newest last, weight 1)."""
     ages = torch.arange(n - 1, -1, -1, dtype=torch.float32)
-    return decay ** ages
+    return decay**ages
 
 
 def recency_huber_loss(predicted: torch.Tensor, realized: torch.Tensor, decay: float, delta: float) -> torch.Tensor:
@@ -51,8 +51,16 @@ class GainController(nn.Module):
         actions = torch.arange(self.num_actions)
         return self.forward(state.expand(self.num_actions, -1), actions)
 
-    def fit(self, states: torch.Tensor, actions: torch.Tensor, gains: torch.Tensor, decay: float = 0.98,
-            delta: float = 0.05, steps: int = 50, lr: float = 1e-2) -> float:
+    def fit(
+        self,
+        states: torch.Tensor,
+        actions: torch.Tensor,
+        gains: torch.Tensor,
+        decay: float = 0.98,
+        delta: float = 0.05,
+        steps: int = 50,
+        lr: float = 1e-2,
+    ) -> float:
         """Refit on a trace window (oldest first) with Adam; returns the final loss."""
         optimizer = torch.optim.Adam(self.parameters(), lr=lr)
         loss = torch.tensor(float("nan"))

@@ -21,14 +21,21 @@ class EntropyAllocation:
 
     def __init__(self, budget_per_step: int, percentile: float = 0.9, branch_budget: int = 2, temperature: float = 1.0):
         if not 0 <= percentile < 1 or branch_budget <= 0 or temperature <= 0 or budget_per_step <= 0:
-            raise ValueError(f"allocation: need 0 <= percentile < 1 and positive budgets and temperature, got "
-                             f"{percentile}, {branch_budget}, {temperature}, {budget_per_step}")
+            raise ValueError(
+                f"allocation: need 0 <= percentile < 1 and positive budgets and temperature, got "
+                f"{percentile}, {branch_budget}, {temperature}, {budget_per_step}"
+            )
         self.budget_per_step, self.percentile = budget_per_step, percentile
         self.branch_budget, self.temperature = branch_budget, temperature
 
     def allocate(self, rollouts, items, brancher, budget, delimiters):
         """Branches (scored rollouts) and stats ``allocation/branches``."""
-        pool = [(surprisal, r, k) for r in rollouts if r.is_control for k, _, _, surprisal in anchors(r, brancher.tokenizer, delimiters)]
+        pool = [
+            (surprisal, r, k)
+            for r in rollouts
+            if r.is_control
+            for k, _, _, surprisal in anchors(r, brancher.tokenizer, delimiters)
+        ]
         if not pool:
             return [], {"allocation/branches": 0.0}
         values = sorted(s for s, _, _ in pool)

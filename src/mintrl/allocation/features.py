@@ -5,13 +5,30 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-FEATURES = ("anchor_entropy", "anchor_step", "anchor_step_fraction", "budget_used_fraction", "reward_mean",
-            "reward_std", "distance_to_half", "failed_anchors", "pool_entropy", "answer_diversity")
+FEATURES = (
+    "anchor_entropy",
+    "anchor_step",
+    "anchor_step_fraction",
+    "budget_used_fraction",
+    "reward_mean",
+    "reward_std",
+    "distance_to_half",
+    "failed_anchors",
+    "pool_entropy",
+    "answer_diversity",
+)
 
 
-def anchor_features(anchor_entropy: float, anchor_step: int, num_steps: int, budget_used_fraction: float,
-                    group_rewards: Sequence[float], failed_anchors: int, pool_entropy: float,
-                    final_answers: Sequence[str | None]) -> list[float]:
+def anchor_features(
+    anchor_entropy: float,
+    anchor_step: int,
+    num_steps: int,
+    budget_used_fraction: float,
+    group_rewards: Sequence[float],
+    failed_anchors: int,
+    pool_entropy: float,
+    final_answers: Sequence[str | None],
+) -> list[float]:
     """The controller's state ``z`` for one anchor, in :data:`FEATURES` order.
 
     Args:
@@ -31,5 +48,15 @@ def anchor_features(anchor_entropy: float, anchor_step: int, num_steps: int, bud
     mean = sum(rewards) / len(rewards) if rewards else 0.0
     std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards)) if rewards else 0.0
     diversity = len({a for a in final_answers}) / len(final_answers) if final_answers else 0.0
-    return [float(anchor_entropy), float(anchor_step), anchor_step / max(num_steps, 1), float(budget_used_fraction),
-            mean, std, abs(mean - 0.5), float(failed_anchors), float(pool_entropy), diversity]
+    return [
+        float(anchor_entropy),
+        float(anchor_step),
+        anchor_step / max(num_steps, 1),
+        float(budget_used_fraction),
+        mean,
+        std,
+        abs(mean - 0.5),
+        float(failed_anchors),
+        float(pool_entropy),
+        diversity,
+    ]

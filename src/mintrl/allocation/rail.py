@@ -34,16 +34,28 @@ class RailAllocation:
 
     def __init__(self, budget_per_step: int, anchors_per_prompt: int = 1, **controller):
         if budget_per_step <= 0 or anchors_per_prompt <= 0:
-            raise ValueError(f"allocation.budget_per_step and anchors_per_prompt must be positive, got {budget_per_step}, {anchors_per_prompt}")
+            raise ValueError(
+                f"allocation.budget_per_step and anchors_per_prompt must be positive, got {budget_per_step}, {anchors_per_prompt}"
+            )
         self.budget_per_step, self.anchors_per_prompt = budget_per_step, anchors_per_prompt
         self.rail = RailController(len(FEATURES), **controller)
         self.failed: Counter = Counter()  # failed anchors per prompt (keyed by question)
 
     def _state(self, surprisal, step, steps, budget, group, item, tokenizer):
-        answers = [extract_answer(t) for t in tokenizer.batch_decode([r.response_ids for r in group], skip_special_tokens=True)]
+        answers = [
+            extract_answer(t) for t in tokenizer.batch_decode([r.response_ids for r in group], skip_special_tokens=True)
+        ]
         pool_entropy = _mean([-lp for r in group for lp, iv in zip(r.logprobs, r.intervention) if not iv])
-        return anchor_features(surprisal, step, steps, budget.used_fraction, [r.reward for r in group],
-                               self.failed[item.question], 0.0 if math.isnan(pool_entropy) else pool_entropy, answers)
+        return anchor_features(
+            surprisal,
+            step,
+            steps,
+            budget.used_fraction,
+            [r.reward for r in group],
+            self.failed[item.question],
+            0.0 if math.isnan(pool_entropy) else pool_entropy,
+            answers,
+        )
 
     def allocate(self, rollouts, items, brancher, budget, delimiters):
         """Branches kept (scored rollouts) and the step's ``allocation/*`` stats."""
@@ -54,8 +66,15 @@ class RailAllocation:
         predicted, realized, actions = [], [], Counter()
         for g, group in sorted(groups.items()):
             item = items[g]
-            candidates = sorted(((s, r, k, i, n) for r in group if r.is_control for k, i, n, s in anchors(r, brancher.tokenizer, delimiters)),
-                                key=lambda c: -c[0])[: self.anchors_per_prompt]
+            candidates = sorted(
+                (
+                    (s, r, k, i, n)
+                    for r in group
+                    if r.is_control
+                    for k, i, n, s in anchors(r, brancher.tokenizer, delimiters)
+                ),
+                key=lambda c: -c[0],
+            )[: self.anchors_per_prompt]
             for surprisal, parent, k, step, steps in candidates:
                 z = self._state(surprisal, step, steps, budget, group, item, brancher.tokenizer)
                 if self.rail.phase == "shadow":
@@ -74,8 +93,11 @@ class RailAllocation:
                         break
                     guess = float(self.rail.predict(z)[action])
                     act = self.rail.actions[action]
-                    children = (brancher.intervene(parent, k, act.intervene, item) if act.intervene
-                                else brancher.branch(parent, k, m, act.temperature, item))
+                    children = (
+                        brancher.intervene(parent, k, act.intervene, item)
+                        if act.intervene
+                        else brancher.branch(parent, k, m, act.temperature, item)
+                    )
                     gain = realized_gain([r.reward for r in group], [c.reward for c in children])
                     self.rail.record(z, action, gain)
                     predicted.append(guess)
@@ -88,10 +110,15 @@ class RailAllocation:
                     if gain <= 0:
                         self.failed[item.question] += 1
                         break  # accept-or-stop
-                    z = self._state(surprisal, step, steps, budget, group, item, brancher.tokenizer)  # the next trial's state
-        stats = {"allocation/branches": float(log["branches"]), "allocation/live": float(self.rail.phase == "live"),
-                 "allocation/rollouts_per_prompt": (len(rollouts) + len(kept)) / max(len(groups), 1),
-                 "allocation/traces": float(self.rail.recorded)}
+                    z = self._state(
+                        surprisal, step, steps, budget, group, item, brancher.tokenizer
+                    )  # the next trial's state
+        stats = {
+            "allocation/branches": float(log["branches"]),
+            "allocation/live": float(self.rail.phase == "live"),
+            "allocation/rollouts_per_prompt": (len(rollouts) + len(kept)) / max(len(groups), 1),
+            "allocation/traces": float(self.rail.recorded),
+        }
         if log["decisions"]:
             stats["allocation/gate_pass_rate"] = log["gate_passed"] / log["decisions"]
         if predicted:

@@ -47,12 +47,29 @@ class RailController:
             at the anchor plus a correction of up to this many tokens); empty = off.
     """
 
-    def __init__(self, state_dim: int, budgets: Sequence[int] = (2, 4, 8), temperatures: Sequence[float] = (0.8, 1.0, 1.2),
-                 window: int = 256, promote_after: int = 64, gate: float = 0.0, rho0: float = 0.1, rho_steps: int = 500,
-                 decay: float = 0.98, delta: float = 0.05, refit_every: int = 8, fit_steps: int = 50, lr: float = 1e-2,
-                 hidden: int = 32, seed: int = 0, intervene_lengths: Sequence[int] = ()):
+    def __init__(
+        self,
+        state_dim: int,
+        budgets: Sequence[int] = (2, 4, 8),
+        temperatures: Sequence[float] = (0.8, 1.0, 1.2),
+        window: int = 256,
+        promote_after: int = 64,
+        gate: float = 0.0,
+        rho0: float = 0.1,
+        rho_steps: int = 500,
+        decay: float = 0.98,
+        delta: float = 0.05,
+        refit_every: int = 8,
+        fit_steps: int = 50,
+        lr: float = 1e-2,
+        hidden: int = 32,
+        seed: int = 0,
+        intervene_lengths: Sequence[int] = (),
+    ):
         if not budgets or min(budgets) <= 0 or not temperatures or min(temperatures) <= 0:
-            raise ValueError(f"allocation budgets and temperatures must be positive, got {list(budgets)}, {list(temperatures)}")
+            raise ValueError(
+                f"allocation budgets and temperatures must be positive, got {list(budgets)}, {list(temperatures)}"
+            )
         for name, value in (("window", window), ("promote_after", promote_after), ("refit_every", refit_every)):
             if value <= 0:
                 raise ValueError(f"allocation.{name} must be positive, got {value}")
@@ -65,8 +82,8 @@ class RailController:
         self.rng = random.Random(seed)
         self.phase = "shadow"
         self.traces: deque[tuple[list[float], int, float]] = deque(maxlen=window)
-        self.recorded = 0          # traces ever recorded
-        self.live_decisions = 0    # t of rho_t
+        self.recorded = 0  # traces ever recorded
+        self.live_decisions = 0  # t of rho_t
         self.last_loss = float("nan")
 
     # ------------------------------------------------------------------ decisions
@@ -132,8 +149,14 @@ class RailController:
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: weights, traces, phase, counters, RNG state."""
-        return {"controller": self.controller.state_dict(), "traces": list(self.traces), "phase": self.phase,
-                "recorded": self.recorded, "live_decisions": self.live_decisions, "rng": self.rng.getstate()}
+        return {
+            "controller": self.controller.state_dict(),
+            "traces": list(self.traces),
+            "phase": self.phase,
+            "recorded": self.recorded,
+            "live_decisions": self.live_decisions,
+            "rng": self.rng.getstate(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`."""

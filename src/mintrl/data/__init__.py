@@ -6,4 +6,13 @@ from mintrl.data.code import CodePrompts
 from mintrl.data.datamodule import PromptStream, RolloutDataModule
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 
-__all__ = ["BenchmarkPrompts", "ChampPrompts", "CodePrompts", "HubPrompts", "PromptItem", "PromptStream", "ReasoningGymPrompts", "RolloutDataModule"]
+__all__ = [
+    "BenchmarkPrompts",
+    "ChampPrompts",
+    "CodePrompts",
+    "HubPrompts",
+    "PromptItem",
+    "PromptStream",
+    "ReasoningGymPrompts",
+    "RolloutDataModule",
+]

@@ -87,13 +87,19 @@ def read_json_rows(path: str) -> list[dict[str, Any]]:
     return rows
 
 
-def prompt_ids(tokenizer, instruction: str, question: str, max_prompt_tokens: int, where: str, **chat_template_kwargs) -> list[int]:
+def prompt_ids(
+    tokenizer, instruction: str, question: str, max_prompt_tokens: int, where: str, **chat_template_kwargs
+) -> list[int]:
     """Token ids of the chat-templated user message ``instruction.format(question=question)``.
 
     Raises:
         InvalidRow: the prompt is longer than ``max_prompt_tokens`` (``where`` names the row).
     """
-    ids = chat_ids(tokenizer, [{"role": "user", "content": instruction.format(question=question)}], **chat_template_kwargs)
+    ids = chat_ids(
+        tokenizer, [{"role": "user", "content": instruction.format(question=question)}], **chat_template_kwargs
+    )
     if len(ids) > max_prompt_tokens:
-        raise InvalidRow(f"{where}: field 'question': prompt has {len(ids)} tokens > max_prompt_tokens={max_prompt_tokens}")
+        raise InvalidRow(
+            f"{where}: field 'question': prompt has {len(ids)} tokens > max_prompt_tokens={max_prompt_tokens}"
+        )
     return ids

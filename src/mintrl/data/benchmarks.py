@@ -38,7 +38,11 @@ class BenchmarkPrompts:
         """``"val"``: the source's ``self.split`` problems (first ``limit``); ``"train"``: none."""
         if split == "train":
             return []
-        items = self.source.build(self.split, tokenizer, rows) if rows is not None else self.source.build(self.split, tokenizer)
+        items = (
+            self.source.build(self.split, tokenizer, rows)
+            if rows is not None
+            else self.source.build(self.split, tokenizer)
+        )
         return items[: self.limit] if self.limit else items
 
 
@@ -60,7 +64,12 @@ class _RowPrompts:
 
     task = "benchmark"
 
-    def __init__(self, instruction: str = DEFAULT_INSTRUCTION, max_prompt_tokens: int = 2048, chat_template_kwargs: dict | None = None):
+    def __init__(
+        self,
+        instruction: str = DEFAULT_INSTRUCTION,
+        max_prompt_tokens: int = 2048,
+        chat_template_kwargs: dict | None = None,
+    ):
         if "{question}" not in instruction:
             raise ValueError("instruction must contain '{question}'")
         self.instruction, self.max_prompt_tokens = instruction, max_prompt_tokens
@@ -75,8 +84,16 @@ class _RowPrompts:
         rows = rows or RowFilter()
         items = []
         for i, row in enumerate(self.rows(rows)):
-            ids = rows(lambda i=i, row=row: prompt_ids(tokenizer, self.instruction, row["question"], self.max_prompt_tokens,
-                                                       f"{self.task} row {row.get('row', i)}", **self.chat_template_kwargs))
+            ids = rows(
+                lambda i=i, row=row: prompt_ids(
+                    tokenizer,
+                    self.instruction,
+                    row["question"],
+                    self.max_prompt_tokens,
+                    f"{self.task} row {row.get('row', i)}",
+                    **self.chat_template_kwargs,
+                )
+            )
             if ids is not None:
                 items.append(PromptItem(len(items), row["question"], row["answer"], ids, row, self.task))
         return items
@@ -96,7 +113,11 @@ class ChampPrompts(_RowPrompts):
         import champ_dataset
 
         problems = champ_dataset.load(self.version).problems
-        return [{"id": key, "question": p.text, "answer": p.answer} for key, p in problems.items() if is_answerable(p.answer)]
+        return [
+            {"id": key, "question": p.text, "answer": p.answer}
+            for key, p in problems.items()
+            if is_answerable(p.answer)
+        ]
 
 
 class HubPrompts(_RowPrompts):
@@ -116,8 +137,17 @@ class HubPrompts(_RowPrompts):
             the message). ValueError: a row without the fields (row and field named).
     """
 
-    def __init__(self, path: str, split: str = "test", name: str | None = None, question_field: str = "problem",
-                 answer_field: str = "answer", answer_pattern: str | None = None, code: bool = False, **kwargs):
+    def __init__(
+        self,
+        path: str,
+        split: str = "test",
+        name: str | None = None,
+        question_field: str = "problem",
+        answer_field: str = "answer",
+        answer_pattern: str | None = None,
+        code: bool = False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.path, self.split, self.name = path, split, name
         self.question_field, self.answer_field = question_field, answer_field
@@ -133,7 +163,9 @@ class HubPrompts(_RowPrompts):
                 return read_json_rows(self.path)  # rows as written: bad rows named, not an Arrow error
             if os.path.isfile(self.path):
                 return datasets.load_dataset("parquet", data_files=self.path, split="train")
-            if os.path.isdir(os.path.join(self.path, "")) and os.path.exists(os.path.join(self.path, "dataset_info.json")):
+            if os.path.isdir(os.path.join(self.path, "")) and os.path.exists(
+                os.path.join(self.path, "dataset_info.json")
+            ):
                 return datasets.load_from_disk(self.path)
             return datasets.load_dataset(self.path, self.name, split=self.split)
         except InvalidRow:
@@ -158,7 +190,9 @@ class HubPrompts(_RowPrompts):
         if self.answer_pattern:
             match = self.answer_pattern.search(answer)
             if not match:
-                raise InvalidRow(f"{self.task} row {i}: field {self.answer_field!r}: answer_pattern finds nothing in {answer[-80:]!r}")
+                raise InvalidRow(
+                    f"{self.task} row {i}: field {self.answer_field!r}: answer_pattern finds nothing in {answer[-80:]!r}"
+                )
             answer = match.group(1).strip()
         return {"row": i, "question": row[self.question_field], "answer": answer}
 
@@ -173,4 +207,13 @@ class HubPrompts(_RowPrompts):
         if not self.code:
             return super().build(split, tokenizer, rows)
         instruction = CODE_INSTRUCTION if self.instruction == DEFAULT_INSTRUCTION else self.instruction
-        return code_items(self.rows(rows), tokenizer, instruction, self.max_prompt_tokens, self.task, self.chat_template_kwargs, self.task, rows)
+        return code_items(
+            self.rows(rows),
+            tokenizer,
+            instruction,
+            self.max_prompt_tokens,
+            self.task,
+            self.chat_template_kwargs,
+            self.task,
+            rows,
+        )

@@ -52,9 +52,15 @@ def normalise_row(row: dict[str, Any], i: int, name: str) -> dict[str, Any]:
     present = sorted(k for k, v in row.items() if v is not None)  # datasets fills a file's missing columns with None
     if "entry_point" in present or "canonical_solution" in present:  # HumanEval
         prompt = need("prompt")
-        return {"row": i, "task_id": str(row.get("task_id", i)), "question": f"Complete this Python function:\n```python\n{prompt}```",
-                "reference": prompt + need("canonical_solution"), "prompt": prompt, "tests": need("test"),
-                "entry_point": need("entry_point")}
+        return {
+            "row": i,
+            "task_id": str(row.get("task_id", i)),
+            "question": f"Complete this Python function:\n```python\n{prompt}```",
+            "reference": prompt + need("canonical_solution"),
+            "prompt": prompt,
+            "tests": need("test"),
+            "entry_point": need("entry_point"),
+        }
     if "test_list" in present:  # MBPP
         tests = row["test_list"]
         if not isinstance(tests, list) or not tests or not all(isinstance(t, str) and t.strip() for t in tests):
@@ -63,10 +69,19 @@ def normalise_row(row: dict[str, Any], i: int, name: str) -> dict[str, Any]:
         if not isinstance(text, str) or not text.strip():
             raise InvalidRow(f"{name} row {i}: field 'text' (or 'prompt') is missing, empty or not a string")
         setup = row.get("test_setup_code") or ""
-        return {"row": i, "task_id": str(row.get("task_id", i)), "question": text.strip() + "\nYour code should pass these tests:\n" + "\n".join(tests),
-                "reference": need("code"), "prompt": "", "tests": setup + "\n" + "\n".join(tests), "entry_point": None}
-    raise InvalidRow(f"{name} row {i}: neither HumanEval format (prompt, canonical_solution, test, entry_point) "
-                     f"nor MBPP format (text, code, test_list); fields: {present}")
+        return {
+            "row": i,
+            "task_id": str(row.get("task_id", i)),
+            "question": text.strip() + "\nYour code should pass these tests:\n" + "\n".join(tests),
+            "reference": need("code"),
+            "prompt": "",
+            "tests": setup + "\n" + "\n".join(tests),
+            "entry_point": None,
+        }
+    raise InvalidRow(
+        f"{name} row {i}: neither HumanEval format (prompt, canonical_solution, test, entry_point) "
+        f"nor MBPP format (text, code, test_list); fields: {present}"
+    )
 
 
 class CodePrompts:
@@ -87,10 +102,20 @@ class CodePrompts:
             longer than ``max_prompt_tokens``.
     """
 
-    def __init__(self, source: str = HUMANEVAL, val_size: int = 40, train_size: int | None = None, split_seed: int = 0,
-                 instruction: str = CODE_INSTRUCTION, max_prompt_tokens: int = 1024, chat_template_kwargs: dict | None = None):
+    def __init__(
+        self,
+        source: str = HUMANEVAL,
+        val_size: int = 40,
+        train_size: int | None = None,
+        split_seed: int = 0,
+        instruction: str = CODE_INSTRUCTION,
+        max_prompt_tokens: int = 1024,
+        chat_template_kwargs: dict | None = None,
+    ):
         if val_size <= 0 or (train_size is not None and train_size <= 0) or max_prompt_tokens <= 0:
-            raise ValueError(f"data.prompts: val_size, train_size, max_prompt_tokens must be positive, got {val_size}, {train_size}, {max_prompt_tokens}")
+            raise ValueError(
+                f"data.prompts: val_size, train_size, max_prompt_tokens must be positive, got {val_size}, {train_size}, {max_prompt_tokens}"
+            )
         if "{question}" not in instruction:
             raise ValueError("data.prompts.instruction must contain '{question}'")
         self.path = humaneval_path() if source == HUMANEVAL else os.path.expanduser(source)
@@ -126,19 +151,43 @@ class CodePrompts:
     def build(self, split: str, tokenizer, rows: RowFilter | None = None) -> list[PromptItem]:
         """Chat-templated prompt items of ``split``; ``item.entry`` holds the tests for the code
         reward. ``rows``: what to do with invalid rows (default: raise :class:`InvalidRow`)."""
-        return code_items(self.split(split, rows), tokenizer, self.instruction, self.max_prompt_tokens, f"{self.task} {split}",
-                          self.chat_template_kwargs, self.task, rows)
+        return code_items(
+            self.split(split, rows),
+            tokenizer,
+            self.instruction,
+            self.max_prompt_tokens,
+            f"{self.task} {split}",
+            self.chat_template_kwargs,
+            self.task,
+            rows,
+        )
 
 
-def code_items(rows, tokenizer, instruction: str, max_prompt_tokens: int, where: str, chat_template_kwargs: dict, task: str,
-               filter_: RowFilter | None = None) -> list[PromptItem]:
+def code_items(
+    rows,
+    tokenizer,
+    instruction: str,
+    max_prompt_tokens: int,
+    where: str,
+    chat_template_kwargs: dict,
+    task: str,
+    filter_: RowFilter | None = None,
+) -> list[PromptItem]:
     """Prompt items of normalised code rows (:func:`normalise_row`); ``where`` prefixes errors;
     prompts over ``max_prompt_tokens`` raise :class:`InvalidRow` or are skipped (``filter_``)."""
     filter_ = filter_ or RowFilter()
     items = []
     for i, row in enumerate(rows):
-        ids = filter_(lambda row=row: prompt_ids(tokenizer, instruction, row["question"], max_prompt_tokens,
-                                                 f"{where} row {row.get('row', i)} (problem {row['task_id']})", **chat_template_kwargs))
+        ids = filter_(
+            lambda row=row: prompt_ids(
+                tokenizer,
+                instruction,
+                row["question"],
+                max_prompt_tokens,
+                f"{where} row {row.get('row', i)} (problem {row['task_id']})",
+                **chat_template_kwargs,
+            )
+        )
         if ids is not None:
             items.append(PromptItem(len(items), row["question"], row["reference"], ids, row, task))
     return items

@@ -30,8 +30,11 @@ def rng_states() -> dict:
     """The states of every random generator rollouts draw from (torch CPU and CUDA, Python, NumPy)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     # plain tensors and numbers only: checkpoints load with torch.load(weights_only=True)
-    states = {"torch": torch.get_rng_state(), "python": random.getstate(),
-              "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss))}
+    states = {
+        "torch": torch.get_rng_state(),
+        "python": random.getstate(),
+        "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss), float(gauss)),
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
@@ -53,9 +56,19 @@ class PromptStream(IterableDataset):
     ``world_size > 1`` rank ``r`` takes batches ``r, r + world_size, ...``, so data-parallel ranks
     train on different prompts."""
 
-    def __init__(self, items: list[PromptItem], prompts_per_step: int, seed: int, rank: int = 0, world_size: int = 1, start: int = 0):
+    def __init__(
+        self,
+        items: list[PromptItem],
+        prompts_per_step: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        start: int = 0,
+    ):
         if len(items) < prompts_per_step * world_size:
-            raise ValueError(f"data.prompts_per_step={prompts_per_step} x {world_size} ranks exceeds the {len(items)} training prompts")
+            raise ValueError(
+                f"data.prompts_per_step={prompts_per_step} x {world_size} ranks exceeds the {len(items)} training prompts"
+            )
         self.items, self.prompts_per_step, self.seed = items, prompts_per_step, seed
         self.rank, self.world_size, self.start = rank, world_size, start
 
@@ -103,7 +116,11 @@ class RolloutDataModule(L.LightningDataModule):
         skip_invalid: bool = False,
     ):
         super().__init__()
-        for name, value in (("prompts_per_step", prompts_per_step), ("val_samples_per_prompt", val_samples_per_prompt), ("val_prompts_per_batch", val_prompts_per_batch)):
+        for name, value in (
+            ("prompts_per_step", prompts_per_step),
+            ("val_samples_per_prompt", val_samples_per_prompt),
+            ("val_prompts_per_batch", val_prompts_per_batch),
+        ):
             if value <= 0:
                 raise ValueError(f"data.{name} must be positive, got {value}")
         self.prompts, self.rollout, self.tokenizer = prompts, rollout, tokenizer
@@ -125,19 +142,28 @@ class RolloutDataModule(L.LightningDataModule):
         """
         if self.train_items is None:
             rows = RowFilter(self.skip_invalid)
-            build = (lambda split: self.prompts.build(split, self.tokenizer, rows)) if self.skip_invalid else \
-                (lambda split: self.prompts.build(split, self.tokenizer))
+            build = (
+                (lambda split: self.prompts.build(split, self.tokenizer, rows))
+                if self.skip_invalid
+                else (lambda split: self.prompts.build(split, self.tokenizer))
+            )
             self.train_items, self.val_items = build("train"), build("val")
             self.skipped_rows = len(rows.skipped)
             if rows.skipped:
-                log.warning("data.skip_invalid: skipped %d invalid rows, e.g. %s", len(rows.skipped), "; ".join(rows.skipped[:3]))
+                log.warning(
+                    "data.skip_invalid: skipped %d invalid rows, e.g. %s",
+                    len(rows.skipped),
+                    "; ".join(rows.skipped[:3]),
+                )
             if self.trainer is not None and self.trainer.logger:
                 self.trainer.logger.log_metrics({"data/skipped_rows": float(self.skipped_rows)}, step=0)
 
     def train_dataloader(self) -> DataLoader:
         """Endless prompt batches (:class:`PromptStream`); rollouts are made in ``on_before_batch_transfer``."""
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
-        stream = PromptStream(self.train_items, self.prompts_per_step, self.seed, rank, world, start=self.batches_trained)
+        stream = PromptStream(
+            self.train_items, self.prompts_per_step, self.seed, rank, world, start=self.batches_trained
+        )
         return DataLoader(stream, batch_size=None, collate_fn=_identity)
 
     def val_dataloader(self) -> DataLoader:
@@ -150,7 +176,9 @@ class RolloutDataModule(L.LightningDataModule):
         """
         rank, world = (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
         if len(self.val_items) < world:
-            raise ValueError(f"{len(self.val_items)} validation prompts for {world} ranks: data.prompts.val_size must be >= the number of ranks")
+            raise ValueError(
+                f"{len(self.val_items)} validation prompts for {world} ranks: data.prompts.val_size must be >= the number of ranks"
+            )
         items = self.val_items[rank::world]
         n = self.val_prompts_per_batch
         chunks = [items[s : s + n] for s in range(0, len(items), n)]

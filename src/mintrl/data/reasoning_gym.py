@@ -39,7 +39,11 @@ class ReasoningGymPrompts:
     ):
         if task not in DATASETS:
             raise ValueError(f"data.prompts.task={task!r} is not a reasoning-gym task; valid: {sorted(DATASETS)}")
-        for name, value in (("train_size", train_size), ("val_size", val_size), ("max_prompt_tokens", max_prompt_tokens)):
+        for name, value in (
+            ("train_size", train_size),
+            ("val_size", val_size),
+            ("max_prompt_tokens", max_prompt_tokens),
+        ):
             if value <= 0:
                 raise ValueError(f"data.prompts.{name} must be positive, got {value}")
         if train_seed == val_seed:
@@ -63,7 +67,9 @@ class ReasoningGymPrompts:
                 longer than ``max_prompt_tokens`` (row index and field named).
         """
         rows = rows or RowFilter()
-        dataset = reasoning_gym.create_dataset(self.task, seed=self.seeds[split], size=self.sizes[split], **self.task_kwargs)
+        dataset = reasoning_gym.create_dataset(
+            self.task, seed=self.seeds[split], size=self.sizes[split], **self.task_kwargs
+        )
         items = []
         for i, entry in enumerate(dataset):
             item = rows(lambda i=i, entry=entry: self._item(i, entry, split, tokenizer))
@@ -75,6 +81,12 @@ class ReasoningGymPrompts:
         for key in ("question", "answer"):
             if not isinstance(entry.get(key), str) or not entry[key].strip():
                 raise InvalidRow(f"{self.task} {split} row {i}: field {key!r} is missing, empty or not a string")
-        ids = prompt_ids(tokenizer, self.instruction, entry["question"], self.max_prompt_tokens, f"{self.task} {split} row {i}",
-                         **self.chat_template_kwargs)
+        ids = prompt_ids(
+            tokenizer,
+            self.instruction,
+            entry["question"],
+            self.max_prompt_tokens,
+            f"{self.task} {split} row {i}",
+            **self.chat_template_kwargs,
+        )
         return PromptItem(i, entry["question"], entry["answer"], ids, entry, self.task)

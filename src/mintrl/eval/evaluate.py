@@ -37,11 +37,15 @@ def use_checkpoint(cfg: DictConfig) -> str:
         return "base"
     if os.path.isdir(path):
         with open_dict(cfg):
-            cfg.model = OmegaConf.create({"_target_": "mintrl.model.load_policy", "path": path, "dtype": cfg.model.get("dtype", "float32")})
+            cfg.model = OmegaConf.create(
+                {"_target_": "mintrl.model.load_policy", "path": path, "dtype": cfg.model.get("dtype", "float32")}
+            )
         return "hf"
     if os.path.isfile(path):
         return "lightning"
-    raise FileNotFoundError(f"ckpt_path={path!r}: no such checkpoint file or Hugging Face folder (or use ckpt_path=base)")
+    raise FileNotFoundError(
+        f"ckpt_path={path!r}: no such checkpoint file or Hugging Face folder (or use ckpt_path=base)"
+    )
 
 
 def load_lightning_policy(policy: torch.nn.Module, path: str) -> None:
@@ -51,12 +55,14 @@ def load_lightning_policy(policy: torch.nn.Module, path: str) -> None:
         ValueError: the checkpoint has no ``policy.*`` weights or they do not fit (names listed).
     """
     state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
-    weights = {k[len("policy."):]: v for k, v in state.items() if k.startswith("policy.")}
+    weights = {k[len("policy.") :]: v for k, v in state.items() if k.startswith("policy.")}
     if not weights:
         raise ValueError(f"{path}: no policy.* weights in its state_dict (is it a mintrl checkpoint?)")
     missing, unexpected = policy.load_state_dict(weights, strict=False)
     if missing or unexpected:
-        raise ValueError(f"{path}: weights do not fit the model config: missing {missing[:5]}, unexpected {unexpected[:5]}")
+        raise ValueError(
+            f"{path}: weights do not fit the model config: missing {missing[:5]}, unexpected {unexpected[:5]}"
+        )
 
 
 def markdown_table(result: dict) -> str:
@@ -64,8 +70,15 @@ def markdown_table(result: dict) -> str:
     ks = list(result["pass_at_k"])
     fmt = lambda v: "n/a" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.3f}"  # noqa: E731
     head = ["benchmark", "checkpoint", "problems", "n", *[f"pass@{k}" for k in ks], "mean reward", "response tokens"]
-    row = [result["benchmark"], result["checkpoint"], str(result["problems"]), str(result["n"]),
-           *[fmt(result["pass_at_k"][k]) for k in ks], fmt(result["mean_reward"]), fmt(result["response_len"])]
+    row = [
+        result["benchmark"],
+        result["checkpoint"],
+        str(result["problems"]),
+        str(result["n"]),
+        *[fmt(result["pass_at_k"][k]) for k in ks],
+        fmt(result["mean_reward"]),
+        fmt(result["response_len"]),
+    ]
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head), "| " + " | ".join(row) + " |"])
 
 

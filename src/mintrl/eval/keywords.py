@@ -44,8 +44,9 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
-def keyword_counts(text: str, first_words: int = 512, keywords: Sequence[str] = KEYWORDS,
-                   keep_code: bool = False) -> tuple[dict[str, int], int]:
+def keyword_counts(
+    text: str, first_words: int = 512, keywords: Sequence[str] = KEYWORDS, keep_code: bool = False
+) -> tuple[dict[str, int], int]:
     """Occurrences of each keyword in one response's window.
 
     Args:
@@ -67,12 +68,13 @@ def keyword_counts(text: str, first_words: int = 512, keywords: Sequence[str] = 
     for kw in keywords:
         phrase = kw.lower().split()
         n = len(phrase)
-        counts[kw] = sum(window[i:i + n] == phrase for i in range(len(window) - n + 1))
+        counts[kw] = sum(window[i : i + n] == phrase for i in range(len(window) - n + 1))
     return counts, len(window)
 
 
-def keyword_rates(texts: Iterable[str], first_words: int = 512, keywords: Sequence[str] = KEYWORDS,
-                  keep_code: bool = False) -> dict[str, float]:
+def keyword_rates(
+    texts: Iterable[str], first_words: int = 512, keywords: Sequence[str] = KEYWORDS, keep_code: bool = False
+) -> dict[str, float]:
     """Occurrences per 1000 window words of each keyword over a set of responses.
 
     ``rate[k] = 1000 * sum_i count_i(k) / sum_i words_i``, with ``count_i`` and ``words_i`` from
@@ -93,8 +95,13 @@ def keyword_rates(texts: Iterable[str], first_words: int = 512, keywords: Sequen
     return {kw: 1000.0 * c / n_words for kw, c in totals.items()}
 
 
-def keyword_shift(texts_a: Iterable[str], texts_b: Iterable[str], first_words: int = 512,
-                  keywords: Sequence[str] = KEYWORDS, keep_code: bool = False) -> dict[str, dict[str, float | None]]:
+def keyword_shift(
+    texts_a: Iterable[str],
+    texts_b: Iterable[str],
+    first_words: int = 512,
+    keywords: Sequence[str] = KEYWORDS,
+    keep_code: bool = False,
+) -> dict[str, dict[str, float | None]]:
     """Keyword rates of run B relative to run A (A: the reference, e.g. GRPO; B: e.g. MInTRL).
 
     Returns:
@@ -108,14 +115,23 @@ def keyword_shift(texts_a: Iterable[str], texts_b: Iterable[str], first_words: i
     """
     a = keyword_rates(texts_a, first_words, keywords, keep_code)
     b = keyword_rates(texts_b, first_words, keywords, keep_code)
-    return {kw: {"a": a[kw], "b": b[kw], "diff": b[kw] - a[kw],
-                 "rel_pct": 100.0 * (b[kw] - a[kw]) / a[kw] if a[kw] else None} for kw in keywords}
+    return {
+        kw: {
+            "a": a[kw],
+            "b": b[kw],
+            "diff": b[kw] - a[kw],
+            "rel_pct": 100.0 * (b[kw] - a[kw]) / a[kw] if a[kw] else None,
+        }
+        for kw in keywords
+    }
 
 
 def shift_table(shift: dict[str, dict[str, float | None]], name_a: str = "A", name_b: str = "B") -> str:
     """:func:`keyword_shift` as a markdown table (rates per 1000 words, relative change in %)."""
-    lines = [f"| keyword | {name_a} (per 1000 words) | {name_b} (per 1000 words) | difference | relative change (%) |",
-             "| --- | --- | --- | --- | --- |"]
+    lines = [
+        f"| keyword | {name_a} (per 1000 words) | {name_b} (per 1000 words) | difference | relative change (%) |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for kw, s in shift.items():
         rel = "n/a" if s["rel_pct"] is None else f"{s['rel_pct']:+.1f}"
         lines.append(f"| {kw} | {s['a']:.2f} | {s['b']:.2f} | {s['diff']:+.2f} | {rel} |")

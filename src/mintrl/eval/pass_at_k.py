@@ -91,4 +91,7 @@ class PassAtK(Metric):
 
     def compute(self) -> dict[int, float]:
         """``{k: mean pass@k}`` over the problems seen (on all ranks)."""
-        return {k: float(self.sums[j] / self.problems[j]) if self.problems[j] > 0 else float("nan") for j, k in enumerate(self.ks)}
+        return {
+            k: float(self.sums[j] / self.problems[j]) if self.problems[j] > 0 else float("nan")
+            for j, k in enumerate(self.ks)
+        }

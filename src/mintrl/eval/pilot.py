@@ -115,24 +115,40 @@ def run_pilot(cfg: DictConfig) -> list[dict]:
             return [x for x in xs if not math.isnan(x)]
 
         gap = sum(gaps) / max(len(gaps), 1)
-        se = math.sqrt(sum((d - gap) ** 2 for d in gaps) / (len(gaps) - 1) / len(gaps)) if len(gaps) > 1 else float("nan")
-        rows.append({
-            "chunk": int(chunk), "reviews": int(reviews), "continuation": int(continuation),
-            "control": mean("reward/control"), "semi": mean("reward/semi"), "gap": gap, "gap_se": se,
-            "offpolicy": mean("rollout/offpolicy_frac_semi"), "revisions": mean("judge/interventions_per_rollout"),
-            "seconds_per_rollout": seconds / max(n, 1),
-            "kappa_estimate": sum(finite(kappas)) / len(finite(kappas)) if finite(kappas) else float("nan"),
-            "policy_logprob": sum(finite(policy_lp)) / len(finite(policy_lp)) if finite(policy_lp) else float("nan"),
-            "agreement": judge.rate if compare else float("nan"),
-        })
+        se = (
+            math.sqrt(sum((d - gap) ** 2 for d in gaps) / (len(gaps) - 1) / len(gaps))
+            if len(gaps) > 1
+            else float("nan")
+        )
+        rows.append(
+            {
+                "chunk": int(chunk),
+                "reviews": int(reviews),
+                "continuation": int(continuation),
+                "control": mean("reward/control"),
+                "semi": mean("reward/semi"),
+                "gap": gap,
+                "gap_se": se,
+                "offpolicy": mean("rollout/offpolicy_frac_semi"),
+                "revisions": mean("judge/interventions_per_rollout"),
+                "seconds_per_rollout": seconds / max(n, 1),
+                "kappa_estimate": sum(finite(kappas)) / len(finite(kappas)) if finite(kappas) else float("nan"),
+                "policy_logprob": sum(finite(policy_lp)) / len(finite(policy_lp))
+                if finite(policy_lp)
+                else float("nan"),
+                "agreement": judge.rate if compare else float("nan"),
+            }
+        )
         log.info("pilot %s", rows[-1])
     return rows
 
 
 def format_table(rows: list[dict]) -> str:
     """The markdown table of :func:`run_pilot` rows."""
-    head = ("| chunk | reviews | continuation | control | semi | semi - control (± s.e.) | off-policy (semi) | revisions / rollout "
-            "| s / rollout | kappa estimate | policy log-prob of iv. tokens | agreement with rule |")
+    head = (
+        "| chunk | reviews | continuation | control | semi | semi - control (± s.e.) | off-policy (semi) | revisions / rollout "
+        "| s / rollout | kappa estimate | policy log-prob of iv. tokens | agreement with rule |"
+    )
     lines = [head, "|" + "---|" * 12]
 
     def f(v, spec: str) -> str:
@@ -143,5 +159,6 @@ def format_table(rows: list[dict]) -> str:
             f"| {r['chunk']} | {r['reviews']} | {r['continuation']} | {f(r['control'], '.3f')} | {f(r['semi'], '.3f')} "
             f"| {f(r['gap'], '+.3f')} ± {f(r['gap_se'], '.3f')} | {f(r['offpolicy'], '.1%')} | {f(r['revisions'], '.2f')} "
             f"| {f(r['seconds_per_rollout'], '.2f')} | {f(r['kappa_estimate'], '.3f')} | {f(r['policy_logprob'], '.2f')} "
-            f"| {f(r['agreement'], '.1%')} |")
+            f"| {f(r['agreement'], '.1%')} |"
+        )
     return "\n".join(lines)

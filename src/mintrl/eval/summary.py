@@ -75,7 +75,8 @@ def find_jobs(multirun_dir: str | Path) -> list[Path]:
     if not jobs:
         raise FileNotFoundError(
             f"no Hydra jobs in {root}: expected sub-folders with .hydra/overrides.yaml "
-            "(a multirun folder such as outputs/<task>/multiruns/<date>/)")
+            "(a multirun folder such as outputs/<task>/multiruns/<date>/)"
+        )
     return jobs
 
 
@@ -233,24 +234,29 @@ def summarize(jobs: Sequence[Job], baseline: Job | None = None) -> list[dict]:
         b = final_pass_at_1(baseline.scalars)
         baselines = [(baseline.overrides, b)] if b is not None else []
     else:
-        baselines = [(j.overrides, p) for j in jobs
-                     if is_no_intervention(j.overrides, j.config) and (p := final_pass_at_1(j.scalars)) is not None]
+        baselines = [
+            (j.overrides, p)
+            for j in jobs
+            if is_no_intervention(j.overrides, j.config) and (p := final_pass_at_1(j.scalars)) is not None
+        ]
     rows = []
     for job, varying in zip(jobs, varying_overrides(jobs)):
         final = final_pass_at_1(job.scalars)
         base = baseline_pass_at_1(job.overrides, baselines)
-        rows.append({
-            "job": job.name,
-            "path": str(job.path),
-            "overrides": list(job.overrides),
-            "varying": varying,
-            "missing": job.scalars is None,
-            "no_intervention": is_no_intervention(job.overrides, job.config),
-            "offpolicy_frac": mean_offpolicy_frac(job.scalars),
-            "pass_at_1_tag": pass_at_1_tag(job.scalars),
-            "final_pass_at_1": final,
-            "delta_pass_at_1": None if final is None or base is None else final - base,
-        })
+        rows.append(
+            {
+                "job": job.name,
+                "path": str(job.path),
+                "overrides": list(job.overrides),
+                "varying": varying,
+                "missing": job.scalars is None,
+                "no_intervention": is_no_intervention(job.overrides, job.config),
+                "offpolicy_frac": mean_offpolicy_frac(job.scalars),
+                "pass_at_1_tag": pass_at_1_tag(job.scalars),
+                "final_pass_at_1": final,
+                "delta_pass_at_1": None if final is None or base is None else final - base,
+            }
+        )
     return rows
 
 
@@ -263,8 +269,10 @@ def fmt(value: float | None, signed: bool = False) -> str:
 def markdown_table(rows: Sequence[dict]) -> str:
     """The rows of :func:`summarize` as a markdown table (fractions with 3 decimals, deltas signed;
     ``n/a`` for a missing tag, ``missing`` for a job without event files)."""
-    lines = ["| job | overrides | off-policy frac | final val pass@1 | delta pass@1 vs no-intervention |",
-             "| --- | --- | --- | --- | --- |"]
+    lines = [
+        "| job | overrides | off-policy frac | final val pass@1 | delta pass@1 vs no-intervention |",
+        "| --- | --- | --- | --- | --- |",
+    ]
     for r in rows:
         name = f"{r['job']} (no-intervention)" if r["no_intervention"] else str(r["job"])
         overrides = " ".join(r["varying"]) or "-"
@@ -313,8 +321,14 @@ def plot_intensity(rows: Sequence[dict], path: str | Path | None = None, title: 
         ax.annotate(point_label(r), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
     ax.margins(x=0.2, y=0.15)  # room for the labels
     if not points:
-        ax.text(0.5, 0.5, "no job with both an off-policy fraction\nand a no-intervention baseline",
-                ha="center", va="center", transform=ax.transAxes)
+        ax.text(
+            0.5,
+            0.5,
+            "no job with both an off-policy fraction\nand a no-intervention baseline",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
     ax.set_xlabel("off-policy token fraction, mean over training (%)")
     ax.set_ylabel("delta pass@1 vs no-intervention (pp)")
     ax.set_title(title)

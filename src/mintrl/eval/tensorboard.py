@@ -4,8 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-DEFAULT_CURVES = ("reward/control", "reward/semi", "reward/gap", "val/reward", "rollout/offpolicy_frac",
-                  "train/policy_entropy", "rollout/response_len", "train/loss")
+DEFAULT_CURVES = (
+    "reward/control",
+    "reward/semi",
+    "reward/gap",
+    "val/reward",
+    "rollout/offpolicy_frac",
+    "train/policy_entropy",
+    "rollout/response_len",
+    "train/loss",
+)
 
 
 def load_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
@@ -44,7 +52,7 @@ def plot_curves(runs: dict[str, dict[str, list[tuple[int, float]]]], tags=DEFAUL
                 ax.plot(steps, values, marker="o", ms=3, label=name)
         ax.set_title(tag)
         ax.set_xlabel("step")
-    for ax in list(axes.flat)[len(tags):]:
+    for ax in list(axes.flat)[len(tags) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=8)
     fig.tight_layout()

@@ -31,9 +31,20 @@ class ApiIntervention:
 
     white_box = False
 
-    def __init__(self, context, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 60.0,
-                 max_concurrency: int = 8, max_retries: int = 2, prompt: str = "intervention_math",
-                 demonstration: str = DEMONSTRATION, temperature: float = 1.0, words_per_token: float = 0.7):
+    def __init__(
+        self,
+        context,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_s: float = 60.0,
+        max_concurrency: int = 8,
+        max_retries: int = 2,
+        prompt: str = "intervention_math",
+        demonstration: str = DEMONSTRATION,
+        temperature: float = 1.0,
+        words_per_token: float = 0.7,
+    ):
         self.tokenizer = context.tokenizer
         self.endpoint = ChatEndpoint(base_url, model, api_key_env, timeout_s, max_concurrency, max_retries)
         self.prompt = load_prompt(prompt, required=("{prefix}",))
@@ -54,10 +65,17 @@ class ApiIntervention:
     def intervene(self, requests: Sequence[InterventionRequest], max_new_tokens: int) -> list[Correction]:
         """One continuation per request (at most ``max_new_tokens`` policy tokens, no EOS)."""
         words = max(1, int(max_new_tokens * self.words_per_token))
-        prompts = [self.prompt.format(question=r.question, reference=r.reference, prefix=r.response_text or "(nothing yet)",
-                                      max_words=words) for r in requests]
+        prompts = [
+            self.prompt.format(
+                question=r.question, reference=r.reference, prefix=r.response_text or "(nothing yet)", max_words=words
+            )
+            for r in requests
+        ]
         replies = self.endpoint.complete(prompts, max_new_tokens, self.temperature)
-        return [self._encode(text.strip() if text else text, r.response_text, max_new_tokens) for text, r in zip(replies, requests)]
+        return [
+            self._encode(text.strip() if text else text, r.response_text, max_new_tokens)
+            for text, r in zip(replies, requests)
+        ]
 
     def demonstrate(self, requests: Sequence[InterventionRequest], max_new_tokens: int) -> list[Correction]:
         """Complete responses (EOS appended) for the SFT stage."""

@@ -23,7 +23,9 @@ class RuleIntervention:
 
     white_box = True  # deterministic: behaviour log-probs are exactly 0
 
-    def __init__(self, context, template: str = "{correction}", demonstration: str = "The answer is <answer>{reference}</answer>"):
+    def __init__(
+        self, context, template: str = "{correction}", demonstration: str = "The answer is <answer>{reference}</answer>"
+    ):
         if "{correction}" not in template:
             raise ValueError("intervention.template must contain '{correction}'")
         if "{reference}" not in demonstration:
@@ -53,4 +55,6 @@ class RuleIntervention:
 
     def demonstrate(self, requests: Sequence[InterventionRequest], max_new_tokens: int) -> list[Correction]:
         """The demonstration text with the reference answer, then EOS."""
-        return [self._tokens(self.demonstration.format(reference=r.reference), max_new_tokens, eos=True) for r in requests]
+        return [
+            self._tokens(self.demonstration.format(reference=r.reference), max_new_tokens, eos=True) for r in requests
+        ]

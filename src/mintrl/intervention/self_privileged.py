@@ -37,8 +37,14 @@ class SelfPrivilegedIntervention:
             name (``privileged_note``) or a file path (see :mod:`mintrl.prompts.templates`).
     """
 
-    def __init__(self, context, temperature: float = 1.0, note: str = "privileged_note", teacher: str | None = None,
-                 teacher_dtype: str = "float32"):
+    def __init__(
+        self,
+        context,
+        temperature: float = 1.0,
+        note: str = "privileged_note",
+        teacher: str | None = None,
+        teacher_dtype: str = "float32",
+    ):
         if temperature <= 0:
             raise ValueError(f"intervention.temperature must be positive, got {temperature}")
         loaded = context.teacher(teacher, teacher_dtype)
@@ -52,10 +58,16 @@ class SelfPrivilegedIntervention:
 
     def prompt_ids(self, r: InterventionRequest) -> list[int]:
         """Privileged prompt + retained response ids."""
-        response = list(r.response_ids) if self.shared_vocab else self.tokenizer.encode(r.response_text, add_special_tokens=False)
+        response = (
+            list(r.response_ids)
+            if self.shared_vocab
+            else self.tokenizer.encode(r.response_text, add_special_tokens=False)
+        )
         return privileged_prompt_ids(self.tokenizer, self.note, r.question, r.reference) + response
 
-    def _generate(self, requests: Sequence[InterventionRequest], max_new_tokens: int, keep_eos: bool) -> list[Correction]:
+    def _generate(
+        self, requests: Sequence[InterventionRequest], max_new_tokens: int, keep_eos: bool
+    ) -> list[Correction]:
         if not requests:
             return []
         gen = self.sampler.generate([self.prompt_ids(r) for r in requests], max_new_tokens, self.temperature)

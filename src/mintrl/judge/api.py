@@ -26,9 +26,19 @@ class ApiJudge:
         temperature: sampling temperature of the judge.
     """
 
-    def __init__(self, base_url: str, model: str, context=None, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 60.0,
-                 max_concurrency: int = 8, max_retries: int = 2, prompt: str = "judge_math", max_new_tokens: int = 32,
-                 temperature: float = 1.0):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        context=None,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_s: float = 60.0,
+        max_concurrency: int = 8,
+        max_retries: int = 2,
+        prompt: str = "judge_math",
+        max_new_tokens: int = 32,
+        temperature: float = 1.0,
+    ):
         if max_new_tokens <= 0:
             raise ValueError(f"judge.max_new_tokens must be positive, got {max_new_tokens}")
         self.endpoint = ChatEndpoint(base_url, model, api_key_env, timeout_s, max_concurrency, max_retries)
@@ -37,5 +47,10 @@ class ApiJudge:
 
     def review(self, requests: Sequence[ReviewRequest]) -> list[Verdict]:
         """One request per chunk, ``max_concurrency`` in flight; never raises."""
-        replies = self.endpoint.complete([format_review(self.prompt, r) for r in requests], self.max_new_tokens, self.temperature)
-        return [Verdict(kind=FAILED) if text is None else parse_verdict(text, len(r.steps)) for text, r in zip(replies, requests)]
+        replies = self.endpoint.complete(
+            [format_review(self.prompt, r) for r in requests], self.max_new_tokens, self.temperature
+        )
+        return [
+            Verdict(kind=FAILED) if text is None else parse_verdict(text, len(r.steps))
+            for text, r in zip(replies, requests)
+        ]

@@ -15,7 +15,12 @@ CLAIM = re.compile(
 ANSWER_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.S)
 ANSWER_PHRASE = re.compile(rf"answer is:?\s*\$?({NUMBER})", re.I)
 
-_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b, ast.Mult: lambda a, b: a * b, ast.Div: lambda a, b: a / b}
+_OPS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b,
+}
 
 
 def evaluate(expression: str) -> Fraction | None:

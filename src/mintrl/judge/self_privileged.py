@@ -68,8 +68,15 @@ class SelfPrivilegedJudge:
             (see :mod:`mintrl.prompts.templates`).
     """
 
-    def __init__(self, context, max_new_tokens: int = 16, temperature: float = 1.0, prompt: str = "judge_math",
-                 teacher: str | None = None, teacher_dtype: str = "float32"):
+    def __init__(
+        self,
+        context,
+        max_new_tokens: int = 16,
+        temperature: float = 1.0,
+        prompt: str = "judge_math",
+        teacher: str | None = None,
+        teacher_dtype: str = "float32",
+    ):
         if max_new_tokens <= 0:
             raise ValueError(f"judge.max_new_tokens must be positive, got {max_new_tokens}")
         loaded = context.teacher(teacher, teacher_dtype)

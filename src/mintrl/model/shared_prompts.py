@@ -38,7 +38,9 @@ def prompt_lengths(attention_mask: torch.Tensor, target_mask: torch.Tensor) -> t
     return first
 
 
-def shared_prompt_hidden(body, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor) -> torch.Tensor | None:
+def shared_prompt_hidden(
+    body, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor
+) -> torch.Tensor | None:
     """Last hidden states at the positions that predict targets, with each distinct prompt forwarded once.
 
     Args:
@@ -72,8 +74,8 @@ def shared_prompt_hidden(body, input_ids: torch.Tensor, attention_mask: torch.Te
     ids_u = torch.zeros(len(distinct), p_max, dtype=input_ids.dtype, device=device)
     attn_u = torch.zeros(len(distinct), p_max, dtype=attention_mask.dtype, device=device)
     for u, k in enumerate(distinct):
-        ids_u[u, p_max - len(k):] = torch.tensor(k, dtype=input_ids.dtype, device=device)
-        attn_u[u, p_max - len(k):] = 1
+        ids_u[u, p_max - len(k) :] = torch.tensor(k, dtype=input_ids.dtype, device=device)
+        attn_u[u, p_max - len(k) :] = 1
     pos_u = (attn_u.cumsum(-1) - 1).clamp(min=0)  # [U, P]
     # responses, right-padded to R columns, positions continuing from each prompt
     r_len = total[rows_t] - plen[rows_t]  # [N'], >= 1 (every row here has a target)
@@ -82,10 +84,14 @@ def shared_prompt_hidden(body, input_ids: torch.Tensor, attention_mask: torch.Te
     valid = torch.arange(r_max, device=device) < r_len[:, None]
     ids_r = torch.where(valid, input_ids[rows_t[:, None], cols.clamp(max=width - 1)], 0)
     cache = DynamicCache(config=getattr(body, "config", None))
-    hidden_u = body(input_ids=ids_u, attention_mask=attn_u, position_ids=pos_u, use_cache=True, **{CACHE_ARG: cache}).last_hidden_state
+    hidden_u = body(
+        input_ids=ids_u, attention_mask=attn_u, position_ids=pos_u, use_cache=True, **{CACHE_ARG: cache}
+    ).last_hidden_state
     cache.batch_select_indices(which)  # [U, ...] -> [N', ...] per layer, differentiable
     attn_r = torch.cat([attn_u[which], valid.to(attention_mask.dtype)], dim=1)  # [N', P + R]
-    hidden_r = body(input_ids=ids_r, attention_mask=attn_r, position_ids=cols, use_cache=True, **{CACHE_ARG: cache}).last_hidden_state
+    hidden_r = body(
+        input_ids=ids_r, attention_mask=attn_r, position_ids=cols, use_cache=True, **{CACHE_ARG: cache}
+    ).last_hidden_state
     # back into the [N, L, H] layout: column p_i - 1 from the prompt pass, p_i .. from the responses
     dst_rows = torch.cat([rows_t, rows_t[:, None].expand(-1, r_max)[valid]])
     dst_cols = torch.cat([plen[rows_t] - 1, cols[valid]])

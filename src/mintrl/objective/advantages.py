@@ -58,7 +58,11 @@ def group_advantages(
 
 
 def control_baseline(
-    rewards: torch.Tensor, group_index: torch.Tensor, is_control: torch.Tensor, num_groups: int, valid: torch.Tensor | None = None
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    is_control: torch.Tensor,
+    num_groups: int,
+    valid: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Value baseline of each prompt: the mean reward of its valid control rollouts (MInTRL
     eq. 10, the large-``beta_1`` limit of eq. 9).
@@ -81,7 +85,11 @@ def control_baseline(
 
 
 def control_advantages(
-    rewards: torch.Tensor, group_index: torch.Tensor, is_control: torch.Tensor, num_groups: int, valid: torch.Tensor | None = None
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    is_control: torch.Tensor,
+    num_groups: int,
+    valid: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``A(x, y) = r(x, y) - V_ctrl(x)`` for every rollout, control and semi-on-policy (MInTRL eq. 10).
 
@@ -99,7 +107,12 @@ def control_advantages(
 
 
 def mentor_advantages(
-    rewards: torch.Tensor, group_index: torch.Tensor, is_control: torch.Tensor, num_groups: int, valid: torch.Tensor, alpha: float,
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    is_control: torch.Tensor,
+    num_groups: int,
+    valid: torch.Tensor,
+    alpha: float,
     eps: float = 1e-6,
 ) -> torch.Tensor:
     """MENTOR's advantages (Jiang et al. 2025, arXiv 2510.04140, eqs. 10-11): control (on-policy)

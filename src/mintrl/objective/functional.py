@@ -5,7 +5,9 @@ from __future__ import annotations
 import torch
 
 
-def anchor_logprobs(rollout_logprobs: torch.Tensor, intervention_mask: torch.Tensor, kappa: float | None) -> torch.Tensor:
+def anchor_logprobs(
+    rollout_logprobs: torch.Tensor, intervention_mask: torch.Tensor, kappa: float | None
+) -> torch.Tensor:
     """Per-token anchor ``log pi~_t`` (MInTRL eq. 11).
 
     Args:

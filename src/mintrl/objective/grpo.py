@@ -15,7 +15,9 @@ from mintrl.rollout.batch import RolloutBatch
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Detached mean of ``values`` over ``mask`` (0 when empty)."""
-    return (torch.where(mask, values.detach().float(), torch.zeros_like(values, dtype=torch.float32)).sum() / mask.sum().clamp(min=1))
+    return torch.where(
+        mask, values.detach().float(), torch.zeros_like(values, dtype=torch.float32)
+    ).sum() / mask.sum().clamp(min=1)
 
 
 class GRPO(Objective):
@@ -55,7 +57,9 @@ class GRPO(Objective):
     ):
         super().__init__(mask_truncated=mask_truncated)
         if clip_low < 0 or clip_low >= 1 or clip_high < 0:
-            raise ValueError(f"objective.clip_low must be in [0, 1) and objective.clip_high >= 0, got {clip_low}, {clip_high}")
+            raise ValueError(
+                f"objective.clip_low must be in [0, 1) and objective.clip_high >= 0, got {clip_low}, {clip_high}"
+            )
         if dual_clip is not None and dual_clip <= 1:
             raise ValueError(f"objective.dual_clip must be > 1 or null, got {dual_clip}")
         if kl_coef < 0:
@@ -93,15 +97,22 @@ class GRPO(Objective):
             if self.reference is None:
                 raise RuntimeError("GRPO with kl_coef > 0 needs setup(policy) before prepare()")
             self.reference.to(batch.input_ids.device)
-            extras["ref_logprobs"] = logprob_fn(self.reference, batch.input_ids, batch.attention_mask, batch.response_mask, batch.temperature)
+            extras["ref_logprobs"] = logprob_fn(
+                self.reference, batch.input_ids, batch.attention_mask, batch.response_mask, batch.temperature
+            )
         return extras
 
     def token_loss(self, batch: RolloutBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``[n, L]`` per-token loss (surrogate + KL) and detached metrics."""
         mask = batch.extras["loss_mask"]
         adv = batch.extras["advantages"][:, None]  # [n, 1]
-        loss, clipped, ratio = clipped_surrogate(logprobs, self.old_logprobs(batch), adv, self.clip_low, self.clip_high, self.dual_clip)
-        metrics = {"objective/clip_frac": masked_mean(clipped.float(), mask), "objective/ratio": masked_mean(ratio, mask)}
+        loss, clipped, ratio = clipped_surrogate(
+            logprobs, self.old_logprobs(batch), adv, self.clip_low, self.clip_high, self.dual_clip
+        )
+        metrics = {
+            "objective/clip_frac": masked_mean(clipped.float(), mask),
+            "objective/ratio": masked_mean(ratio, mask),
+        }
         if self.kl_coef > 0:
             kl = kl_penalty(logprobs, batch.extras["ref_logprobs"], self.kl_estimator)
             loss = loss + self.kl_coef * kl

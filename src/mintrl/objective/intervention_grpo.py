@@ -53,7 +53,9 @@ class InterventionGRPO(GRPO):
         **grpo: :class:`mintrl.objective.grpo.GRPO` knobs.
     """
 
-    def __init__(self, importance: str = "rollout", semi_advantage: str = "mentor", alpha_decay_steps: int = 120, **grpo):
+    def __init__(
+        self, importance: str = "rollout", semi_advantage: str = "mentor", alpha_decay_steps: int = 120, **grpo
+    ):
         super().__init__(**grpo)
         if importance not in IMPORTANCE:
             raise ValueError(f"objective.importance must be one of {IMPORTANCE}, got {importance!r}")
@@ -66,7 +68,9 @@ class InterventionGRPO(GRPO):
             return super().advantages(batch, rows)
         alpha = cosine_decay(max(batch.step, 0), self.alpha_decay_steps)
         batch.stats["objective/mentor_alpha"] = alpha
-        return mentor_advantages(batch.rewards, batch.group_index, batch.is_control, batch.num_groups, rows, alpha, self.eps)
+        return mentor_advantages(
+            batch.rewards, batch.group_index, batch.is_control, batch.num_groups, rows, alpha, self.eps
+        )
 
     def old_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         return batch.behaviour_logprobs if self.importance == "behaviour" else batch.rollout_logprobs
@@ -74,7 +78,9 @@ class InterventionGRPO(GRPO):
     def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:
         out = super().__call__(batch, logprobs, totals)
         log_w = logprobs.detach() - batch.behaviour_logprobs  # [n, L] log pi_theta / mu
-        out.metrics.update(importance_weight_stats(log_w, batch.intervention_mask & batch.extras["loss_mask"], "is/token"))
+        out.metrics.update(
+            importance_weight_stats(log_w, batch.intervention_mask & batch.extras["loss_mask"], "is/token")
+        )
         guided = ~batch.is_control & batch.intervention_mask.any(-1)  # [n]
         seq_log_w = (log_w * batch.response_mask).sum(-1)  # [n]
         out.metrics.update(importance_weight_stats(seq_log_w, guided, "is/seq"))

@@ -71,7 +71,9 @@ class OnPolicyDistillation(Objective):
         if self.teacher is None:
             loaded = self.context.teacher(self.teacher_path, self.teacher_dtype)
             if not same_vocabulary(loaded.tokenizer, self.context.tokenizer):
-                raise ValueError(f"objective.teacher {loaded.source} has a different vocabulary than the policy {self.context.source}")
+                raise ValueError(
+                    f"objective.teacher {loaded.source} has a different vocabulary than the policy {self.context.source}"
+                )
             self.teacher = loaded.model
 
     def _teacher_inputs(self, batch: RolloutBatch):
@@ -92,7 +94,9 @@ class OnPolicyDistillation(Objective):
         self.teacher.to(batch.input_ids.device)
         temperature = self.teacher_temperature or batch.temperature
         if self.privileged_note is None:
-            teacher_lp = logprob_fn(self.teacher, batch.input_ids, batch.attention_mask, batch.response_mask, temperature)
+            teacher_lp = logprob_fn(
+                self.teacher, batch.input_ids, batch.attention_mask, batch.response_mask, temperature
+            )
             return {"teacher_logprobs": teacher_lp}
         if batch.prompts is None:
             raise ValueError("objective.privileged_note needs the batch's prompts (RolloutBatch.prompts)")
@@ -114,8 +118,13 @@ class OnPolicyDistillation(Objective):
     def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:
         mask = batch.extras["loss_mask"]
         reverse_kl = batch.rollout_logprobs - batch.extras["teacher_logprobs"]  # [n, L], per sampled token
-        loss, clipped, ratio = clipped_surrogate(logprobs, batch.rollout_logprobs, -reverse_kl, self.clip_low, self.clip_high)
-        return ObjectiveOutput(aggregate(loss, mask, self.aggregation, totals), {
-            "objective/reverse_kl": masked_mean(reverse_kl, mask),
-            "objective/clip_frac": masked_mean(clipped.float(), mask),
-        })
+        loss, clipped, ratio = clipped_surrogate(
+            logprobs, batch.rollout_logprobs, -reverse_kl, self.clip_low, self.clip_high
+        )
+        return ObjectiveOutput(
+            aggregate(loss, mask, self.aggregation, totals),
+            {
+                "objective/reverse_kl": masked_mean(reverse_kl, mask),
+                "objective/clip_frac": masked_mean(clipped.float(), mask),
+            },
+        )

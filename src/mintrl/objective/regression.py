@@ -39,17 +39,24 @@ class AdvantageRegression(Objective):
         self.beta, self.kappa = beta, kappa
 
     def extra_tensors(self, batch, valid, logprob_fn):
-        adv, has_signal = control_advantages(batch.rewards, batch.group_index, batch.is_control, batch.num_groups, valid)
+        adv, has_signal = control_advantages(
+            batch.rewards, batch.group_index, batch.is_control, batch.num_groups, valid
+        )
         return {"advantages": adv, "rows": has_signal}
 
     def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:
         adv = batch.extras["advantages"]  # [n]
         rows = batch.extras["loss_mask"].any(-1)  # [n]
-        log_ratio = anchored_log_ratio(logprobs, batch.rollout_logprobs, batch.response_mask, batch.intervention_mask, self.kappa)  # [n]
+        log_ratio = anchored_log_ratio(
+            logprobs, batch.rollout_logprobs, batch.response_mask, batch.intervention_mask, self.kappa
+        )  # [n]
         loss = sequence_mean(regression_terms(log_ratio, adv, self.beta), rows, totals)
         n = rows.sum().clamp(min=1)
-        return ObjectiveOutput(loss, {
-            "objective/advantage_abs": (adv.abs() * rows).sum().detach() / n,
-            "objective/log_ratio": (log_ratio * rows).sum().detach() / n,
-            "objective/log_ratio_abs": (log_ratio.abs() * rows).sum().detach() / n,
-        })
+        return ObjectiveOutput(
+            loss,
+            {
+                "objective/advantage_abs": (adv.abs() * rows).sum().detach() / n,
+                "objective/log_ratio": (log_ratio * rows).sum().detach() / n,
+                "objective/log_ratio_abs": (log_ratio.abs() * rows).sum().detach() / n,
+            },
+        )

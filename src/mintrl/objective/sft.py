@@ -27,4 +27,6 @@ class SupervisedNLL(Objective):
 
     def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:
         mask = batch.extras["loss_mask"]
-        return ObjectiveOutput(aggregate(-logprobs, mask, self.aggregation, totals), {"objective/nll": masked_mean(-logprobs, mask)})
+        return ObjectiveOutput(
+            aggregate(-logprobs, mask, self.aggregation, totals), {"objective/nll": masked_mean(-logprobs, mask)}
+        )

@@ -6,4 +6,13 @@ from mintrl.reward.math import MathVerifyReward
 from mintrl.reward.reasoning_gym import ReasoningGymReward
 from mintrl.text.answer import extract_answer
 
-__all__ = ["CodeReward", "MathVerifyReward", "ReasoningGymReward", "Reward", "build_program", "extract_answer", "extract_code", "score_rewards"]
+__all__ = [
+    "CodeReward",
+    "MathVerifyReward",
+    "ReasoningGymReward",
+    "Reward",
+    "build_program",
+    "extract_answer",
+    "extract_code",
+    "score_rewards",
+]

@@ -15,8 +15,7 @@ class Reward(Protocol):
     step's rollout statistics (e.g. ``code/timeout``).
     """
 
-    def __call__(self, responses: Sequence[str], items: Sequence) -> Sequence[float | None]:
-        ...
+    def __call__(self, responses: Sequence[str], items: Sequence) -> Sequence[float | None]: ...
 
 
 def score_rewards(reward: Reward, responses: Sequence[str], items: Sequence) -> list[float]:

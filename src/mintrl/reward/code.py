@@ -65,7 +65,10 @@ class CodeReward:
         results = self.sandbox.run(programs)
         self._counts.update("sandbox_error" if r.sandbox_error else r.outcome.value for r in results)
         # a sandbox failure says nothing about the program: no reward (no signal), not a zero
-        return [None if r.sandbox_error else r.fraction if self.fraction else float(r.outcome is Outcome.PASSED) for r in results]
+        return [
+            None if r.sandbox_error else r.fraction if self.fraction else float(r.outcome is Outcome.PASSED)
+            for r in results
+        ]
 
     def metrics(self) -> dict[str, float]:
         """Outcome counts since the last call (then reset): ``code/<outcome>``."""

@@ -116,28 +116,48 @@ class RolloutBatch:
     def __len__(self) -> int:
         return self.input_ids.shape[0]
 
-    _ROW_FIELDS = ("input_ids", "attention_mask", "response_mask", "intervention_mask", "rollout_logprobs",
-                   "rewards", "group_index", "is_control", "finished", "behaviour_logprobs")
+    _ROW_FIELDS = (
+        "input_ids",
+        "attention_mask",
+        "response_mask",
+        "intervention_mask",
+        "rollout_logprobs",
+        "rewards",
+        "group_index",
+        "is_control",
+        "finished",
+        "behaviour_logprobs",
+    )
 
     def select(self, rows: torch.Tensor) -> "RolloutBatch":
         """The sub-batch of ``rows`` (``[n]`` int64 indices), extras included, with trailing
         all-padding columns cut off. Group indices and ``num_groups`` are kept (advantages are
         computed on the whole batch before it is split)."""
-        out = replace(self, **{f: getattr(self, f)[rows] for f in self._ROW_FIELDS},
-                      extras={k: v[rows] for k, v in self.extras.items()}, stats=dict(self.stats))
+        out = replace(
+            self,
+            **{f: getattr(self, f)[rows] for f in self._ROW_FIELDS},
+            extras={k: v[rows] for k, v in self.extras.items()},
+            stats=dict(self.stats),
+        )
         width = int(out.attention_mask.sum(-1).max().item()) if len(rows) else 0
         if width < out.input_ids.shape[1]:
             for f in self._ROW_FIELDS:
                 value = getattr(out, f)
                 if value.dim() == 2:
                     setattr(out, f, value[:, :width])
-            out.extras = {k: (v[:, :width] if v.dim() == 2 and v.shape[1] == self.input_ids.shape[1] else v) for k, v in out.extras.items()}
+            out.extras = {
+                k: (v[:, :width] if v.dim() == 2 and v.shape[1] == self.input_ids.shape[1] else v)
+                for k, v in out.extras.items()
+            }
         return out
 
     def to(self, device) -> "RolloutBatch":
         """A copy with every tensor on ``device``."""
-        return replace(self, **{f: getattr(self, f).to(device) for f in self._ROW_FIELDS},
-                       extras={k: v.to(device) for k, v in self.extras.items()})
+        return replace(
+            self,
+            **{f: getattr(self, f).to(device) for f in self._ROW_FIELDS},
+            extras={k: v.to(device) for k, v in self.extras.items()},
+        )
 
 
 def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
@@ -152,7 +172,9 @@ def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
     if not batches:
         raise ValueError("concat_batches: no batches")
     if any(b.extras for b in batches):
-        raise ValueError("concat_batches: batches already prepared (extras present); concatenate before Objective.prepare")
+        raise ValueError(
+            "concat_batches: batches already prepared (extras present); concatenate before Objective.prepare"
+        )
     if len({b.temperature for b in batches}) > 1:
         raise ValueError(f"concat_batches: temperatures differ: {[b.temperature for b in batches]}")
     width = max(b.input_ids.shape[1] for b in batches)
@@ -165,11 +187,18 @@ def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
     offsets = torch.tensor([0] + [b.num_groups for b in batches[:-1]]).cumsum(0)
     fields["group_index"] = torch.cat([b.group_index + int(o) for b, o in zip(batches, offsets)])
     prompts = [p for b in batches for p in (b.prompts or [])] if all(b.prompts is not None for b in batches) else None
-    return RolloutBatch(**fields, num_groups=sum(b.num_groups for b in batches), prompts=prompts,
-                        temperature=batches[0].temperature, step=batches[0].step)
+    return RolloutBatch(
+        **fields,
+        num_groups=sum(b.num_groups for b in batches),
+        prompts=prompts,
+        temperature=batches[0].temperature,
+        step=batches[0].step,
+    )
 
 
-def collate_rollouts(rollouts: list[Rollout], num_groups: int, pad_token_id: int, temperature: float, prompts: list | None = None) -> RolloutBatch:
+def collate_rollouts(
+    rollouts: list[Rollout], num_groups: int, pad_token_id: int, temperature: float, prompts: list | None = None
+) -> RolloutBatch:
     """Pad rollouts into a :class:`RolloutBatch` (right padding).
 
     Raises:
@@ -178,7 +207,9 @@ def collate_rollouts(rollouts: list[Rollout], num_groups: int, pad_token_id: int
     """
     for i, r in enumerate(rollouts):
         if not all(math.isfinite(x) for x in r.logprobs):
-            raise ValueError(f"rollout row {i} (group {r.group}) has non-finite log-probs; were its intervention tokens scored?")
+            raise ValueError(
+                f"rollout row {i} (group {r.group}) has non-finite log-probs; were its intervention tokens scored?"
+            )
         if len(r.behaviour) != len(r.response_ids) or not all(math.isfinite(x) for x in r.behaviour):
             raise ValueError(f"rollout row {i} (group {r.group}) has missing or non-finite behaviour log-probs")
     n = len(rollouts)

@@ -76,7 +76,9 @@ def _valid_verdicts(value, n: int) -> bool:
     return isinstance(value, (list, tuple)) and len(value) == n and all(isinstance(v, Verdict) for v in value)
 
 
-def review_guarded(judge, requests: Sequence[ReviewRequest], timeout_s: float | None, counts: FaultCounts) -> list[Verdict]:
+def review_guarded(
+    judge, requests: Sequence[ReviewRequest], timeout_s: float | None, counts: FaultCounts
+) -> list[Verdict]:
     """``judge.review(requests)`` that never raises: a batch that raises or answers garbage (not one
     :class:`Verdict` per request) is retried one request at a time, and each request that fails
     again gets ``Verdict("failed")``; a batch that times out fails all its requests (retrying
@@ -130,7 +132,9 @@ def _number(value) -> float | None:
     return None if math.isinf(f) else f
 
 
-def score_rewards_guarded(reward, responses: Sequence[str], items: Sequence, timeout_s: float | None, counts: FaultCounts) -> list[float]:
+def score_rewards_guarded(
+    reward, responses: Sequence[str], items: Sequence, timeout_s: float | None, counts: FaultCounts
+) -> list[float]:
     """Rewards of a batch that never raise: a batch call that raises, times out or answers the
     wrong number of values is retried one row at a time (each with ``timeout_s``); a row whose
     call fails, or whose value is not a number or infinite, gets NaN (no reward). None and NaN

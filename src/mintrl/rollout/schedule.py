@@ -27,12 +27,26 @@ class InterventionSchedule:
         ValueError: a knob out of range (field named ``rollout.adaptive_stop.*``).
     """
 
-    def __init__(self, intervention_steps: int = 1_000_000, adaptive: bool = False, gap_threshold: float = 0.02,
-                 patience: int = 3, smoothing: float = 0.5, min_steps: int = 0):
+    def __init__(
+        self,
+        intervention_steps: int = 1_000_000,
+        adaptive: bool = False,
+        gap_threshold: float = 0.02,
+        patience: int = 3,
+        smoothing: float = 0.5,
+        min_steps: int = 0,
+    ):
         if patience <= 0 or not 0 <= smoothing < 1 or min_steps < 0:
-            raise ValueError(f"rollout.adaptive_stop needs patience > 0, smoothing in [0, 1), min_steps >= 0; got {patience}, {smoothing}, {min_steps}")
+            raise ValueError(
+                f"rollout.adaptive_stop needs patience > 0, smoothing in [0, 1), min_steps >= 0; got {patience}, {smoothing}, {min_steps}"
+            )
         self.intervention_steps, self.adaptive = intervention_steps, adaptive
-        self.gap_threshold, self.patience, self.smoothing, self.min_steps = gap_threshold, patience, smoothing, min_steps
+        self.gap_threshold, self.patience, self.smoothing, self.min_steps = (
+            gap_threshold,
+            patience,
+            smoothing,
+            min_steps,
+        )
         self.smoothed_gap: float | None = None
         self.below = 0
         self.stopped_at: int | None = None
@@ -46,7 +60,9 @@ class InterventionSchedule:
         ended the phase. NaN gaps (no semi-on-policy reward) are ignored."""
         if math.isnan(gap) or self.stopped_at is not None:
             return False
-        self.smoothed_gap = gap if self.smoothed_gap is None else self.smoothing * self.smoothed_gap + (1 - self.smoothing) * gap
+        self.smoothed_gap = (
+            gap if self.smoothed_gap is None else self.smoothing * self.smoothed_gap + (1 - self.smoothing) * gap
+        )
         self.below = self.below + 1 if self.smoothed_gap < self.gap_threshold else 0
         if self.adaptive and step + 1 >= self.min_steps and self.below >= self.patience:
             self.stopped_at = step

@@ -31,7 +31,9 @@ from mintrl.rollout.stats import rollout_stats
 from mintrl.text.steps import split_steps, token_index_of_char
 
 
-def apply_verdict(rollout: Rollout, ids: list[int], logprobs: list[float], finished: bool, steps, verdict, item: PromptItem, tokenizer) -> InterventionRequest | None:
+def apply_verdict(
+    rollout: Rollout, ids: list[int], logprobs: list[float], finished: bool, steps, verdict, item: PromptItem, tokenizer
+) -> InterventionRequest | None:
     """Apply a judge verdict to a freshly sampled chunk (MInTRL Alg. 1, lines 5-8).
 
     Keep (or an unusable verdict): the whole chunk joins the accepted prefix. Revise at step ``e``:
@@ -58,7 +60,9 @@ def apply_verdict(rollout: Rollout, ids: list[int], logprobs: list[float], finis
     keep = token_index_of_char(tokenizer, ids, steps[verdict.step].start)
     rollout.append(ids[:keep], logprobs[:keep], intervention=False)
     text = tokenizer.decode(rollout.response_ids)
-    return InterventionRequest(item.question, item.reference, rollout.prompt_ids, list(rollout.response_ids), text, verdict)
+    return InterventionRequest(
+        item.question, item.reference, rollout.prompt_ids, list(rollout.response_ids), text, verdict
+    )
 
 
 class SemiOnPolicyRollout:
@@ -116,20 +120,32 @@ class SemiOnPolicyRollout:
         reward_timeout_s: float | None = 600.0,
     ):
         for name, value, low in (
-            ("n_control", n_control, 1), ("n_semi", n_semi, 0), ("chunk_size", chunk_size, 1),
-            ("max_reviews", max_reviews, 0), ("continuation_len", continuation_len, 1),
-            ("max_response_tokens", max_response_tokens, 1), ("intervention_steps", intervention_steps, 0),
+            ("n_control", n_control, 1),
+            ("n_semi", n_semi, 0),
+            ("chunk_size", chunk_size, 1),
+            ("max_reviews", max_reviews, 0),
+            ("continuation_len", continuation_len, 1),
+            ("max_response_tokens", max_response_tokens, 1),
+            ("intervention_steps", intervention_steps, 0),
         ):
             if not isinstance(value, int) or value < low:
                 raise ValueError(f"rollout.{name} must be an integer >= {low}, got {value!r}")
         if temperature <= 0 or not 0 < top_p <= 1:
             raise ValueError(f"rollout.temperature must be > 0 and rollout.top_p in (0, 1], got {temperature}, {top_p}")
         self.judge_timeout_s, self.reward_timeout_s = judge_timeout_s, reward_timeout_s
-        self.sampler, self.judge, self.intervention, self.reward, self.tokenizer = sampler, judge, intervention, reward, tokenizer
+        self.sampler, self.judge, self.intervention, self.reward, self.tokenizer = (
+            sampler,
+            judge,
+            intervention,
+            reward,
+            tokenizer,
+        )
         self.n_control, self.n_semi = n_control, n_semi
         self.chunk_size, self.max_reviews, self.continuation_len = chunk_size, max_reviews, continuation_len
         self.max_response_tokens, self.temperature, self.top_p = max_response_tokens, temperature, top_p
-        self.schedule = InterventionSchedule(intervention_steps, adaptive=adaptive_stop is not None, **dict(adaptive_stop or {}))
+        self.schedule = InterventionSchedule(
+            intervention_steps, adaptive=adaptive_stop is not None, **dict(adaptive_stop or {})
+        )
         self.step_delimiters = tuple(step_delimiters)
         self.progress = progress
         self.allocation = allocation
@@ -163,8 +179,11 @@ class SemiOnPolicyRollout:
         if not rollouts:
             return []
         gen = self.sampler.generate(
-            [r.prompt_ids + r.response_ids for r in rollouts], max(budgets),
-            self.temperature, self.top_p, cache_keys=[id(r) for r in rollouts],
+            [r.prompt_ids + r.response_ids for r in rollouts],
+            max(budgets),
+            self.temperature,
+            self.top_p,
+            cache_keys=[id(r) for r in rollouts],
         )
         results = []
         for j, budget in enumerate(budgets):
@@ -188,7 +207,11 @@ class SemiOnPolicyRollout:
             prefix_text = self.tokenizer.decode(r.response_ids)
             chunk_text = self.tokenizer.decode(ids.tolist())
             steps = split_steps(chunk_text, self.step_delimiters)
-            requests.append(ReviewRequest(items[r.group].question, items[r.group].reference, prefix_text, [s.text for s in steps], finished))
+            requests.append(
+                ReviewRequest(
+                    items[r.group].question, items[r.group].reference, prefix_text, [s.text for s in steps], finished
+                )
+            )
             cuts.append((ids, lps, finished, steps))
         verdicts = self.judge.review(requests)
         fixes = []
@@ -225,9 +248,13 @@ class SemiOnPolicyRollout:
         touched = [r for r in rollouts if any(r.intervention)]
         if not touched:
             return
-        scored = self.sampler.score([r.prompt_ids + r.response_ids for r in touched], [len(r.prompt_ids) for r in touched], self.temperature)
+        scored = self.sampler.score(
+            [r.prompt_ids + r.response_ids for r in touched], [len(r.prompt_ids) for r in touched], self.temperature
+        )
         for r, lp in zip(touched, scored):
-            r.logprobs = [float(lp[k]) if flag else old for k, (flag, old) in enumerate(zip(r.intervention, r.logprobs))]
+            r.logprobs = [
+                float(lp[k]) if flag else old for k, (flag, old) in enumerate(zip(r.intervention, r.logprobs))
+            ]
 
     def _allocate(self, rollouts: list[Rollout], items: list[PromptItem]) -> tuple[list[Rollout], dict]:
         """Branch extra rollouts within ``allocation.budget_per_step`` (RAIL): the new scored
@@ -237,10 +264,19 @@ class SemiOnPolicyRollout:
             return [], {}
         budget = RolloutBudget(total)
         if budget.take(len(rollouts)) < len(rollouts):
-            raise ValueError(f"allocation.budget_per_step={total} is below this step's {len(rollouts)} initial rollouts "
-                             "(data.prompts_per_step x (rollout.n_control + rollout.n_semi))")
-        brancher = Brancher(self.sampler, self.tokenizer, self.reward, self.temperature, self.top_p, self.max_response_tokens,
-                            intervene=self.intervene_at)
+            raise ValueError(
+                f"allocation.budget_per_step={total} is below this step's {len(rollouts)} initial rollouts "
+                "(data.prompts_per_step x (rollout.n_control + rollout.n_semi))"
+            )
+        brancher = Brancher(
+            self.sampler,
+            self.tokenizer,
+            self.reward,
+            self.temperature,
+            self.top_p,
+            self.max_response_tokens,
+            intervene=self.intervene_at,
+        )
         extra, stats = self.allocation.allocate(rollouts, items, brancher, budget, self.step_delimiters)
         return extra, {**stats, "allocation/budget_used": float(budget.used)}
 
@@ -250,14 +286,23 @@ class SemiOnPolicyRollout:
         a correction of up to ``length`` tokens and the policy writes the rest. Returns the scored
         semi-on-policy rollout, or ``[]`` when the judge keeps the chunk."""
         child = Rollout(group=parent.group, is_control=False, prompt_ids=list(parent.prompt_ids))
-        child.append(parent.response_ids[:anchor], parent.logprobs[:anchor], intervention=False, behaviour=parent.behaviour[:anchor])
+        child.append(
+            parent.response_ids[:anchor],
+            parent.logprobs[:anchor],
+            intervention=False,
+            behaviour=parent.behaviour[:anchor],
+        )
         child.intervention[:anchor] = parent.intervention[:anchor]
         end = anchor + self.chunk_size
         ids, lps = parent.response_ids[anchor:end], parent.logprobs[anchor:end]
         finished = parent.finished and end >= len(parent.response_ids)
         steps = split_steps(self.tokenizer.decode(ids), self.step_delimiters)
-        request = ReviewRequest(item.question, item.reference, self.tokenizer.decode(child.response_ids), [x.text for x in steps], finished)
-        fix = apply_verdict(child, list(ids), list(lps), finished, steps, self.judge.review([request])[0], item, self.tokenizer)
+        request = ReviewRequest(
+            item.question, item.reference, self.tokenizer.decode(child.response_ids), [x.text for x in steps], finished
+        )
+        fix = apply_verdict(
+            child, list(ids), list(lps), finished, steps, self.judge.review([request])[0], item, self.tokenizer
+        )
         if fix is None:
             return []
         self._intervene([(child, fix)], length)
@@ -269,7 +314,10 @@ class SemiOnPolicyRollout:
 
     def state_dict(self) -> dict:
         """The intervention schedule's and the allocation's state (saved in checkpoints by the data module)."""
-        return {"schedule": self.schedule.state_dict(), "allocation": self.allocation.state_dict() if self.allocation else {}}
+        return {
+            "schedule": self.schedule.state_dict(),
+            "allocation": self.allocation.state_dict() if self.allocation else {},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`."""
@@ -279,8 +327,14 @@ class SemiOnPolicyRollout:
 
     # ------------------------------------------------------------------ public
     @torch.no_grad()
-    def generate(self, items: list[PromptItem], step: int = 0, n_control: int | None = None, n_semi: int | None = None,
-                 allocate: bool = True) -> RolloutBatch:
+    def generate(
+        self,
+        items: list[PromptItem],
+        step: int = 0,
+        n_control: int | None = None,
+        n_semi: int | None = None,
+        allocate: bool = True,
+    ) -> RolloutBatch:
         """All rollouts for one optimizer step.
 
         Args:
@@ -301,10 +355,17 @@ class SemiOnPolicyRollout:
             n_control, n_semi = n_control + n_semi, 0
         rollouts = [
             Rollout(group=g, is_control=k < n_control, prompt_ids=list(item.prompt_ids))
-            for g, item in enumerate(items) for k in range(n_control + n_semi)
+            for g, item in enumerate(items)
+            for k in range(n_control + n_semi)
         ]
         semi = [r for r in rollouts if not r.is_control]
-        bar = tqdm(total=(self.max_reviews if semi else 0) + 1, desc=f"rollouts (step {step})", unit="round", leave=False, disable=not self.progress)
+        bar = tqdm(
+            total=(self.max_reviews if semi else 0) + 1,
+            desc=f"rollouts (step {step})",
+            unit="round",
+            leave=False,
+            disable=not self.progress,
+        )
         while any(not r.finished and self._remaining(r) > 0 and r.reviews < self.max_reviews for r in semi):
             self._review_round(semi, items)
             bar.update(1)

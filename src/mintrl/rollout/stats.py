@@ -57,7 +57,9 @@ def rollout_stats(rollouts: list[Rollout], gen_seconds: float, white_box: bool =
             behaviour = [b for r in semi for b, f in zip(r.behaviour, r.intervention) if f]
             stats["rollout/intervention_self_logprob"] = _mean(behaviour)  # the kappa estimate (App. H)
             if white_box:
-                stats["judge/forward_kl"] = _mean(b - lp for r in semi for b, lp, f in zip(r.behaviour, r.logprobs, r.intervention) if f)
+                stats["judge/forward_kl"] = _mean(
+                    b - lp for r in semi for b, lp, f in zip(r.behaviour, r.logprobs, r.intervention) if f
+                )
     return {k: float(v) for k, v in stats.items() if not math.isnan(v)}
 
 

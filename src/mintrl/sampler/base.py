@@ -41,8 +41,13 @@ class Generation:
     finished: list[bool]
 
 
-def check_generate_args(prefixes: Sequence[Sequence[int]], max_new_tokens: int, temperature: float, top_p: float,
-                        max_prefix_tokens: int | None = None) -> None:
+def check_generate_args(
+    prefixes: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    temperature: float,
+    top_p: float,
+    max_prefix_tokens: int | None = None,
+) -> None:
     """The argument checks every ``Sampler.generate`` makes.
 
     Raises:
@@ -76,7 +81,9 @@ class Sampler(Protocol):
         """Continue each prefix by at most ``max_new_tokens`` tokens (see module docstring)."""
         ...
 
-    def score(self, sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int], temperature: float = 1.0) -> list[torch.Tensor]:
+    def score(
+        self, sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int], temperature: float = 1.0
+    ) -> list[torch.Tensor]:
         """Teacher-forced log-probs ``log_softmax(logits / T)`` of ``sequences[i][prompt_lengths[i]:]``
         under the current weights: ``B`` float32 tensors (nats). Used for tokens the policy did not
         sample (interventions)."""

@@ -101,7 +101,9 @@ class HFSampler:
         self.pad_token_id = int(pad if pad is not None else self.eos_token_ids[0])
         self.cache_bytes = int(continuation_cache_mib * 2**20)
         self._kept_bytes = 0
-        self._kept: dict[int, tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]] = {}  # key -> (tokens, per-layer K, V [kvh, n, d])
+        self._kept: dict[
+            int, tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]
+        ] = {}  # key -> (tokens, per-layer K, V [kvh, n, d])
         self._kept_version = None
         self.reused_tokens = 0  # prefix tokens served from kept KV instead of re-encoded (perf/prefix_reused_tokens)
 
@@ -131,8 +133,10 @@ class HFSampler:
         """
         check_generate_args(prefixes, max_new_tokens, temperature, top_p)
         if is_sharded(self.model):
-            raise RuntimeError("sampler=hf cannot generate from an FSDP-sharded policy (each rank would need the full "
-                               "weights at every step of decoding): use sampler=vllm with trainer=fsdp")
+            raise RuntimeError(
+                "sampler=hf cannot generate from an FSDP-sharded policy (each rank would need the full "
+                "weights at every step of decoding): use sampler=vllm with trainer=fsdp"
+            )
         keys = list(cache_keys) if cache_keys is not None and self.cache_bytes > 0 else None
         if keys is not None and len(keys) != len(prefixes):
             raise ValueError(f"cache_keys has {len(keys)} entries for {len(prefixes)} prefixes")
@@ -143,19 +147,25 @@ class HFSampler:
         out = Generation([], [], [])
         for start in range(0, len(prefixes), self.max_batch_size):
             sl = slice(start, start + self.max_batch_size)
-            part = self._generate(prefixes[sl], max_new_tokens, temperature, top_p, keys[sl] if keys is not None else None)
+            part = self._generate(
+                prefixes[sl], max_new_tokens, temperature, top_p, keys[sl] if keys is not None else None
+            )
             out.token_ids += part.token_ids
             out.logprobs += part.logprobs
             out.finished += part.finished
         return out
 
-    def score(self, sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int], temperature: float = 1.0) -> list[torch.Tensor]:
+    def score(
+        self, sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int], temperature: float = 1.0
+    ) -> list[torch.Tensor]:
         """Log-probs of ``sequences[i][prompt_lengths[i]:]`` under the current weights (see
         :func:`score_sequences`); used for intervention tokens, which the policy did not sample."""
         out = []
         for start in range(0, len(sequences), self.max_batch_size):
             sl = slice(start, start + self.max_batch_size)
-            out += score_sequences(self.model, sequences[sl], prompt_lengths[sl], temperature, pad_token_id=self.pad_token_id)
+            out += score_sequences(
+                self.model, sequences[sl], prompt_lengths[sl], temperature, pad_token_id=self.pad_token_id
+            )
         return out
 
     def release(self) -> None:
@@ -222,7 +232,10 @@ class HFSampler:
             size = sum((kk[i, :, :n].nbytes + vv[i, :, :n].nbytes) for kk, vv in layers)
             if self._kept_bytes + size > self.cache_bytes:
                 continue
-            self._kept[k] = (tokens, [(kk[i, :, start : start + n].clone(), vv[i, :, start : start + n].clone()) for kk, vv in layers])
+            self._kept[k] = (
+                tokens,
+                [(kk[i, :, start : start + n].clone(), vv[i, :, start : start + n].clone()) for kk, vv in layers],
+            )
             self._kept_bytes += size
 
     def _generate(self, prefixes, max_new_tokens, temperature, top_p, keys=None) -> Generation:
@@ -239,9 +252,15 @@ class HFSampler:
         # A fresh config: no model-shipped top_k / repetition penalty / min_length can alter the
         # distribution; the recorder is the only processor.
         config = GenerationConfig(
-            do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=max_new_tokens,
-            eos_token_id=list(self.eos_token_ids), pad_token_id=self.pad_token_id,
-            use_cache=True, return_dict_in_generate=keys is not None,  # the output's cache is kept per rollout
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=max_new_tokens,
+            eos_token_id=list(self.eos_token_ids),
+            pad_token_id=self.pad_token_id,
+            use_cache=True,
+            return_dict_in_generate=keys is not None,  # the output's cache is kept per rollout
         )
         extra = {}
         if keys is not None and self._kept:
@@ -252,8 +271,11 @@ class HFSampler:
         self.model.eval()
         try:
             result = self.model.generate(
-                input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
-                generation_config=config, logits_processor=LogitsProcessorList([recorder]), **extra,
+                input_ids=input_ids.to(device),
+                attention_mask=attention_mask.to(device),
+                generation_config=config,
+                logits_processor=LogitsProcessorList([recorder]),
+                **extra,
             )
         finally:
             self.model.train(was_training)
@@ -272,8 +294,14 @@ class HFSampler:
             out.logprobs.append(logprobs[i, :n].clone())
             out.finished.append(bool(len(hits)))
         if keys is not None and getattr(result, CACHE_ARG, None) is not None:
-            self._keep(keys, [list(p) + t.tolist() for p, t in zip(prefixes, out.token_ids)], out.finished, getattr(result, CACHE_ARG),
-                       width, [len(p) for p in prefixes])
+            self._keep(
+                keys,
+                [list(p) + t.tolist() for p, t in zip(prefixes, out.token_ids)],
+                out.finished,
+                getattr(result, CACHE_ARG),
+                width,
+                [len(p) for p in prefixes],
+            )
         return out
 
 
@@ -285,7 +313,9 @@ def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:
     return m
 
 
-def score_sequences(model, sequences, prompt_lengths, temperature: float = 1.0, chunk_tokens: int = 256, pad_token_id: int = 0):
+def score_sequences(
+    model, sequences, prompt_lengths, temperature: float = 1.0, chunk_tokens: int = 256, pad_token_id: int = 0
+):
     """Teacher-forced log-probs of the response part of each sequence (no grad).
 
     Args:

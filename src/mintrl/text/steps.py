@@ -55,9 +55,7 @@ def split_steps(text: str, delimiters: tuple[str, ...] = ("blank_line", "code_fe
         elif name.startswith("regex:"):
             cuts.update(m.end() for m in re.finditer(name[len("regex:") :], text))
         else:
-            raise ValueError(
-                f"unknown step delimiter {name!r}; valid: 'blank_line', 'code_fence', 'regex:<pattern>'"
-            )
+            raise ValueError(f"unknown step delimiter {name!r}; valid: 'blank_line', 'code_fence', 'regex:<pattern>'")
     bounds = sorted(c for c in cuts if 0 < c < len(text))
     edges = [0, *bounds, len(text)]
     return [Step(a, b, text[a:b]) for a, b in zip(edges, edges[1:]) if b > a]

@@ -14,8 +14,13 @@ from mintrl.model.loading import LoadedPolicy, embedded_smollm2, load_policy
 
 # Fields that must be positive integers, checked before any model is loaded.
 POSITIVE_FIELDS = (
-    "rollout.n_control", "rollout.chunk_size", "rollout.continuation_len", "rollout.max_response_tokens",
-    "data.prompts_per_step", "data.val_samples_per_prompt", "trainer.max_steps",
+    "rollout.n_control",
+    "rollout.chunk_size",
+    "rollout.continuation_len",
+    "rollout.max_response_tokens",
+    "data.prompts_per_step",
+    "data.val_samples_per_prompt",
+    "trainer.max_steps",
 )
 NON_NEGATIVE_FIELDS = ("rollout.n_semi", "rollout.max_reviews", "rollout.intervention_steps")
 
@@ -42,28 +47,38 @@ def check_config(cfg: DictConfig) -> None:
                 raise ValueError(f"{name} must be {kind} integer, got {node!r}")
     top_p = (cfg.get("rollout") or {}).get("top_p", 1.0)
     if cfg.get("train", True) and isinstance(top_p, (int, float)) and top_p < 1:
-        raise ValueError(f"rollout.top_p={top_p} < 1 is refused for training: engines report log-probs renormalised over "
-                         "the nucleus (vLLM) while the trainer's are over the full vocabulary, so the objective would "
-                         "train on mismatched log-probs; sample with top_p=1 (evaluation, mintrl-eval, may use top_p < 1)")
+        raise ValueError(
+            f"rollout.top_p={top_p} < 1 is refused for training: engines report log-probs renormalised over "
+            "the nucleus (vLLM) while the trainer's are over the full vocabulary, so the objective would "
+            "train on mismatched log-probs; sample with top_p=1 (evaluation, mintrl-eval, may use top_p < 1)"
+        )
     strategy = (cfg.get("trainer") or {}).get("strategy")
     strategy = str(strategy.get("_target_", "") if isinstance(strategy, DictConfig) else strategy or "")
     sampler = str((cfg.get("sampler") or {}).get("_target_", ""))
     if "fsdp" in strategy.lower() and sampler.endswith("HFSampler"):
-        raise ValueError("trainer=fsdp needs sampler=vllm: Hugging Face generate cannot run on FSDP-sharded weights "
-                         "outside the training forward")
+        raise ValueError(
+            "trainer=fsdp needs sampler=vllm: Hugging Face generate cannot run on FSDP-sharded weights "
+            "outside the training forward"
+        )
     module = cfg.get("module") or {}
     updates = int(module.get("epochs", 1) or 1) * int(module.get("minibatches", 1) or 1)
     max_steps = (cfg.get("trainer") or {}).get("max_steps")
     if isinstance(max_steps, int) and max_steps > 0 and max_steps % updates:
-        raise ValueError(f"trainer.max_steps={max_steps} (optimizer updates) must be a multiple of module.epochs x module.minibatches = {updates}")
+        raise ValueError(
+            f"trainer.max_steps={max_steps} (optimizer updates) must be a multiple of module.epochs x module.minibatches = {updates}"
+        )
     prompts = (cfg.get("data") or {}).get("prompts") or {}
     prompts = prompts.get("source") if str(prompts.get("_target_", "")).endswith("BenchmarkPrompts") else prompts
     prompts_target = str((prompts or {}).get("_target_", ""))
-    code_prompts = prompts_target.endswith("CodePrompts") or bool(prompts_target.endswith("HubPrompts") and prompts.get("code"))
+    code_prompts = prompts_target.endswith("CodePrompts") or bool(
+        prompts_target.endswith("HubPrompts") and prompts.get("code")
+    )
     reward_target = str((cfg.get("reward") or {}).get("_target_", ""))
     if prompts_target and reward_target and code_prompts != reward_target.endswith("CodeReward"):
-        raise ValueError(f"data.prompts ({prompts_target}) and reward ({reward_target}) do not match: "
-                         "code problems need reward=code (e.g. `data=humaneval reward=code`), other tasks another reward")
+        raise ValueError(
+            f"data.prompts ({prompts_target}) and reward ({reward_target}) do not match: "
+            "code problems need reward=code (e.g. `data=humaneval reward=code`), other tasks another reward"
+        )
 
 
 class ModelContext:
@@ -126,14 +141,22 @@ def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
     intervention = instantiate(cfg.intervention, context=context)
     reward = instantiate(cfg.reward)
     allocation = instantiate(cfg.allocation) if cfg.get("allocation") else None
-    rollout = instantiate(cfg.rollout, sampler=sampler, judge=judge, intervention=intervention, reward=reward, tokenizer=tokenizer,
-                          allocation=allocation)
+    rollout = instantiate(
+        cfg.rollout,
+        sampler=sampler,
+        judge=judge,
+        intervention=intervention,
+        reward=reward,
+        tokenizer=tokenizer,
+        allocation=allocation,
+    )
     datamodule = instantiate(cfg.data, rollout=rollout, tokenizer=tokenizer)
-    module = instantiate(cfg.module, policy=context.policy, objective=instantiate(cfg.objective, context=context), tokenizer=tokenizer)
+    module = instantiate(
+        cfg.module, policy=context.policy, objective=instantiate(cfg.objective, context=context), tokenizer=tokenizer
+    )
     built_trainer = None
     if trainer:
         logger = instantiate(cfg.logger) if cfg.get("logger") else False
         callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
         built_trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks)
     return Components(context, rollout, datamodule, module, built_trainer)
-

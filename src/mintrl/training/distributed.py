@@ -23,8 +23,13 @@ def _is_decoder_layer(module: torch.nn.Module, suffixes: tuple[str, ...]) -> boo
     return type(module).__name__.endswith(suffixes)
 
 
-def fsdp_strategy(layer_class_suffixes: tuple[str, ...] | list[str] = ("DecoderLayer",), sharding_strategy: str = "FULL_SHARD",
-                  state_dict_type: str = "sharded", activation_checkpointing: bool = False, cpu_offload: bool = False):
+def fsdp_strategy(
+    layer_class_suffixes: tuple[str, ...] | list[str] = ("DecoderLayer",),
+    sharding_strategy: str = "FULL_SHARD",
+    state_dict_type: str = "sharded",
+    activation_checkpointing: bool = False,
+    cpu_offload: bool = False,
+):
     """Lightning's ``FSDPStrategy`` wrapping every transformer block of a Hugging Face causal LM.
 
     Args:
@@ -48,9 +53,19 @@ def fsdp_strategy(layer_class_suffixes: tuple[str, ...] | list[str] = ("DecoderL
     suffixes = tuple(layer_class_suffixes)
     if not suffixes:
         raise ValueError("trainer.strategy.layer_class_suffixes must name at least one block class suffix")
-    policy = functools.partial(lambda_auto_wrap_policy, lambda_fn=functools.partial(_is_decoder_layer, suffixes=suffixes))
+    policy = functools.partial(
+        lambda_auto_wrap_policy, lambda_fn=functools.partial(_is_decoder_layer, suffixes=suffixes)
+    )
     checkpointing = None
     if activation_checkpointing:
-        checkpointing = functools.partial(lambda_auto_wrap_policy, lambda_fn=functools.partial(_is_decoder_layer, suffixes=suffixes))
-    return FSDPStrategy(auto_wrap_policy=policy, sharding_strategy=sharding_strategy, state_dict_type=state_dict_type,
-                        activation_checkpointing_policy=checkpointing, cpu_offload=cpu_offload, use_orig_params=True)
+        checkpointing = functools.partial(
+            lambda_auto_wrap_policy, lambda_fn=functools.partial(_is_decoder_layer, suffixes=suffixes)
+        )
+    return FSDPStrategy(
+        auto_wrap_policy=policy,
+        sharding_strategy=sharding_strategy,
+        state_dict_type=state_dict_type,
+        activation_checkpointing_policy=checkpointing,
+        cpu_offload=cpu_offload,
+        use_orig_params=True,
+    )

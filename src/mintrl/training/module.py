@@ -49,8 +49,12 @@ def enable_gradient_checkpointing(policy: torch.nn.Module) -> None:
         ValueError: the model has no ``gradient_checkpointing_enable`` or does not support it.
     """
     base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
-    if not getattr(base, "supports_gradient_checkpointing", False) or not hasattr(base, "gradient_checkpointing_enable"):
-        raise ValueError(f"module.gradient_checkpointing=true, but {type(base).__name__} does not support gradient checkpointing")
+    if not getattr(base, "supports_gradient_checkpointing", False) or not hasattr(
+        base, "gradient_checkpointing_enable"
+    ):
+        raise ValueError(
+            f"module.gradient_checkpointing=true, but {type(base).__name__} does not support gradient checkpointing"
+        )
     if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5.24 (the older name is deprecated)
         base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
     else:
@@ -113,8 +117,12 @@ class PolicyModule(L.LightningModule):
         share_prompts: bool = True,
     ):
         super().__init__()
-        for name, value in (("logprob_chunk_tokens", logprob_chunk_tokens), ("epochs", epochs), ("minibatches", minibatches),
-                            ("micro_batch_rows", micro_batch_rows or 1)):
+        for name, value in (
+            ("logprob_chunk_tokens", logprob_chunk_tokens),
+            ("epochs", epochs),
+            ("minibatches", minibatches),
+            ("micro_batch_rows", micro_batch_rows or 1),
+        ):
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"module.{name} must be a positive integer, got {value!r}")
         if not isinstance(max_bad_steps, int) or max_bad_steps <= 0:
@@ -158,8 +166,15 @@ class PolicyModule(L.LightningModule):
         (the ``logprob_fn`` given to ``Objective.prepare``)."""
         step = self.micro_batch_rows or input_ids.shape[0]
         parts = [
-            token_logprobs(model, input_ids[s : s + step], attention_mask[s : s + step], target_mask[s : s + step],
-                           temperature, self.logprob_chunk_tokens, self._share(model))[0]
+            token_logprobs(
+                model,
+                input_ids[s : s + step],
+                attention_mask[s : s + step],
+                target_mask[s : s + step],
+                temperature,
+                self.logprob_chunk_tokens,
+                self._share(model),
+            )[0]
             for s in range(0, input_ids.shape[0], step)
         ]
         return torch.cat(parts) if parts else torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
@@ -176,7 +191,9 @@ class PolicyModule(L.LightningModule):
             totals = StepTotals(summed[0], summed[1])
         return totals
 
-    def accumulate(self, mini: RolloutBatch, totals: StepTotals, world_size: int = 1, backward: Callable | None = None) -> tuple[torch.Tensor, dict]:
+    def accumulate(
+        self, mini: RolloutBatch, totals: StepTotals, world_size: int = 1, backward: Callable | None = None
+    ) -> tuple[torch.Tensor, dict]:
         """Forward + backward of one update's mini-batch in micro-batches; gradients accumulate in
         the parameters' ``.grad``.
 
@@ -202,8 +219,15 @@ class PolicyModule(L.LightningModule):
         entropy_sum, entropy_tokens, gap_sum = 0.0, 0, 0.0
         for s in range(0, len(mini), step):
             micro = mini.select(torch.arange(s, min(s + step, len(mini)), device=mini.input_ids.device))
-            logprobs, entropy = token_logprobs(self.policy, micro.input_ids, micro.attention_mask, micro.response_mask,
-                                               micro.temperature, self.logprob_chunk_tokens, self._share(self.policy))  # [n, L] each
+            logprobs, entropy = token_logprobs(
+                self.policy,
+                micro.input_ids,
+                micro.attention_mask,
+                micro.response_mask,
+                micro.temperature,
+                self.logprob_chunk_tokens,
+                self._share(self.policy),
+            )  # [n, L] each
             out = self.objective(micro, logprobs, totals)
             backward(out.loss * world_size)
             total = total + out.loss.detach()
@@ -231,8 +255,16 @@ class PolicyModule(L.LightningModule):
         if self._all_ranks_sum(batch.extras["loss_mask"].sum()) == 0:  # every rollout failed: nothing to learn from
             self.skipped_batches += 1
             self.bad_in_row += 1
-            log.warning("step %d: no usable rollout in the batch (every reward missing or failed): not trained on", self.global_step)
-            self.log_dict({**batch.stats, "train/skipped_batches": float(self.skipped_batches)}, on_step=True, on_epoch=False, batch_size=len(batch))
+            log.warning(
+                "step %d: no usable rollout in the batch (every reward missing or failed): not trained on",
+                self.global_step,
+            )
+            self.log_dict(
+                {**batch.stats, "train/skipped_batches": float(self.skipped_batches)},
+                on_step=True,
+                on_epoch=False,
+                batch_size=len(batch),
+            )
             self._stop_if_too_many_bad("a rollout batch without a usable rollout")
             return None
         first_gap = None
@@ -240,7 +272,9 @@ class PolicyModule(L.LightningModule):
         for _ in range(self.epochs):
             for rows in minibatch_rows(len(batch), self.minibatches, generator):
                 mini = batch.select(rows.to(batch.input_ids.device))
-                loss, metrics = self.accumulate(mini, self.global_totals(mini), self.trainer.world_size, self.manual_backward)
+                loss, metrics = self.accumulate(
+                    mini, self.global_totals(mini), self.trainer.world_size, self.manual_backward
+                )
                 gap = metrics.pop("train/sampler_logprob_gap")  # later updates measure policy drift, not the sampler
                 first_gap = gap if first_gap is None else first_gap
                 norms = grad_norm(self.policy, norm_type=2)
@@ -250,8 +284,12 @@ class PolicyModule(L.LightningModule):
                     optimizer.zero_grad(set_to_none=True)  # never apply a NaN / inf update, on any rank
                     self.skipped_updates += 1
                     self.bad_in_row += 1
-                    log.warning("step %d: non-finite loss (%s) or gradient norm (%s): update skipped", self.global_step, float(loss),
-                                metrics["train/grad_norm"])
+                    log.warning(
+                        "step %d: non-finite loss (%s) or gradient norm (%s): update skipped",
+                        self.global_step,
+                        float(loss),
+                        metrics["train/grad_norm"],
+                    )
                     continue
                 self.bad_in_row = 0
                 if self.max_grad_norm is not None:
@@ -278,8 +316,22 @@ class PolicyModule(L.LightningModule):
         metrics.update(batch.stats)
         self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=len(batch))
         if "reward/control" in batch.stats:
-            self.log("reward", batch.stats["reward/control"], prog_bar=True, on_step=True, batch_size=len(batch), logger=False)
-        self.log("gen_tok/s", batch.stats.get("perf/gen_tokens_per_s", 0.0), prog_bar=True, on_step=True, batch_size=len(batch), logger=False)
+            self.log(
+                "reward",
+                batch.stats["reward/control"],
+                prog_bar=True,
+                on_step=True,
+                batch_size=len(batch),
+                logger=False,
+            )
+        self.log(
+            "gen_tok/s",
+            batch.stats.get("perf/gen_tokens_per_s", 0.0),
+            prog_bar=True,
+            on_step=True,
+            batch_size=len(batch),
+            logger=False,
+        )
         self.history.append({k: float(v) for k, v in metrics.items()})
         return torch.tensor(metrics["train/loss"])
 
@@ -302,11 +354,18 @@ class PolicyModule(L.LightningModule):
         path = Path(self.trainer.default_root_dir) / "checkpoints" / "last-good.ckpt"
         self.trainer.save_checkpoint(path)
         for logger in self.loggers:  # this step's self.log values would never be written: the step raises
-            logger.log_metrics({"train/skipped_updates": float(self.skipped_updates), "train/skipped_batches": float(self.skipped_batches)},
-                               step=self.global_step)
+            logger.log_metrics(
+                {
+                    "train/skipped_updates": float(self.skipped_updates),
+                    "train/skipped_batches": float(self.skipped_batches),
+                },
+                step=self.global_step,
+            )
             logger.save()
-        raise RuntimeError(f"{self.bad_in_row} skipped steps in a row (latest: {what}; module.max_bad_steps="
-                           f"{self.max_bad_steps}): the run stops. The last good state is in {path} (resume with ckpt_path={path})")
+        raise RuntimeError(
+            f"{self.bad_in_row} skipped steps in a row (latest: {what}; module.max_bad_steps="
+            f"{self.max_bad_steps}): the run stops. The last good state is in {path} (resume with ckpt_path={path})"
+        )
 
     def validation_step(self, batch: RolloutBatch, batch_idx: int) -> None:
         """Collects rewards of control rollouts on held-out prompts."""
@@ -325,9 +384,14 @@ class PolicyModule(L.LightningModule):
             ids = batch.input_ids[i][batch.response_mask[i]].tolist()
             item = batch.prompts[int(batch.group_index[i])]
             reward = float(batch.rewards[i])
-            rows.append({"problem": item.index, "question": item.question,
-                         "response": self.tokenizer.decode(ids, skip_special_tokens=True),
-                         "reward": None if reward != reward else reward})
+            rows.append(
+                {
+                    "problem": item.index,
+                    "question": item.question,
+                    "response": self.tokenizer.decode(ids, skip_special_tokens=True),
+                    "reward": None if reward != reward else reward,
+                }
+            )
         return rows
 
     def on_validation_epoch_end(self) -> None:
@@ -357,4 +421,7 @@ class PolicyModule(L.LightningModule):
         optimizer = self.optimizer_factory([p for p in self.policy.parameters() if p.requires_grad])
         if self.scheduler_factory is None:
             return optimizer
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": self.scheduler_factory(optimizer), "interval": "step"}}
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": self.scheduler_factory(optimizer), "interval": "step"},
+        }

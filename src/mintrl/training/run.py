@@ -1,5 +1,4 @@
-"""Run a composed training config: build, validate, train, export (behind ``mintrl-train``).
-"""
+"""Run a composed training config: build, validate, train, export (behind ``mintrl-train``)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,6 @@ from omegaconf import DictConfig
 from mintrl.training.build import build_components
 
 log = logging.getLogger(__name__)
-
 
 
 def resume_checkpoint(cfg: DictConfig) -> str | None:
@@ -50,14 +48,20 @@ def run(cfg: DictConfig) -> dict:
         log.info("resuming from %s (the SFT stage and the step-0 validation are not run again)", ckpt_path)
     sft_summary = None
     if cfg.get("sft") and ckpt_path is None:  # SFT+GRPO: supervised stage first, RL continues from its weights
-        logger = instantiate(cfg.logger, name=f"{cfg.logger.get('name', 'tensorboard')}_sft") if cfg.get("logger") else False
+        logger = (
+            instantiate(cfg.logger, name=f"{cfg.logger.get('name', 'tensorboard')}_sft") if cfg.get("logger") else False
+        )
         sft_summary = instantiate(cfg.sft).run(c, cfg.trainer, logger=logger)
         log.info("SFT stage: %s", sft_summary)
     if (cfg.get("validate_at_start", True) and ckpt_path is None) or not cfg.get("train", True):
         metrics = c.trainer.validate(c.module, datamodule=c.datamodule, verbose=False)
     if not cfg.get("train", True):  # evaluation only (the "base" row of the experiment grid)
         reward = metrics[0].get("val/reward") if metrics else None
-        log.info("evaluation only (train=false): val/reward = %s over %d validation prompts", reward, len(c.datamodule.val_items))
+        log.info(
+            "evaluation only (train=false): val/reward = %s over %d validation prompts",
+            reward,
+            len(c.datamodule.val_items),
+        )
         return {"steps": 0, "val_reward_first": reward, "val_reward_last": reward, "sft": sft_summary}
     c.trainer.fit(c.module, datamodule=c.datamodule, ckpt_path=ckpt_path)
     summary = next((cb.summary for cb in c.trainer.callbacks if cb.__class__.__name__ == "RunSummary"), {})

@@ -24,7 +24,9 @@ import sys
 
 RESOURCE_ERRNOS = {errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE, errno.EFBIG, errno.ENOSPC}
 
-_WRAP = ast.parse("try:\n    pass\nexcept BaseException as _mintrl_e:\n    _mintrl_fail(_mintrl_e)\nelse:\n    _mintrl_pass()").body[0]
+_WRAP = ast.parse(
+    "try:\n    pass\nexcept BaseException as _mintrl_e:\n    _mintrl_fail(_mintrl_e)\nelse:\n    _mintrl_pass()"
+).body[0]
 
 
 def is_resource_error(exc):

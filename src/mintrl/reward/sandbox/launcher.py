@@ -31,9 +31,25 @@ import time
 
 CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWUSER = 0x00020000, 0x08000000, 0x10000000
 CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
-MOUNT_OPTION_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC, "noatime": 1024, "nodiratime": 2048,
-                      "relatime": 1 << 21, "strictatime": 1 << 24}
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = (
+    1,
+    2,
+    4,
+    8,
+    32,
+    4096,
+    16384,
+    1 << 18,
+)
+MOUNT_OPTION_FLAGS = {
+    "nosuid": MS_NOSUID,
+    "nodev": MS_NODEV,
+    "noexec": MS_NOEXEC,
+    "noatime": 1024,
+    "nodiratime": 2048,
+    "relatime": 1 << 21,
+    "strictatime": 1 << 24,
+}
 PR_SET_PDEATHSIG = 1
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -75,7 +91,11 @@ def _isolate(root):
     if not root:
         uid, gid = os.getuid(), os.getgid()
         if _unshare(CLONE_NEWUSER | flags):
-            for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"), ("/proc/self/gid_map", f"{gid} {gid} 1")):
+            for path, text in (
+                ("/proc/self/setgroups", "deny"),
+                ("/proc/self/uid_map", f"{uid} {uid} 1"),
+                ("/proc/self/gid_map", f"{gid} {gid} 1"),
+            ):
                 with open(path, "w") as f:
                     f.write(text)
             return {"network": True, "pid": True, "mount": True, "user_namespace": True}
@@ -105,9 +125,14 @@ def _child(cfg, isolation, root, report_fd, harness_source):
         if root:
             os.chown(workdir, cfg["uid"], cfg["gid"])
         lim = cfg["limits"]
-        for name, value in (("RLIMIT_CPU", lim["cpu_s"]), ("RLIMIT_AS", lim["address_space_bytes"]),
-                            ("RLIMIT_FSIZE", lim["file_size_bytes"]), ("RLIMIT_NPROC", lim["processes"]),
-                            ("RLIMIT_NOFILE", lim["open_files"]), ("RLIMIT_CORE", 0)):
+        for name, value in (
+            ("RLIMIT_CPU", lim["cpu_s"]),
+            ("RLIMIT_AS", lim["address_space_bytes"]),
+            ("RLIMIT_FSIZE", lim["file_size_bytes"]),
+            ("RLIMIT_NPROC", lim["processes"]),
+            ("RLIMIT_NOFILE", lim["open_files"]),
+            ("RLIMIT_CORE", 0),
+        ):
             hard = value + 1 if name == "RLIMIT_CPU" else value  # SIGXCPU at the soft limit, SIGKILL 1 s later
             resource.setrlimit(getattr(resource, name), (value, hard))
         if root:
@@ -153,8 +178,13 @@ def main():
     _, status, usage = os.wait4(pid, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
     isolation["read_only"] = os.read(report_r, 1) == b"1"
-    report = {"status": status, "timed_out": timed_out, "wall_s": time.monotonic() - start,
-              "cpu_s": usage.ru_utime + usage.ru_stime, "isolation": isolation}
+    report = {
+        "status": status,
+        "timed_out": timed_out,
+        "wall_s": time.monotonic() - start,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "isolation": isolation,
+    }
     with open(cfg["status_path"], "w") as f:
         json.dump(report, f)
     if not isolation["pid"]:

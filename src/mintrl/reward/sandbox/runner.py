@@ -37,8 +37,15 @@ log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).resolve().parent
 LAUNCHER, HARNESS = str(_HERE / "launcher.py"), str(_HERE / "harness.py")
-_SAFE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0",
-             "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+_SAFE_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "PYTHONHASHSEED": "0",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
 
 
 class Outcome(str, Enum):
@@ -142,19 +149,46 @@ class Sandbox:
         tmp_dir: str | None = None,
     ):
         workers = workers or os.cpu_count() or 1
-        for name, value in (("workers", workers), ("timeout_s", timeout_s), ("cpu_s", cpu_s), ("memory_mb", memory_mb),
-                            ("file_size_mb", file_size_mb), ("processes", processes), ("open_files", open_files),
-                            ("tmp_mb", tmp_mb), ("max_output_bytes", max_output_bytes)):
+        for name, value in (
+            ("workers", workers),
+            ("timeout_s", timeout_s),
+            ("cpu_s", cpu_s),
+            ("memory_mb", memory_mb),
+            ("file_size_mb", file_size_mb),
+            ("processes", processes),
+            ("open_files", open_files),
+            ("tmp_mb", tmp_mb),
+            ("max_output_bytes", max_output_bytes),
+        ):
             if value <= 0:
                 raise ValueError(f"sandbox.{name} must be positive, got {value}")
         self.workers, self.timeout_s, self.max_output_bytes = int(workers), float(timeout_s), int(max_output_bytes)
-        self.limits = {"wall_s": float(timeout_s), "cpu_s": int(cpu_s), "address_space_bytes": int(memory_mb) << 20,
-                       "file_size_bytes": int(file_size_mb) << 20, "processes": int(processes), "open_files": int(open_files)}
+        self.limits = {
+            "wall_s": float(timeout_s),
+            "cpu_s": int(cpu_s),
+            "address_space_bytes": int(memory_mb) << 20,
+            "file_size_bytes": int(file_size_mb) << 20,
+            "processes": int(processes),
+            "open_files": int(open_files),
+        }
         self.tmp_bytes, self.uid_base = int(tmp_mb) << 20, int(uid_base)
         # the first interpreter the sandbox uid can run (a venv under /root is not readable by it)
-        self._pythons = [python] if python else list(dict.fromkeys(p for p in (
-            sys.executable, os.path.realpath(sys.executable), getattr(sys, "_base_executable", None),
-            shutil.which("python3", path=_SAFE_ENV["PATH"])) if p))
+        self._pythons = (
+            [python]
+            if python
+            else list(
+                dict.fromkeys(
+                    p
+                    for p in (
+                        sys.executable,
+                        os.path.realpath(sys.executable),
+                        getattr(sys, "_base_executable", None),
+                        shutil.which("python3", path=_SAFE_ENV["PATH"]),
+                    )
+                    if p
+                )
+            )
+        )
         self.python = self._pythons[0]
         self.require_network_isolation, self.tmp_dir = require_network_isolation, tmp_dir
         self._slots: queue.Queue[int] = queue.Queue()
@@ -194,14 +228,18 @@ class Sandbox:
                 break
             errors.append(f"{python}: {result.outcome.value}: {result.stderr.strip()[-300:]!r}")
         else:
-            raise RuntimeError(f"code sandbox self-check failed for every interpreter tried (they must be executable by "
-                               f"uid {self._first_uid}; set sandbox.python): " + "; ".join(errors))
+            raise RuntimeError(
+                f"code sandbox self-check failed for every interpreter tried (they must be executable by "
+                f"uid {self._first_uid}; set sandbox.python): " + "; ".join(errors)
+            )
         log.info("code sandbox: interpreter %s, isolation %s", self.python, isolation)
         missing = [k for k in ("network", "pid", "mount", "read_only") if not isolation.get(k)]
         if missing:
             if self.require_network_isolation and not isolation.get("network"):
                 raise RuntimeError("sandbox.require_network_isolation=true but this OS refused a network namespace")
-            log.warning("code sandbox: no %s isolation on this machine (see mintrl.reward.sandbox docs)", ", ".join(missing))
+            log.warning(
+                "code sandbox: no %s isolation on this machine (see mintrl.reward.sandbox docs)", ", ".join(missing)
+            )
         self._isolation = isolation
 
     def _run_in_slot(self, program: Program) -> ProgramResult:
@@ -221,14 +259,29 @@ class Sandbox:
             work = os.path.join(tmp, "work")  # used only where no private /tmp can be mounted
             os.mkdir(work, 0o700)
             uid = self._first_uid + slot
-            cfg = {"workdir": work, "uid": uid, "gid": uid, "limits": self.limits,
-                   "tmp_bytes": self.tmp_bytes, "python": self.python, "harness": HARNESS, "env": _SAFE_ENV,
-                   "status_path": os.path.join(tmp, "status.json"),
-                   "caller_home": os.path.expanduser("~")}
+            cfg = {
+                "workdir": work,
+                "uid": uid,
+                "gid": uid,
+                "limits": self.limits,
+                "tmp_bytes": self.tmp_bytes,
+                "python": self.python,
+                "harness": HARNESS,
+                "env": _SAFE_ENV,
+                "status_path": os.path.join(tmp, "status.json"),
+                "caller_home": os.path.expanduser("~"),
+            }
             job = json.dumps({**dataclasses.asdict(program), "nonce": nonce}).encode()
             with open(os.path.join(tmp, "stdout"), "w+b") as out, open(os.path.join(tmp, "stderr"), "w+b") as err:
-                proc = subprocess.Popen([sys.executable, "-I", "-S", LAUNCHER, json.dumps(cfg)], stdin=subprocess.PIPE,
-                                        stdout=out, stderr=err, env=_SAFE_ENV, start_new_session=True, close_fds=True)
+                proc = subprocess.Popen(
+                    [sys.executable, "-I", "-S", LAUNCHER, json.dumps(cfg)],
+                    stdin=subprocess.PIPE,
+                    stdout=out,
+                    stderr=err,
+                    env=_SAFE_ENV,
+                    start_new_session=True,
+                    close_fds=True,
+                )
                 try:
                     proc.communicate(job, timeout=self.timeout_s + 10.0)
                 except subprocess.TimeoutExpired:  # the launcher's own timer failed: kill its whole group

@@ -28,9 +28,13 @@ class RunSummary(L.Callback):
         hist = getattr(module, "history", [])
         val = getattr(module, "val_history", [])
         k = max(1, len(hist) // 4)
-        ckpt = getattr(trainer.checkpoint_callback, "last_model_path", "") or getattr(trainer.checkpoint_callback, "best_model_path", "")
+        ckpt = getattr(trainer.checkpoint_callback, "last_model_path", "") or getattr(
+            trainer.checkpoint_callback, "best_model_path", ""
+        )
         export = next((c for c in trainer.callbacks if c.__class__.__name__ == "HFExport"), None)
-        best = next((c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None) and c.best_model_path), None)
+        best = next(
+            (c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None) and c.best_model_path), None
+        )
         self.summary = {
             "steps": trainer.global_step,
             "minutes": (time.perf_counter() - self._t0) / 60,
@@ -55,13 +59,20 @@ class RunSummary(L.Callback):
             return "n/a" if v is None else f"{v:.3f}"
 
         lines = [
-            "", "=" * 72, f"mintrl run summary: {s['steps']} optimizer steps in {s['minutes']:.1f} min",
+            "",
+            "=" * 72,
+            f"mintrl run summary: {s['steps']} optimizer steps in {s['minutes']:.1f} min",
             f"  held-out reward (val/reward):   first {fmt(s['val_reward_first'])}  ->  last {fmt(s['val_reward_last'])}",
             f"  control reward (first/last {k} steps): {fmt(s['control_reward_first'])}  ->  {fmt(s['control_reward_last'])}",
             f"  semi-on-policy minus control:   {fmt(s['semi_minus_control'])}   off-policy token fraction: {fmt(s['offpolicy_frac'])}",
             f"  TensorBoard logs: {s['log_dir']}   (tensorboard --logdir {s['log_dir']})",
             f"  Lightning checkpoint: {s['checkpoint'] or 'none'}",
-            *([f"  best checkpoint ({s['best_monitor']} = {fmt(s['best_score'])}): {s['best_checkpoint']}"] if s["best_checkpoint"] else []),
-            f"  Hugging Face policy: {s['hf_folder']}", "=" * 72,
+            *(
+                [f"  best checkpoint ({s['best_monitor']} = {fmt(s['best_score'])}): {s['best_checkpoint']}"]
+                if s["best_checkpoint"]
+                else []
+            ),
+            f"  Hugging Face policy: {s['hf_folder']}",
+            "=" * 72,
         ]
         print("\n".join(lines), flush=True)
