@@ -9,7 +9,7 @@ STAMP := $(VENV)/.mintrl-installed
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.mintrl-installed
 
-.PHONY: setup train test test-slow setup-vllm test-vllm bench clean
+.PHONY: setup train test test-unit test-slow lint format setup-vllm test-vllm bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,15 @@ train: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/pytest -q $(ARGS)
+
+# ruff: lint rules and the formatter's check (pyproject's [tool.ruff]); `make format` rewrites
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
 
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow $(ARGS)
