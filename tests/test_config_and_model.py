@@ -37,7 +37,7 @@ def test_every_group_composes_and_instantiates(tmp_path):
     )
     assert c.module.objective.kappa is None
     # the judge's model is a frozen copy of step 0, not the policy being trained
-    frozen = c.rollout.judge.sampler.model
+    frozen = c.rollout.judge.inner.sampler.model
     assert frozen is not c.module.policy and not any(p.requires_grad for p in frozen.parameters())
     assert c.rollout.intervention.sampler.model is frozen
     assert c.trainer.max_steps == cfg.trainer.max_steps and c.module.max_grad_norm == 1.0

@@ -169,7 +169,7 @@ def test_opd_privileged_teacher_logprobs_line_up_with_the_response(embedded, tok
     # at theta = pi_t the token-mean loss equals the mean per-token reverse KL estimate
     from mintrl.objective import step_totals
 
-    out = objective(batch, batch.rollout_logprobs.clone(), step_totals(batch.extras["loss_mask"]))
+    out = objective(batch, batch.rollout_logprobs.clone(), step_totals(batch.loss_mask))
     assert out.loss.item() == pytest.approx(out.metrics["objective/reverse_kl"].item(), abs=1e-5)
 
 
@@ -216,7 +216,7 @@ def test_teacher_judge_and_intervention_share_one_loaded_model(tmp_path):
     c = build_components(
         _compose("judge=teacher", "intervention=teacher", "teacher_model.path=embedded"), trainer=False
     )
-    judge_model = c.rollout.judge.sampler.model
+    judge_model = c.rollout.judge.inner.sampler.model
     assert judge_model is c.rollout.intervention.sampler.model, "loaded once per run"
     assert judge_model is not c.module.policy and not any(p.requires_grad for p in judge_model.parameters())
     assert c.rollout.intervention.shared_vocab

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from mintrl.allocation.base import Allocation
 from mintrl.allocation.branching import anchors
 
 
-class EntropyAllocation:
+class EntropyAllocation(Allocation):
     """Branch ``branch_budget`` continuations at every anchor whose entropy (first-token
     surprisal, see :func:`mintrl.allocation.branching.anchors`) is in the top ``1 - percentile`` of
     the step's pool of anchors (control rollouts only), highest first, until the budget is spent.
@@ -50,9 +51,3 @@ class EntropyAllocation:
             new += brancher.branch(r, k, m, self.temperature, items[r.group])
             branches += 1
         return new, {"allocation/branches": float(branches)}
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass

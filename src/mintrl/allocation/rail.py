@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 
+from mintrl.allocation.base import Allocation
 from mintrl.allocation.branching import anchors
 from mintrl.allocation.features import FEATURES, anchor_features
 from mintrl.allocation.gain import realized_gain
@@ -17,7 +18,7 @@ def _mean(values):
     return sum(values) / len(values) if values else float("nan")
 
 
-class RailAllocation:
+class RailAllocation(Allocation):
     """Per prompt, the ``anchors_per_prompt`` highest-entropy anchors of its control rollouts are
     offered to the :class:`RailController`: in the shadow phase it tries budgets in increasing order
     while the group's reward variance grows (accept-or-stop: a branch that does not raise it is

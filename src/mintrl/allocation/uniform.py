@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from mintrl.allocation.base import Allocation
 
-class UniformAllocation:
+
+class UniformAllocation(Allocation):
     """Plain GRPO / MInTRL allocation: ``rollout.n_control + rollout.n_semi`` rollouts per prompt."""
 
     budget_per_step = None
@@ -11,9 +13,3 @@ class UniformAllocation:
     def allocate(self, rollouts, items, brancher, budget, delimiters):
         """No extra rollouts: ``([], {})``."""
         return [], {}
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass

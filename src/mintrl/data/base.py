@@ -4,8 +4,9 @@ chat-templated prompt ids."""
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 from mintrl.model.tokens import chat_ids
 
@@ -103,3 +104,21 @@ def prompt_ids(
             f"{where}: field 'question': prompt has {len(ids)} tokens > max_prompt_tokens={max_prompt_tokens}"
         )
     return ids
+
+
+class PromptSource(ABC):
+    """A source of prompts (``data.prompts``): ``build(split, tokenizer, rows)`` gives the items of
+    ``"train"`` or ``"val"``, each row checked (:class:`InvalidRow`, filtered by ``rows``).
+
+    Contract: :meth:`serves_code` answers from the config alone, before anything is built (the
+    config check pairs code problems with ``reward=code``)."""
+
+    @abstractmethod
+    def build(self, split: str, tokenizer, rows: RowFilter | None = None) -> list[PromptItem]:
+        """The prompt items of ``split``."""
+
+    @classmethod
+    def serves_code(cls, config: Mapping[str, Any]) -> bool:
+        """True when a source configured by ``config`` (its ``data.prompts`` node) yields coding
+        problems scored by unit tests."""
+        return False

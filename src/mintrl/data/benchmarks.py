@@ -11,16 +11,26 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any
+from typing import Any, Mapping
 
-from mintrl.data.base import DEFAULT_INSTRUCTION, InvalidRow, PromptItem, RowFilter, prompt_ids, read_json_rows
+from hydra.utils import get_class
+
+from mintrl.data.base import (
+    DEFAULT_INSTRUCTION,
+    InvalidRow,
+    PromptItem,
+    PromptSource,
+    RowFilter,
+    prompt_ids,
+    read_json_rows,
+)
 from mintrl.data.code import CODE_INSTRUCTION, code_items, normalise_row
 
 _WORD = re.compile(r"[A-Za-z]{2,}")
 MATH_WORDS = {"sqrt", "floor", "ceil", "pi", "ln", "log", "exp", "sin", "cos", "tan", "infty", "frac", "binom"}
 
 
-class BenchmarkPrompts:
+class BenchmarkPrompts(PromptSource):
     """One split of a prompt source as validation prompts; no training prompts.
 
     Args:
@@ -33,6 +43,13 @@ class BenchmarkPrompts:
         if limit is not None and limit <= 0:
             raise ValueError(f"limit must be positive or null, got {limit}")
         self.source, self.split, self.limit = source, split, limit
+
+    @classmethod
+    def serves_code(cls, config) -> bool:
+        """What its ``source`` serves."""
+        source = config.get("source")
+        target = source.get("_target_") if isinstance(source, Mapping) else None
+        return bool(target) and get_class(str(target)).serves_code(source)
 
     def build(self, split: str, tokenizer, rows: RowFilter | None = None) -> list[PromptItem]:
         """``"val"``: the source's ``self.split`` problems (first ``limit``); ``"train"``: none."""
@@ -59,7 +76,7 @@ def is_answerable(answer: str) -> bool:
     return bool(gold) and math_verify.verify(gold, gold)
 
 
-class _RowPrompts:
+class _RowPrompts(PromptSource):
     """Shared ``build`` of sources whose rows are ``{"question", "answer", ...}`` dicts."""
 
     task = "benchmark"
@@ -136,6 +153,11 @@ class HubPrompts(_RowPrompts):
         RuntimeError: the dataset can be loaded neither from the hub nor locally (what to do is in
             the message). ValueError: a row without the fields (row and field named).
     """
+
+    @classmethod
+    def serves_code(cls, config) -> bool:
+        """Its ``code`` flag."""
+        return bool(config.get("code", False))
 
     def __init__(
         self,

@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from mintrl.data.base import InvalidRow, PromptItem, RowFilter, prompt_ids, read_json_rows
+from mintrl.data.base import InvalidRow, PromptItem, PromptSource, RowFilter, prompt_ids, read_json_rows
 
 CODE_INSTRUCTION = "{question}\nWrite the complete solution in one ```python code block."
 HUMANEVAL = "humaneval"
@@ -84,7 +84,7 @@ def normalise_row(row: dict[str, Any], i: int, name: str) -> dict[str, Any]:
     )
 
 
-class CodePrompts:
+class CodePrompts(PromptSource):
     """Train and validation coding problems from HumanEval (shipped) or a local jsonl file.
 
     Args:
@@ -101,6 +101,11 @@ class CodePrompts:
         ValueError: bad sizes, a missing file, a malformed row (index and field named), a prompt
             longer than ``max_prompt_tokens``.
     """
+
+    @classmethod
+    def serves_code(cls, config) -> bool:
+        """Always: HumanEval/MBPP problems."""
+        return True
 
     def __init__(
         self,

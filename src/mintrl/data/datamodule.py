@@ -18,6 +18,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from mintrl.data.base import PromptItem, RowFilter
+from mintrl.rollout.batch import RolloutBatch
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +187,7 @@ class RolloutDataModule(L.LightningDataModule):
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx: int):
         """Rollout batches move as a whole (:meth:`RolloutBatch.to`); prompt batches stay."""
-        return batch.to(device) if hasattr(batch, "to") else batch
+        return batch.to(device) if isinstance(batch, RolloutBatch) else batch
 
     def on_before_batch_transfer(self, batch, dataloader_idx: int):
         """Turn a prompt batch into rollouts with the current weights (see module docstring)."""
@@ -203,9 +204,7 @@ class RolloutDataModule(L.LightningDataModule):
                 torch.manual_seed(self.val_seed + batch[0].index)
                 return self.rollout.generate(batch, n_control=self.val_samples_per_prompt, n_semi=0, allocate=False)
         finally:
-            release = getattr(getattr(self.rollout, "sampler", None), "release", None)
-            if callable(release):
-                release()  # end of a generation phase (vLLM sleep mode frees memory for the update)
+            self.rollout.sampler.release()  # end of a generation phase (vLLM sleep mode frees memory for the update)
 
     def state_dict(self) -> dict:
         """What a resumed run needs to continue as if it never stopped; Lightning stores it in every
@@ -213,15 +212,12 @@ class RolloutDataModule(L.LightningDataModule):
         controller), the data position (training batches generated) and the random generators
         that sampling draws from (torch CPU and CUDA, Python, NumPy), as they are now, i.e. as the
         next rollout batch will find them."""
-        state = {"batches_trained": self.batches_trained, "rng": rng_states()}
-        if hasattr(self.rollout, "state_dict"):
-            state["rollout"] = self.rollout.state_dict()
-        return state
+        return {"batches_trained": self.batches_trained, "rng": rng_states(), "rollout": self.rollout.state_dict()}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore :meth:`state_dict`; the RNG states are applied right before the next training
         rollout batch."""
-        if state_dict.get("rollout") and hasattr(self.rollout, "load_state_dict"):
+        if state_dict.get("rollout"):
             self.rollout.load_state_dict(state_dict["rollout"])
         self.batches_trained = int(state_dict.get("batches_trained", 0))
         self._resume_rng = state_dict.get("rng")

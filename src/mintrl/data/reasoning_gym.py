@@ -5,10 +5,10 @@ from __future__ import annotations
 import reasoning_gym
 from reasoning_gym.factory import DATASETS
 
-from mintrl.data.base import DEFAULT_INSTRUCTION, InvalidRow, PromptItem, RowFilter, prompt_ids
+from mintrl.data.base import DEFAULT_INSTRUCTION, InvalidRow, PromptItem, PromptSource, RowFilter, prompt_ids
 
 
-class ReasoningGymPrompts:
+class ReasoningGymPrompts(PromptSource):
     """Train and validation prompts of one reasoning-gym task, from disjoint seeds.
 
     Args:

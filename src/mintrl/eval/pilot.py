@@ -22,7 +22,7 @@ from typing import Sequence
 import torch
 from omegaconf import DictConfig
 
-from mintrl.judge.base import REVISE, Verdict
+from mintrl.judge.base import REVISE, Judge, Verdict
 from mintrl.judge.rule import RuleJudge
 from mintrl.rollout.stats import kappa_estimate
 from mintrl.training.build import build_components
@@ -37,14 +37,14 @@ def verdicts_agree(a: Verdict, b: Verdict) -> bool:
     return True
 
 
-class AgreementJudge:
+class AgreementJudge(Judge):
     """Wraps a judge; every review is also given to ``reference`` and agreement is counted.
 
     Attributes:
         reviews: chunks reviewed. agreements: of them, verdicts that agree (:func:`verdicts_agree`).
     """
 
-    def __init__(self, judge, reference):
+    def __init__(self, judge: Judge, reference: Judge):
         self.judge, self.reference = judge, reference
         self.reviews = self.agreements = 0
 
@@ -88,7 +88,7 @@ def run_pilot(cfg: DictConfig) -> list[dict]:
         raise ValueError("mintrl-pilot needs rollout.n_semi > 0")
     if p.prompts * len(p.seeds) > len(c.datamodule.train_items):
         raise ValueError(f"pilot.prompts x seeds exceeds the {len(c.datamodule.train_items)} training prompts")
-    compare = bool(p.agreement_with_rule) and not isinstance(getattr(engine.judge, "inner", engine.judge), RuleJudge)
+    compare = bool(p.agreement_with_rule) and not isinstance(engine.judge.inner, RuleJudge)
     rows = []
     for chunk, reviews, continuation in itertools.product(p.chunk_sizes, p.max_reviews, p.continuation_lens):
         engine.chunk_size, engine.max_reviews, engine.continuation_len = int(chunk), int(reviews), int(continuation)

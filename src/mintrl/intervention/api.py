@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mintrl.intervention.base import Correction, InterventionRequest
+from mintrl.intervention.base import Correction, Intervention, InterventionRequest
 from mintrl.model.endpoint import ChatEndpoint
 from mintrl.prompts.templates import load_prompt
 
 DEMONSTRATION = "{question}\n\nGive the final answer inside <answer></answer> tags."
 
 
-class ApiIntervention:
+class ApiIntervention(Intervention):
     """Black-box intervention (see module docstring).
 
     Args:

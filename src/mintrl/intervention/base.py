@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Sequence
 
 from mintrl.judge.base import Verdict
 
@@ -48,15 +49,28 @@ class Correction:
             raise ValueError(f"correction has {len(self.ids)} ids but {len(self.logprobs)} log-probs")
 
 
-class Intervention(Protocol):
-    """Writes corrections in the policy's token ids."""
+class Intervention(ABC):
+    """Writes corrections in the policy's token ids (``intervention=`` config group).
 
+    Contract: the constructor takes the keyword ``context`` (a
+    :class:`mintrl.training.build.ModelContext`), which ``build_components`` always passes; an
+    intervention that needs no model accepts and ignores it.
+
+    Attributes:
+        white_box: True when :attr:`Correction.logprobs` are the real log-probs (nats) of the
+            distribution that wrote the tokens (a model we hold, or a deterministic writer: 0);
+            False for black-box writers whose log-probs are a 0.0 fallback. Logged statistics of
+            behaviour log-probs (``rollout/intervention_logprob``) are reported only when True.
+    """
+
+    white_box: bool = False
+
+    @abstractmethod
     def intervene(self, requests: Sequence[InterventionRequest], max_new_tokens: int) -> list[Correction]:
         """One correction per request: at most ``max_new_tokens`` tokens, no EOS (control returns
         to the policy)."""
-        ...
 
+    @abstractmethod
     def demonstrate(self, requests: Sequence[InterventionRequest], max_new_tokens: int) -> list[Correction]:
         """A complete response per request (empty ``response_ids``), EOS included when written:
         the judge-intervention model's own trajectories, for the SFT stage of SFT+GRPO."""
-        ...

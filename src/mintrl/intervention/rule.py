@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mintrl.intervention.base import Correction, InterventionRequest
+from mintrl.intervention.base import Correction, Intervention, InterventionRequest
 
 
-class RuleIntervention:
+class RuleIntervention(Intervention):
     """Writes the rule judge's correction (e.g. ``3 + 4 = 7``, or ``<answer>7</answer>``) as tokens.
 
     The text is ``template.format(correction=...)``, preceded by a space when the retained response

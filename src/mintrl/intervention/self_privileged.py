@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mintrl.intervention.base import Correction, InterventionRequest
+from mintrl.intervention.base import Correction, Intervention, InterventionRequest
 from mintrl.model.tokens import chat_ids, same_vocabulary
 from mintrl.prompts.templates import load_prompt
 from mintrl.sampler.hf import HFSampler
@@ -22,7 +22,7 @@ def privileged_prompt_ids(tokenizer, note: str, question: str, reference: str) -
     return chat_ids(tokenizer, [{"role": "user", "content": note.format(question=question, reference=reference)}])
 
 
-class SelfPrivilegedIntervention:
+class SelfPrivilegedIntervention(Intervention):
     """Continuation by the frozen base policy with the reference answer in its prompt.
 
     Args:

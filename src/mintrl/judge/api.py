@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mintrl.judge.base import FAILED, ReviewRequest, Verdict
+from mintrl.judge.base import FAILED, Judge, ReviewRequest, Verdict
 from mintrl.judge.self_privileged import format_review, parse_verdict
 from mintrl.model.endpoint import ChatEndpoint
 from mintrl.prompts.templates import load_prompt
 
 
-class ApiJudge:
+class ApiJudge(Judge):
     """LLM judge over HTTP (see module docstring).
 
     Args:

@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from enum import Enum
+from typing import Sequence
 
-KEEP, REVISE, UNPARSEABLE, FAILED = "keep", "revise", "unparseable", "failed"
+
+class VerdictKind(str, Enum):
+    """What a judge said about a chunk. ``UNPARSEABLE`` (an LLM verdict that could not be read) and
+    ``FAILED`` (the judge call failed or timed out) are treated as Keep and counted. A ``str`` enum:
+    each member equals its value (``VerdictKind.KEEP == "keep"``) and prints as it."""
+
+    KEEP = "keep"
+    REVISE = "revise"
+    UNPARSEABLE = "unparseable"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+KEEP, REVISE, UNPARSEABLE, FAILED = VerdictKind.KEEP, VerdictKind.REVISE, VerdictKind.UNPARSEABLE, VerdictKind.FAILED
 
 
 @dataclass
@@ -32,16 +52,24 @@ class Verdict:
     """A judge's answer for one chunk.
 
     Attributes:
-        kind: ``"keep"``, ``"revise"``, ``"unparseable"`` (an LLM verdict that could not be read)
-            or ``"failed"`` (the judge call failed or timed out); the last two are treated as Keep
-            and counted.
+        kind: a :class:`VerdictKind` (its string value is accepted and converted).
         step: index into ``ReviewRequest.steps`` of the earliest wrong step (Revise only).
         correction: a short corrected claim the judge can state (the rule judge does), or None.
+
+    Raises:
+        ValueError: ``kind`` is not a verdict kind (a misspelled kind must not pass as Keep).
     """
 
-    kind: str = KEEP
+    kind: VerdictKind = VerdictKind.KEEP
     step: int | None = None
     correction: str | None = None
+
+    def __post_init__(self):
+        try:
+            self.kind = VerdictKind(self.kind)
+        except ValueError:
+            kinds = ", ".join(k.value for k in VerdictKind)
+            raise ValueError(f"Verdict.kind={self.kind!r} is not one of {kinds}") from None
 
     @property
     def revise(self) -> bool:
@@ -49,9 +77,19 @@ class Verdict:
         return self.kind == REVISE
 
 
-class Judge(Protocol):
-    """Reviews chunks in a batch; must never raise on model output."""
+class Judge(ABC):
+    """Reviews chunks in a batch (``judge=`` config group); must never raise on model output.
 
+    Contract: the constructor takes the keyword ``context`` (a
+    :class:`mintrl.training.build.ModelContext`: the policy, its tokenizer, the frozen step-0 copy and
+    loaded teachers), which ``build_components`` always passes; a judge that needs no model accepts
+    and ignores it. Optional capability with a default: :meth:`metrics`.
+    """
+
+    @abstractmethod
     def review(self, requests: Sequence[ReviewRequest]) -> list[Verdict]:
         """One verdict per request, in order."""
-        ...
+
+    def metrics(self) -> dict[str, float]:
+        """Counters since the last call, logged with the step's rollout statistics (default none)."""
+        return {}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mintrl.judge.base import ReviewRequest, Verdict
+from mintrl.judge.base import Judge, ReviewRequest, Verdict
 
 
-class KeepJudge:
+class KeepJudge(Judge):
     """Answers Keep for every chunk (the no-intervention ablation). ``context`` is unused."""
 
     def __init__(self, context=None):

@@ -18,12 +18,12 @@ from itertools import accumulate
 from typing import Sequence
 
 from mintrl.judge.arithmetic import answer_matches, find_claims
-from mintrl.judge.base import REVISE, ReviewRequest, Verdict
+from mintrl.judge.base import REVISE, Judge, ReviewRequest, Verdict
 from mintrl.text.answer import locate_answer
 from mintrl.text.steps import split_steps
 
 
-class RuleJudge:
+class RuleJudge(Judge):
     """Exact-arithmetic judge (see module docstring).
 
     Args:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from mintrl.judge.base import KEEP, REVISE, UNPARSEABLE, ReviewRequest, Verdict
+from mintrl.judge.base import KEEP, REVISE, UNPARSEABLE, Judge, ReviewRequest, Verdict
 from mintrl.model.tokens import chat_ids
 from mintrl.prompts.templates import load_prompt
 from mintrl.sampler.hf import HFSampler
@@ -53,7 +53,7 @@ def format_review(template: str, r: ReviewRequest) -> str:
     return template.format(question=r.question, reference=r.reference, prefix=r.prefix_text or "(empty)", steps=steps)
 
 
-class SelfPrivilegedJudge:
+class SelfPrivilegedJudge(Judge):
     """LLM judge on the frozen base policy with privileged context (see module docstring).
 
     Args:

@@ -3,19 +3,46 @@
 from __future__ import annotations
 
 import math
-from typing import Protocol, Sequence
+from abc import ABC, abstractmethod
+from typing import Sequence
 
 
-class Reward(Protocol):
-    """A verifiable reward over a batch of decoded responses.
+class Reward(ABC):
+    """A verifiable reward over a batch of decoded responses (``reward=`` config group).
 
     ``__call__(responses, items)`` returns one value per response: a float (usually in [0, 1]) or
-    None when no reward could be computed (that rollout then gets no training signal). A reward may
-    also have ``metrics() -> dict[str, float]``: counters since the last call, logged with the
-    step's rollout statistics (e.g. ``code/timeout``).
+    None when no reward could be computed (that rollout then gets no training signal).
+
+    Attributes:
+        main_thread_only: True for a reward that must run in the calling thread (it times out by
+            itself with signals, as ``math-verify`` does): the rollout's fault guard then runs it
+            without a thread time limit.
+        handles_code: True for a reward of code problems (unit tests in the sandbox); a config
+            that pairs code prompts with another reward, or the reverse, is refused.
     """
 
-    def __call__(self, responses: Sequence[str], items: Sequence) -> Sequence[float | None]: ...
+    main_thread_only: bool = False
+    handles_code: bool = False
+
+    @abstractmethod
+    def __call__(self, responses: Sequence[str], items: Sequence) -> Sequence[float | None]:
+        """One value per ``(response, item)`` pair."""
+
+    def metrics(self) -> dict[str, float]:
+        """Counters since the last call (e.g. ``code/timeout``), logged with the rollout statistics."""
+        return {}
+
+
+class FunctionReward(Reward):
+    """A plain ``(responses, items) -> values`` function as a :class:`Reward` (no metrics)."""
+
+    def __init__(self, fn):
+        if not callable(fn):
+            raise TypeError(f"reward must be a Reward or a callable, got {type(fn).__name__}")
+        self.fn = fn
+
+    def __call__(self, responses: Sequence[str], items: Sequence) -> Sequence[float | None]:
+        return self.fn(responses, items)
 
 
 def score_rewards(reward: Reward, responses: Sequence[str], items: Sequence) -> list[float]:

@@ -6,6 +6,7 @@ import re
 from collections import Counter
 from typing import Sequence
 
+from mintrl.reward.base import Reward
 from mintrl.reward.sandbox import Outcome, Program, Sandbox
 
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.S)
@@ -38,7 +39,7 @@ def build_program(code: str, entry: dict) -> Program:
     return Program(code, entry["tests"], name)
 
 
-class CodeReward:
+class CodeReward(Reward):
     """Unit-test reward: 1 if every test passes (or the fraction of asserts passed), else 0.
 
     Programs run in the :class:`~mintrl.reward.sandbox.Sandbox` (never in this process). Outcome
@@ -54,6 +55,8 @@ class CodeReward:
     Raises:
         RuntimeError: (first call) the sandbox cannot run programs on this machine.
     """
+
+    handles_code = True
 
     def __init__(self, sandbox: Sandbox, fraction: bool = False):
         self.sandbox, self.fraction = sandbox, fraction

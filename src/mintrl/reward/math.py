@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from mintrl.reward.base import Reward
 from mintrl.text.answer import _TAG
 
 
@@ -28,7 +29,7 @@ def parse_response(response: str):
     return math_verify.parse(response)
 
 
-class MathVerifyReward:
+class MathVerifyReward(Reward):
     """1.0 when ``math_verify.verify(gold, answer)`` holds (equivalent expressions, sets, intervals),
     else 0.0; the reference is ``item.reference``. Runs in the calling (main) thread, since
     ``math-verify`` times out with signals (``main_thread_only``: the rollout's fault guard then

@@ -6,10 +6,11 @@ from typing import Any, Callable
 
 import reasoning_gym
 
+from mintrl.reward.base import Reward
 from mintrl.text.answer import extract_answer
 
 
-class ReasoningGymReward:
+class ReasoningGymReward(Reward):
     """Reward in [0, 1] from the task's own ``score_answer`` on the extracted answer.
 
     ``item.entry`` is the reasoning-gym entry; its ``metadata.source_dataset`` picks the scorer.

@@ -21,7 +21,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from mintrl.judge.base import FAILED, ReviewRequest, Verdict
+from mintrl.judge.base import FAILED, Judge, ReviewRequest, Verdict
+from mintrl.reward.base import FunctionReward, Reward
 
 log = logging.getLogger(__name__)
 
@@ -181,15 +182,15 @@ def score_rewards_guarded(
     return out
 
 
-class GuardedJudge:
+class GuardedJudge(Judge):
     """A judge whose ``review`` never raises or hangs past ``timeout_s`` (:func:`review_guarded`).
 
-    ``metrics()`` returns and resets the step's ``judge/errors``, ``judge/timeouts`` and
-    ``judge/garbage`` counts (each failed request also counts in ``judge/failed`` through its
-    verdict). Other attributes are the wrapped judge's.
+    ``metrics()`` returns the wrapped judge's metrics plus, reset at each call, the step's
+    ``judge/errors``, ``judge/timeouts`` and ``judge/garbage`` counts (each failed request also
+    counts in ``judge/failed`` through its verdict). ``inner`` is the wrapped judge.
     """
 
-    def __init__(self, judge, timeout_s: float | None = None):
+    def __init__(self, judge: Judge, timeout_s: float | None = None):
         if timeout_s is not None and timeout_s <= 0:
             raise ValueError(f"rollout.judge_timeout_s must be positive seconds or null, got {timeout_s}")
         self.inner, self.timeout_s, self.counts = judge, timeout_s, FaultCounts()
@@ -201,40 +202,41 @@ class GuardedJudge:
         c, self.counts = self.counts, FaultCounts()
         if c.first:
             log.warning("judge faults this step (verdict 'failed', treated as Keep): %s", "; ".join(c.first))
-        return {"judge/errors": float(c.errors), "judge/timeouts": float(c.timeouts), "judge/garbage": float(c.garbage)}
+        out = dict(self.inner.metrics())
+        out.update(
+            {"judge/errors": float(c.errors), "judge/timeouts": float(c.timeouts), "judge/garbage": float(c.garbage)}
+        )
+        return out
 
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
 
-
-class GuardedReward:
+class GuardedReward(Reward):
     """A reward whose call never raises or hangs past ``timeout_s`` (:func:`score_rewards_guarded`).
     A reward with ``main_thread_only = True`` (it times out by itself with signals, as
     ``math-verify`` does) runs in the calling thread without the guard's time limit.
 
     ``metrics()`` returns the wrapped reward's metrics plus, reset at each call, the step's
     ``reward/failed`` (calls that raised or values that are not finite numbers) and
-    ``reward/timeout`` counts. Other attributes are the wrapped reward's.
+    ``reward/timeout`` counts. ``inner`` is the wrapped reward (a plain function is wrapped in
+    :class:`mintrl.reward.base.FunctionReward`); its ``main_thread_only`` and ``handles_code`` are
+    the guard's.
     """
 
-    def __init__(self, reward, timeout_s: float | None = None):
+    def __init__(self, reward: Reward, timeout_s: float | None = None):
         if timeout_s is not None and timeout_s <= 0:
             raise ValueError(f"rollout.reward_timeout_s must be positive seconds or null, got {timeout_s}")
-        self.inner, self.timeout_s, self.counts = reward, timeout_s, FaultCounts()
+        self.inner = reward if isinstance(reward, Reward) else FunctionReward(reward)
+        self.timeout_s, self.counts = timeout_s, FaultCounts()
+        self.main_thread_only, self.handles_code = self.inner.main_thread_only, self.inner.handles_code
 
     def __call__(self, responses: Sequence[str], items: Sequence) -> list[float]:
         # a reward that times out with signals (math-verify) must run in the main thread: no thread timeout
-        timeout_s = None if getattr(self.inner, "main_thread_only", False) else self.timeout_s
+        timeout_s = None if self.main_thread_only else self.timeout_s
         return score_rewards_guarded(self.inner, responses, items, timeout_s, self.counts)
 
     def metrics(self) -> dict[str, float]:
         c, self.counts = self.counts, FaultCounts()
         if c.first:
             log.warning("reward faults this step (no reward for those rollouts): %s", "; ".join(c.first))
-        inner = getattr(self.inner, "metrics", None)
-        out = dict(inner()) if callable(inner) else {}
+        out = dict(self.inner.metrics())
         out.update({"reward/failed": float(c.errors + c.garbage), "reward/timeout": float(c.timeouts)})
         return out
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)

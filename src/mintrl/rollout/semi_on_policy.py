@@ -18,16 +18,18 @@ from typing import Sequence
 import torch
 from tqdm.auto import tqdm
 
+from mintrl.allocation.base import Allocation
 from mintrl.allocation.branching import Brancher
 from mintrl.allocation.budget import RolloutBudget
 from mintrl.data.base import PromptItem
 from mintrl.intervention.base import Intervention, InterventionRequest
 from mintrl.judge.base import FAILED, REVISE, UNPARSEABLE, Judge, ReviewRequest
-from mintrl.reward.base import score_rewards
+from mintrl.reward.base import Reward, score_rewards
 from mintrl.rollout.batch import Rollout, RolloutBatch, collate_rollouts
 from mintrl.rollout.guards import GuardedJudge, GuardedReward
 from mintrl.rollout.schedule import InterventionSchedule
 from mintrl.rollout.stats import rollout_stats
+from mintrl.sampler.base import Sampler
 from mintrl.text.steps import split_steps, token_index_of_char
 
 
@@ -98,10 +100,10 @@ class SemiOnPolicyRollout:
 
     def __init__(
         self,
-        sampler,
+        sampler: Sampler,
         judge: Judge,
         intervention: Intervention,
-        reward,
+        reward: Reward,
         tokenizer,
         n_control: int = 2,
         n_semi: int = 2,
@@ -115,7 +117,7 @@ class SemiOnPolicyRollout:
         adaptive_stop: dict | None = None,
         step_delimiters: Sequence[str] = ("blank_line", "code_fence"),
         progress: bool = True,
-        allocation=None,
+        allocation: Allocation | None = None,
         judge_timeout_s: float | None = 600.0,
         reward_timeout_s: float | None = 600.0,
     ):
@@ -149,7 +151,7 @@ class SemiOnPolicyRollout:
         self.step_delimiters = tuple(step_delimiters)
         self.progress = progress
         self.allocation = allocation
-        self.pad_token_id = getattr(sampler, "pad_token_id", tokenizer.pad_token_id)
+        self.pad_token_id = sampler.pad_token_id
 
     # The judge and reward are always guarded (mintrl.rollout.guards), also when swapped later (the pilot does).
     @property
@@ -259,8 +261,8 @@ class SemiOnPolicyRollout:
     def _allocate(self, rollouts: list[Rollout], items: list[PromptItem]) -> tuple[list[Rollout], dict]:
         """Branch extra rollouts within ``allocation.budget_per_step`` (RAIL): the new scored
         rollouts and the allocation stats."""
-        total = getattr(self.allocation, "budget_per_step", None)
-        if self.allocation is None or not total:
+        total = self.allocation.budget_per_step if self.allocation is not None else None
+        if not total:
             return [], {}
         budget = RolloutBudget(total)
         if budget.take(len(rollouts)) < len(rollouts):
@@ -380,10 +382,10 @@ class SemiOnPolicyRollout:
         extra, allocation_stats = self._allocate(rollouts, items) if allocate else ([], {})
         rollouts += extra
         batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature, prompts=list(items))
-        batch.stats = rollout_stats(rollouts, gen_seconds, white_box=getattr(self.intervention, "white_box", False))
+        batch.stats = rollout_stats(rollouts, gen_seconds, white_box=self.intervention.white_box)
         batch.stats.update(self.reward.metrics())  # reward/{failed,timeout}; code/{passed,failed,timeout,crashed}
         batch.stats.update(self.judge.metrics())  # judge/{errors,timeouts,garbage}
-        batch.stats.update(getattr(self.sampler, "metrics", dict)())  # e.g. vLLM weight syncs
+        batch.stats.update(self.sampler.metrics())  # e.g. vLLM weight syncs
         batch.stats.update(allocation_stats)
         batch.stats["rollout/intervention_phase"] = float(intervene)
         if intervene and "reward/gap" in batch.stats:

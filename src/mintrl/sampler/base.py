@@ -18,8 +18,9 @@ Every ``generate`` samples from the policy's *current* weights: ``HFSampler`` ru
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import torch
 
@@ -65,11 +66,21 @@ def check_generate_args(
             raise ValueError(f"prefix row {i} has {len(p)} tokens, sampler.max_model_len is {max_prefix_tokens}")
 
 
-class Sampler(Protocol):
-    """What the rollout loop needs from a generation backend."""
+class Sampler(ABC):
+    """What the rollout loop needs from a generation backend (``sampler=`` config group).
+
+    Attributes:
+        eos_token_ids: every id that ends a response.
+        pad_token_id: the id that pads rows (the tokenizer's pad token, else the first EOS id).
+        runs_sharded: class-level; True when the backend can sample while the policy's weights are
+            sharded by FSDP (it holds its own copy, as vLLM does), which ``trainer=fsdp`` requires.
+    """
 
     eos_token_ids: tuple[int, ...]
+    pad_token_id: int
+    runs_sharded: bool = False
 
+    @abstractmethod
     def generate(
         self,
         prefixes: Sequence[Sequence[int]],
@@ -79,12 +90,18 @@ class Sampler(Protocol):
         cache_keys: Sequence[int] | None = None,
     ) -> Generation:
         """Continue each prefix by at most ``max_new_tokens`` tokens (see module docstring)."""
-        ...
 
+    @abstractmethod
     def score(
         self, sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int], temperature: float = 1.0
     ) -> list[torch.Tensor]:
         """Teacher-forced log-probs ``log_softmax(logits / T)`` of ``sequences[i][prompt_lengths[i]:]``
         under the current weights: ``B`` float32 tensors (nats). Used for tokens the policy did not
         sample (interventions)."""
-        ...
+
+    def metrics(self) -> dict[str, float]:
+        """Counters since the last call (e.g. vLLM weight syncs), logged with the rollout statistics."""
+        return {}
+
+    def release(self) -> None:
+        """Free what generation holds between rollout batches (caches, engine memory); default none."""

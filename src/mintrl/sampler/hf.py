@@ -10,7 +10,7 @@ from transformers import DynamicCache, GenerationConfig, LogitsProcessor, Logits
 
 from mintrl.model.logprobs import token_logprobs
 from mintrl.model.shared_prompts import CACHE_ARG
-from mintrl.sampler.base import Generation, check_generate_args
+from mintrl.sampler.base import Generation, Sampler, check_generate_args
 from mintrl.sampler.weights import is_sharded, weights_version
 
 
@@ -55,7 +55,7 @@ class _SampledTokenLogprobs(LogitsProcessor):
         return logp.masked_fill(drop, float("-inf"))
 
 
-class HFSampler:
+class HFSampler(Sampler):
     """Batched, left-padded sampling with Hugging Face ``generate`` on the live policy weights.
 
     The sampler holds a reference to the policy module itself (not a copy), so every call samples

@@ -38,7 +38,7 @@ from typing import Any, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from mintrl.sampler.base import Generation, check_generate_args
+from mintrl.sampler.base import Generation, Sampler, check_generate_args
 from mintrl.sampler.hf import eos_ids_of, score_sequences
 from mintrl.sampler.weights import full_state_dict, is_sharded, weights_version
 
@@ -53,7 +53,7 @@ def _rank_and_world() -> tuple[int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
 
-class VLLMSampler:
+class VLLMSampler(Sampler):
     """Rollouts from a vLLM engine that follows the policy's weights (see module docstring).
 
     The engine starts on the first call (so building a config starts nothing), from the policy's
@@ -92,6 +92,8 @@ class VLLMSampler:
             for the CPU build).
         ValueError: bad sizes (named).
     """
+
+    runs_sharded = True  # its engine holds its own weights, refreshed from the (possibly FSDP-sharded) policy
 
     def __init__(
         self,

@@ -6,11 +6,16 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from hydra.utils import instantiate
-from omegaconf import DictConfig
+import lightning.pytorch as L
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf
 
 import mintrl.training.config  # noqa: F401  (registers the config resolvers)
+from mintrl.data.datamodule import RolloutDataModule
 from mintrl.model.loading import LoadedPolicy, embedded_smollm2, load_policy
+from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
+from mintrl.training.callbacks.summary import RunSummary
+from mintrl.training.module import PolicyModule
 
 # Fields that must be positive integers, checked before any model is loaded.
 POSITIVE_FIELDS = (
@@ -32,8 +37,9 @@ def check_config(cfg: DictConfig) -> None:
         ValueError: a field of ``POSITIVE_FIELDS`` that is not a positive integer, or of
             ``NON_NEGATIVE_FIELDS`` that is negative; ``trainer.max_steps`` not a multiple of the
             optimizer updates per rollout batch; ``rollout.top_p < 1`` in a training run (see
-            :mod:`mintrl.sampler.vllm`); ``trainer=fsdp`` with ``sampler=hf``; code problems (``CodePrompts``) scored by a reward
-            other than ``CodeReward``, or the reverse.
+            :mod:`mintrl.sampler.vllm`); ``trainer=fsdp`` with a sampler that cannot run on sharded
+            weights (``Sampler.runs_sharded``); code problems (``PromptSource.serves_code``) scored by
+            a reward without ``Reward.handles_code``, or the reverse.
     """
     for fields, low in ((POSITIVE_FIELDS, 1), (NON_NEGATIVE_FIELDS, 0)):
         for name in fields:
@@ -54,8 +60,8 @@ def check_config(cfg: DictConfig) -> None:
         )
     strategy = (cfg.get("trainer") or {}).get("strategy")
     strategy = str(strategy.get("_target_", "") if isinstance(strategy, DictConfig) else strategy or "")
-    sampler = str((cfg.get("sampler") or {}).get("_target_", ""))
-    if "fsdp" in strategy.lower() and sampler.endswith("HFSampler"):
+    sampler = component_class(cfg, "sampler")
+    if "fsdp" in strategy.lower() and sampler is not None and not sampler.runs_sharded:
         raise ValueError(
             "trainer=fsdp needs sampler=vllm: Hugging Face generate cannot run on FSDP-sharded weights "
             "outside the training forward"
@@ -67,18 +73,23 @@ def check_config(cfg: DictConfig) -> None:
         raise ValueError(
             f"trainer.max_steps={max_steps} (optimizer updates) must be a multiple of module.epochs x module.minibatches = {updates}"
         )
-    prompts = (cfg.get("data") or {}).get("prompts") or {}
-    prompts = prompts.get("source") if str(prompts.get("_target_", "")).endswith("BenchmarkPrompts") else prompts
-    prompts_target = str((prompts or {}).get("_target_", ""))
-    code_prompts = prompts_target.endswith("CodePrompts") or bool(
-        prompts_target.endswith("HubPrompts") and prompts.get("code")
-    )
-    reward_target = str((cfg.get("reward") or {}).get("_target_", ""))
-    if prompts_target and reward_target and code_prompts != reward_target.endswith("CodeReward"):
-        raise ValueError(
-            f"data.prompts ({prompts_target}) and reward ({reward_target}) do not match: "
-            "code problems need reward=code (e.g. `data=humaneval reward=code`), other tasks another reward"
-        )
+    prompts, reward = component_class(cfg, "data.prompts"), component_class(cfg, "reward")
+    if prompts is not None and reward is not None:
+        code_prompts = prompts.serves_code(OmegaConf.select(cfg, "data.prompts"))
+        if code_prompts != reward.handles_code:
+            raise ValueError(
+                f"data.prompts ({prompts.__name__}) and reward ({reward.__name__}) do not match: "
+                "code problems need reward=code (e.g. `data=humaneval reward=code`), other tasks another reward"
+            )
+
+
+def component_class(cfg: DictConfig, key: str) -> type | None:
+    """The class a config node's ``_target_`` names (imported, not instantiated), so that a check
+    can ask it what it declares (``runs_sharded``, ``handles_code``, ``serves_code``); None when
+    the node or its ``_target_`` is absent."""
+    node = OmegaConf.select(cfg, key)
+    target = node.get("_target_") if isinstance(node, DictConfig) else None
+    return get_class(str(target)) if target else None
 
 
 class ModelContext:
@@ -118,13 +129,23 @@ class ModelContext:
 
 @dataclass
 class Components:
-    """Everything a run needs, built and wired."""
+    """Everything a run needs, built and wired.
+
+    Attributes:
+        context: the policy, tokenizer, frozen step-0 copy and teachers.
+        rollout: the rollout engine (sampler, judge, intervention, reward, allocation).
+        datamodule: prompts in, freshly generated rollouts out.
+        module: the LightningModule (objective, optimizer, updates).
+        trainer: the Lightning Trainer (None when built with ``trainer=False``).
+        summary: the run's :class:`RunSummary` callback, when the config has one.
+    """
 
     context: ModelContext
-    rollout: Any
-    datamodule: Any
-    module: Any
-    trainer: Any
+    rollout: SemiOnPolicyRollout
+    datamodule: RolloutDataModule
+    module: PolicyModule
+    trainer: L.Trainer | None
+    summary: RunSummary | None = None
 
 
 def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
@@ -154,9 +175,10 @@ def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
     module = instantiate(
         cfg.module, policy=context.policy, objective=instantiate(cfg.objective, context=context), tokenizer=tokenizer
     )
-    built_trainer = None
+    built_trainer, summary = None, None
     if trainer:
         logger = instantiate(cfg.logger) if cfg.get("logger") else False
         callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
+        summary = next((c for c in callbacks if isinstance(c, RunSummary)), None)
         built_trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks)
-    return Components(context, rollout, datamodule, module, built_trainer)
+    return Components(context, rollout, datamodule, module, built_trainer, summary)

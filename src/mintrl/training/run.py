@@ -64,7 +64,7 @@ def run(cfg: DictConfig) -> dict:
         )
         return {"steps": 0, "val_reward_first": reward, "val_reward_last": reward, "sft": sft_summary}
     c.trainer.fit(c.module, datamodule=c.datamodule, ckpt_path=ckpt_path)
-    summary = next((cb.summary for cb in c.trainer.callbacks if cb.__class__.__name__ == "RunSummary"), {})
+    summary = dict(c.summary.summary) if c.summary is not None else {}
     if sft_summary is not None:
         summary["sft"] = sft_summary
     return summary

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import lightning.pytorch as L
+
+from mintrl.training.callbacks.export import HFExport
+
+if TYPE_CHECKING:
+    from mintrl.training.module import PolicyModule
 
 
 def _mean(values):
@@ -24,17 +30,13 @@ class RunSummary(L.Callback):
     def on_fit_start(self, trainer, module) -> None:
         self._t0 = time.perf_counter()
 
-    def on_fit_end(self, trainer: L.Trainer, module: L.LightningModule) -> None:
-        hist = getattr(module, "history", [])
-        val = getattr(module, "val_history", [])
+    def on_fit_end(self, trainer: L.Trainer, module: PolicyModule) -> None:
+        hist, val = module.history, module.val_history
         k = max(1, len(hist) // 4)
-        ckpt = getattr(trainer.checkpoint_callback, "last_model_path", "") or getattr(
-            trainer.checkpoint_callback, "best_model_path", ""
-        )
-        export = next((c for c in trainer.callbacks if c.__class__.__name__ == "HFExport"), None)
-        best = next(
-            (c for c in trainer.checkpoint_callbacks if getattr(c, "monitor", None) and c.best_model_path), None
-        )
+        last = trainer.checkpoint_callback
+        ckpt = (last.last_model_path or last.best_model_path) if last is not None else ""
+        export = next((c for c in trainer.callbacks if isinstance(c, HFExport)), None)
+        best = next((c for c in trainer.checkpoint_callbacks if c.monitor and c.best_model_path), None)
         self.summary = {
             "steps": trainer.global_step,
             "minutes": (time.perf_counter() - self._t0) / 60,
@@ -44,7 +46,7 @@ class RunSummary(L.Callback):
             "control_reward_last": _mean(h.get("reward/control") for h in hist[-k:]),
             "semi_minus_control": _mean(h.get("reward/gap") for h in hist),
             "offpolicy_frac": _mean(h.get("rollout/offpolicy_frac") for h in hist),
-            "log_dir": getattr(trainer.logger, "log_dir", None),
+            "log_dir": trainer.logger.log_dir if trainer.logger is not None else None,
             "checkpoint": ckpt,
             "best_checkpoint": best.best_model_path if best else None,
             "best_score": float(best.best_model_score) if best and best.best_model_score is not None else None,

@@ -1,0 +1,42 @@
+"""The allocation contract (``allocation=`` config group): where to branch extra rollouts."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:
+    from mintrl.allocation.branching import Brancher
+    from mintrl.allocation.budget import RolloutBudget
+    from mintrl.data.base import PromptItem
+    from mintrl.rollout.batch import Rollout
+
+
+class Allocation(ABC):
+    """Decides, after a step's rollouts are scored, which extra rollouts to branch (RAIL sec. 3).
+
+    Attributes:
+        budget_per_step: rollouts per optimizer step, initial ones included (a hard cap), or None
+            for an allocation that never branches (the rollout engine then skips it).
+    """
+
+    budget_per_step: int | None = None
+
+    @abstractmethod
+    def allocate(
+        self,
+        rollouts: list[Rollout],
+        items: list[PromptItem],
+        brancher: Brancher,
+        budget: RolloutBudget,
+        delimiters: Sequence[str],
+    ) -> tuple[list[Rollout], dict[str, float]]:
+        """Extra scored rollouts (they join their prompts' groups) and the step's ``allocation/*``
+        statistics. ``budget`` is the step's :class:`RolloutBudget`, already charged for ``rollouts``."""
+
+    def state_dict(self) -> dict:
+        """What a checkpoint keeps of the allocation (a learned controller); default nothing."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`."""
