@@ -97,8 +97,9 @@ else:
         start = time.perf_counter()
         batch = c.rollout.generate(items[k * P:(k + 1) * P], step=k)
         generated = time.perf_counter()
-        batch = module.objective.prepare(batch.to(device), module.frozen_logprobs)
-        module.accumulate(batch, step_totals(batch.extras["loss_mask"]))
+        batch = batch.to(device)
+        module.objective.prepare(batch, module.frozen_logprobs)
+        module.accumulate(batch, step_totals(batch.loss_mask))
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         optimizer.step(); optimizer.zero_grad(set_to_none=True)
         if device != "cpu":

@@ -56,8 +56,9 @@ def main() -> None:
         rollout.n_control, rollout.max_response_tokens = group, tokens
         torch.manual_seed(seed)
         batch = rollout.generate(items[seed * args.prompts : (seed + 1) * args.prompts], step=0)
-        batch = module.objective.prepare(batch.to(args.device), module.frozen_logprobs)
-        module.accumulate(batch, step_totals(batch.extras["loss_mask"]))
+        batch = batch.to(args.device)
+        module.objective.prepare(batch, module.frozen_logprobs)
+        module.accumulate(batch, step_totals(batch.loss_mask))
         optimizer.zero_grad(set_to_none=True)  # measure the work, keep the weights
         if args.device != "cpu":
             torch.cuda.synchronize()

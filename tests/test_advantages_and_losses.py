@@ -141,10 +141,10 @@ def test_grpo_loss_at_rollout_policy_is_minus_mean_advantage_and_masks_truncated
     # rewards 1, 0, 1, 0: A = +-0.5 / std(=0.5774) ; row 3 truncated; lengths 3, 1, 2, 3
     batch = _batch([1.0, 0.0, 1.0, 0.0], finished=[True, True, True, False], lengths=(3, 1, 2, 3))
     objective = GRPO(mask_truncated=True, eps=0.0)
-    objective.prepare(batch, logprob_fn=None)
-    mask = batch.extras["loss_mask"]
+    stats = objective.prepare(batch, logprob_fn=None)
+    mask = batch.loss_mask
     assert mask.sum(-1).tolist() == [3, 1, 2, 0]
-    assert batch.stats["objective/truncated_masked"] == 1.0
+    assert stats["objective/truncated_masked"] == 1.0
     a = 0.5 / math.sqrt(1 / 3)
     # at theta = pi_t every ratio is 1: token loss = -A; token-mean over the 6 unmasked tokens
     out = objective(batch, batch.rollout_logprobs.clone(), step_totals(mask))
@@ -153,7 +153,7 @@ def test_grpo_loss_at_rollout_policy_is_minus_mean_advantage_and_masks_truncated
     batch2 = _batch([1.0, 0.0, 1.0, 0.0], finished=[True, True, True, False], lengths=(3, 1, 2, 3))
     plain = GRPO(eps=0.0)
     plain.prepare(batch2, logprob_fn=None)
-    out2 = plain(batch2, batch2.rollout_logprobs.clone(), step_totals(batch2.extras["loss_mask"]))
+    out2 = plain(batch2, batch2.rollout_logprobs.clone(), step_totals(batch2.loss_mask))
     assert out2.loss.item() == pytest.approx(-(3 * a - 1 * a + 2 * a - 3 * a) / 9)
 
 
@@ -162,7 +162,7 @@ def test_all_truncated_batch_trains_on_nothing():
     for objective in (GRPO(mask_truncated=True), AdvantageRegression(beta=0.1, mask_truncated=True)):
         objective.prepare(batch, logprob_fn=None)
         lp = batch.rollout_logprobs.clone().requires_grad_(True)
-        out = objective(batch, lp, step_totals(batch.extras["loss_mask"]))
+        out = objective(batch, lp, step_totals(batch.loss_mask))
         assert out.loss.item() == 0.0
         out.loss.backward()
         assert torch.equal(lp.grad, torch.zeros_like(lp))
@@ -178,7 +178,7 @@ def test_intervention_grpo_ratio_against_behaviour_policy():
     batch.behaviour_logprobs = behaviour
     objective = InterventionGRPO(importance="behaviour", semi_advantage="group", eps=0.0)
     objective.prepare(batch, logprob_fn=None)
-    out = objective(batch, batch.rollout_logprobs.clone(), step_totals(batch.extras["loss_mask"]))
+    out = objective(batch, batch.rollout_logprobs.clone(), step_totals(batch.loss_mask))
     # intervention tokens: w = pi_theta / mu = e^-1 each; guided rows' sequence weight is also e^-1
     assert out.metrics["is/token/mean"].item() == pytest.approx(math.exp(-1))
     assert out.metrics["is/token/ess"].item() == pytest.approx(1.0)
@@ -223,10 +223,10 @@ def test_empty_responses_and_missing_rewards_stay_out_of_baselines_and_loss():
     batch = _batch([1.0, 1.0, 0.0, float("nan"), 0.0], lengths=(2, 0, 1, 3, 2))
     objective = GRPO(eps=0.0)
     objective.prepare(batch, logprob_fn=None)
-    assert batch.extras["loss_mask"].sum(-1).tolist() == [2, 0, 1, 0, 2]
+    assert batch.loss_mask.sum(-1).tolist() == [2, 0, 1, 0, 2]
     std = math.sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)  # unbiased std of 1, 0, 0
     a_pos, a_neg = (2 / 3) / std, (-1 / 3) / std
-    out = objective(batch, batch.rollout_logprobs.clone(), step_totals(batch.extras["loss_mask"]))
+    out = objective(batch, batch.rollout_logprobs.clone(), step_totals(batch.loss_mask))
     assert out.loss.item() == pytest.approx(-(2 * a_pos + 1 * a_neg + 2 * a_neg) / 5)
     assert math.isfinite(out.loss.item())
 

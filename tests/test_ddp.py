@@ -77,8 +77,9 @@ def test_ddp_step_equals_the_single_process_step_on_the_union(tmp_path, embedded
     c = build_components(cfg, trainer=False)
     module, policy = c.module, c.context.policy
     module.objective.setup(policy)
-    union = module.objective.prepare(concat_batches(batches), module.frozen_logprobs)
-    module.accumulate(union, step_totals(union.extras["loss_mask"]))
+    union = concat_batches(batches)
+    module.objective.prepare(union, module.frozen_logprobs)
+    module.accumulate(union, step_totals(union.loss_mask))
     initial = {k: v.detach().clone() for k, v in policy.state_dict().items() if k in KEYS}
     torch.optim.SGD(policy.parameters(), lr=0.5).step()
     state = policy.state_dict()

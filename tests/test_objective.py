@@ -107,7 +107,7 @@ def test_objective_component_on_a_batch():
     )
     objective = AdvantageRegression(beta=0.5, kappa=-0.2)
     objective.prepare(batch, logprob_fn=None)
-    out = objective(batch, logprobs, step_totals(batch.extras["loss_mask"]))
+    out = objective(batch, logprobs, step_totals(batch.loss_mask))
     # A = [0, -1]; log-ratios [-1.3, -3.9]; loss = ((-0.65)^2 + (-1.95 + 1)^2) / 2
     assert out.loss.item() == pytest.approx((0.65**2 + 0.95**2) / 2)
     assert math.isfinite(out.metrics["objective/log_ratio"].item())

@@ -51,7 +51,7 @@ def test_one_training_step_changes_weights_and_lowers_the_loss(embedded, fresh_p
     before = {n: p.detach().clone() for n, p in fresh_policy.named_parameters()}
     fresh_policy.train()
     module.objective.prepare(batch, module.frozen_logprobs)
-    totals = step_totals(batch.extras["loss_mask"])
+    totals = step_totals(batch.loss_mask)
 
     def loss_now():
         lp, _ = token_logprobs(

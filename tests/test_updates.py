@@ -81,8 +81,9 @@ def test_update_is_invariant_to_micro_batches_and_data_parallel_ranks(tiny_model
         for p in tiny_model.parameters():
             p.add_(0.02 * torch.randn_like(p))
     module = PolicyModule(tiny_model, objective, functools.partial(torch.optim.SGD, lr=0.1))
-    batch = objective.prepare(_rollout_batch(tiny_model), module.frozen_logprobs)
-    totals = step_totals(batch.extras["loss_mask"])
+    batch = _rollout_batch(tiny_model)
+    objective.prepare(batch, module.frozen_logprobs)
+    totals = step_totals(batch.loss_mask)
     results = {}
     for rows in (8, 4, 1):  # 1 x 8, 2 x 4, 8 x 1
         module.micro_batch_rows = rows
@@ -112,7 +113,7 @@ def test_training_logprobs_use_the_sampling_temperature(tiny_model):
     module = PolicyModule(tiny_model, objective, functools.partial(torch.optim.SGD, lr=0.1))
     objective.prepare(batch, module.frozen_logprobs)
     with torch.no_grad():
-        loss, _ = module.accumulate(batch, step_totals(batch.extras["loss_mask"]), backward=lambda loss: None)
+        loss, _ = module.accumulate(batch, step_totals(batch.loss_mask), backward=lambda loss: None)
         logits = tiny_model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float()
         logp = torch.log_softmax(logits[:, :-1] / 0.5, -1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
         mask = batch.response_mask[:, 1:]
@@ -129,11 +130,12 @@ def test_gradient_checkpointing_recomputes_layers_and_keeps_the_gradient(tiny_mo
         module = PolicyModule(
             model, objective, functools.partial(torch.optim.SGD, lr=0.1), gradient_checkpointing=checkpointing
         )
-        prepared = objective.prepare(batch, module.frozen_logprobs)
+        prepared = batch
+        objective.prepare(prepared, module.frozen_logprobs)
         calls = []
         hooks = [layer.mlp.register_forward_pre_hook(lambda *a: calls.append(1)) for layer in model.model.layers]
         model.zero_grad(set_to_none=True)
-        loss, _ = module.accumulate(prepared, step_totals(prepared.extras["loss_mask"]))
+        loss, _ = module.accumulate(prepared, step_totals(prepared.loss_mask))
         for h in hooks:
             h.remove()
         results[name] = (loss.item(), _grads(model), len(calls))

@@ -11,7 +11,7 @@ from mintrl.objective.advantages import (
     valid_rows,
 )
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate, sequence_mean, step_totals
-from mintrl.objective.base import Objective, ObjectiveOutput
+from mintrl.objective.base import Objective, ObjectiveOutput, Prepared
 from mintrl.objective.functional import anchor_logprobs, anchored_log_ratio, regression_loss, regression_terms
 from mintrl.objective.grpo import GRPO
 from mintrl.objective.intervention_grpo import InterventionGRPO
@@ -27,6 +27,7 @@ __all__ = [
     "InterventionGRPO",
     "Objective",
     "ObjectiveOutput",
+    "Prepared",
     "OnPolicyDistillation",
     "StepTotals",
     "SupervisedNLL",

@@ -4,8 +4,9 @@ An objective is used in three phases per rollout batch, so that several optimize
 (epochs x mini-batches) and any micro-batching give the same result:
 
 1. ``setup(policy)`` once when training starts (e.g. snapshot a KL reference);
-2. ``prepare(batch, logprob_fn)`` once per rollout batch, without gradients: advantages, reference
-   or teacher log-probs and the ``loss_mask`` go into ``batch.extras``; counters into ``batch.stats``;
+2. ``prepare(batch, logprob_fn)`` once per rollout batch, without gradients: sets the batch's typed
+   ``train_rows`` and ``loss_mask``, puts the objective's private tensors (advantages, reference or
+   teacher log-probs) into ``batch.extras`` and returns the objective's statistics;
 3. ``__call__(micro_batch, logprobs, totals)`` per micro-batch: its share of the optimizer step's
    loss, normalised by the step's ``totals`` (see :mod:`mintrl.objective.aggregation`).
 """
@@ -26,6 +27,22 @@ LogprobFn = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor,
 
 
 @dataclass
+class Prepared:
+    """What an objective computes once per rollout batch (:meth:`Objective.extra_tensors`).
+
+    Attributes:
+        tensors: objective-private per-row tensors (``[N]`` or ``[N, L]``), stored in ``batch.extras``.
+        rows: ``[N]`` bool, rows the objective keeps (e.g. only groups with a baseline), or None for
+            every valid row.
+        stats: scalar statistics of the batch (e.g. ``objective/mentor_alpha``), logged with the step.
+    """
+
+    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    rows: torch.Tensor | None = None
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
 class ObjectiveOutput:
     """A scalar ``loss`` (this micro-batch's share of the step loss) and detached scalar ``metrics``."""
 
@@ -35,6 +52,10 @@ class ObjectiveOutput:
 
 class Objective:
     """Base class: the loss mask and the three-phase contract (see module docstring).
+
+    Contract: the constructor takes the keyword ``context`` (a
+    :class:`mintrl.training.build.ModelContext`: frozen step-0 policy, teachers), which
+    ``build_components`` always passes; an objective that needs no model accepts and ignores it.
 
     Args:
         mask_truncated: drop responses that hit the length limit (no EOS) from the loss, numerator
@@ -54,27 +75,33 @@ class Objective:
         a reward. Only these enter group statistics."""
         return valid_rows(batch.rewards, batch.response_mask) if self.uses_reward else batch.response_mask.any(-1)
 
-    def extra_tensors(self, batch: RolloutBatch, valid: torch.Tensor, logprob_fn: LogprobFn) -> dict[str, torch.Tensor]:
-        """Per-row tensors the loss needs (override). ``valid`` is :meth:`valid_mask`; an entry
-        ``rows`` (``[N]`` bool) further restricts the rows that train."""
-        return {}
+    def extra_tensors(self, batch: RolloutBatch, valid: torch.Tensor, logprob_fn: LogprobFn) -> Prepared:
+        """The tensors the loss needs, the rows kept and statistics (override). ``valid`` is
+        :meth:`valid_mask` (``[N]`` bool)."""
+        return Prepared()
 
     @torch.no_grad()
-    def prepare(self, batch: RolloutBatch, logprob_fn: LogprobFn) -> RolloutBatch:
-        """Adds ``extras['loss_mask']`` ``[N, L]`` and the objective's tensors. Rows train when
-        valid, not dropped by the objective, and (with ``mask_truncated``) finished; truncated
-        rows still count in group statistics. Counts go to ``stats``:
-        ``objective/truncated_masked`` and ``objective/rows_without_signal``."""
+    def prepare(self, batch: RolloutBatch, logprob_fn: LogprobFn) -> dict[str, float]:
+        """Sets ``batch.train_rows`` ``[N]`` and ``batch.loss_mask`` ``[N, L]`` and stores the
+        objective's tensors in ``batch.extras``. Rows train when valid, kept by the objective, and
+        (with ``mask_truncated``) finished; truncated rows still count in group statistics.
+
+        Returns:
+            the objective's statistics of the batch: ``objective/rows_without_signal``,
+            ``objective/truncated_masked`` (with ``mask_truncated``) and its own (counts, floats).
+        """
         valid = self.valid_mask(batch)
-        extras = self.extra_tensors(batch, valid, logprob_fn)
-        rows = valid & extras.pop("rows", valid)
+        prepared = self.extra_tensors(batch, valid, logprob_fn)
+        rows = valid if prepared.rows is None else valid & prepared.rows  # [N]
+        stats = dict(prepared.stats)
         if self.mask_truncated:
-            batch.stats["objective/truncated_masked"] = float((rows & ~batch.finished).sum())
+            stats["objective/truncated_masked"] = float((rows & ~batch.finished).sum())
             rows = rows & batch.finished
-        batch.extras.update(extras)
-        batch.extras["loss_mask"] = batch.response_mask & rows[:, None]
-        batch.stats["objective/rows_without_signal"] = float((~rows).sum())
-        return batch
+        batch.extras.update(prepared.tensors)
+        batch.train_rows = rows
+        batch.loss_mask = batch.response_mask & rows[:, None]  # [N, L]
+        stats["objective/rows_without_signal"] = float((~rows).sum())
+        return stats
 
     def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:
         """This micro-batch's share of the step loss; ``logprobs`` ``[n, L]`` under pi_theta."""

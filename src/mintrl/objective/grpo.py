@@ -8,7 +8,7 @@ import torch
 
 from mintrl.objective.advantages import group_advantages
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate
-from mintrl.objective.base import Objective, ObjectiveOutput
+from mintrl.objective.base import Objective, ObjectiveOutput, Prepared
 from mintrl.objective.policy_gradient import KL_ESTIMATORS, clipped_surrogate, kl_penalty
 from mintrl.rollout.batch import RolloutBatch
 
@@ -83,16 +83,19 @@ class GRPO(Objective):
         if self.kl_coef > 0 and self.reference is None:
             self.reference = copy.deepcopy(policy).eval().requires_grad_(False)
 
-    def advantages(self, batch: RolloutBatch, rows: torch.Tensor) -> torch.Tensor:
-        """``[N]`` group-relative advantages over every rollout of each prompt's group."""
-        return group_advantages(batch.rewards, batch.group_index, batch.num_groups, rows, self.scale_std, self.eps)
+    def advantages(self, batch: RolloutBatch, rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """``[N]`` group-relative advantages over every rollout of each prompt's group, and
+        statistics of their computation (none here)."""
+        adv = group_advantages(batch.rewards, batch.group_index, batch.num_groups, rows, self.scale_std, self.eps)
+        return adv, {}
 
     def old_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         """``[N, L]`` log-probs the ratio is taken against: the rollout-time policy's."""
         return batch.rollout_logprobs
 
     def extra_tensors(self, batch, valid, logprob_fn):
-        extras = {"advantages": self.advantages(batch, valid)}
+        adv, stats = self.advantages(batch, valid)
+        extras = {"advantages": adv}
         if self.kl_coef > 0:
             if self.reference is None:
                 raise RuntimeError("GRPO with kl_coef > 0 needs setup(policy) before prepare()")
@@ -100,11 +103,11 @@ class GRPO(Objective):
             extras["ref_logprobs"] = logprob_fn(
                 self.reference, batch.input_ids, batch.attention_mask, batch.response_mask, batch.temperature
             )
-        return extras
+        return Prepared(extras, stats=stats)
 
     def token_loss(self, batch: RolloutBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``[n, L]`` per-token loss (surrogate + KL) and detached metrics."""
-        mask = batch.extras["loss_mask"]
+        mask = batch.loss_mask
         adv = batch.extras["advantages"][:, None]  # [n, 1]
         loss, clipped, ratio = clipped_surrogate(
             logprobs, self.old_logprobs(batch), adv, self.clip_low, self.clip_high, self.dual_clip
@@ -123,4 +126,4 @@ class GRPO(Objective):
 
     def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:
         loss, metrics = self.token_loss(batch, logprobs)
-        return ObjectiveOutput(aggregate(loss, batch.extras["loss_mask"], self.aggregation, totals), metrics)
+        return ObjectiveOutput(aggregate(loss, batch.loss_mask, self.aggregation, totals), metrics)

@@ -63,14 +63,16 @@ class InterventionGRPO(GRPO):
             raise ValueError(f"objective.semi_advantage must be one of {SEMI_ADVANTAGES}, got {semi_advantage!r}")
         self.importance, self.semi_advantage, self.alpha_decay_steps = importance, semi_advantage, alpha_decay_steps
 
-    def advantages(self, batch: RolloutBatch, rows: torch.Tensor) -> torch.Tensor:
+    def advantages(self, batch: RolloutBatch, rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """``[N]`` advantages: group-relative (``semi_advantage=group``), or MENTOR's with the
+        step's ``objective/mentor_alpha`` (cosine decay over ``alpha_decay_steps``)."""
         if self.semi_advantage == "group":
             return super().advantages(batch, rows)
         alpha = cosine_decay(max(batch.step, 0), self.alpha_decay_steps)
-        batch.stats["objective/mentor_alpha"] = alpha
-        return mentor_advantages(
+        adv = mentor_advantages(
             batch.rewards, batch.group_index, batch.is_control, batch.num_groups, rows, alpha, self.eps
         )
+        return adv, {"objective/mentor_alpha": alpha}
 
     def old_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
         return batch.behaviour_logprobs if self.importance == "behaviour" else batch.rollout_logprobs
@@ -78,9 +80,7 @@ class InterventionGRPO(GRPO):
     def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:
         out = super().__call__(batch, logprobs, totals)
         log_w = logprobs.detach() - batch.behaviour_logprobs  # [n, L] log pi_theta / mu
-        out.metrics.update(
-            importance_weight_stats(log_w, batch.intervention_mask & batch.extras["loss_mask"], "is/token")
-        )
+        out.metrics.update(importance_weight_stats(log_w, batch.intervention_mask & batch.loss_mask, "is/token"))
         guided = ~batch.is_control & batch.intervention_mask.any(-1)  # [n]
         seq_log_w = (log_w * batch.response_mask).sum(-1)  # [n]
         out.metrics.update(importance_weight_stats(seq_log_w, guided, "is/seq"))

@@ -7,7 +7,7 @@ import torch
 from mintrl.intervention.self_privileged import privileged_prompt_ids
 from mintrl.model.tokens import same_vocabulary
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate
-from mintrl.objective.base import Objective, ObjectiveOutput
+from mintrl.objective.base import Objective, ObjectiveOutput, Prepared
 from mintrl.objective.grpo import masked_mean
 from mintrl.objective.policy_gradient import clipped_surrogate
 from mintrl.prompts.templates import load_prompt
@@ -97,7 +97,7 @@ class OnPolicyDistillation(Objective):
             teacher_lp = logprob_fn(
                 self.teacher, batch.input_ids, batch.attention_mask, batch.response_mask, temperature
             )
-            return {"teacher_logprobs": teacher_lp}
+            return Prepared({"teacher_logprobs": teacher_lp})
         if batch.prompts is None:
             raise ValueError("objective.privileged_note needs the batch's prompts (RolloutBatch.prompts)")
         teacher_lp = torch.zeros_like(batch.rollout_logprobs)
@@ -113,10 +113,10 @@ class OnPolicyDistillation(Objective):
             lp = logprob_fn(self.teacher, ids, attn, target, temperature)  # [R, W]
             for k, i in enumerate(idx):
                 teacher_lp[i, batch.response_mask[i]] = lp[k, target[k]]
-        return {"teacher_logprobs": teacher_lp}
+        return Prepared({"teacher_logprobs": teacher_lp})
 
     def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:
-        mask = batch.extras["loss_mask"]
+        mask = batch.loss_mask
         reverse_kl = batch.rollout_logprobs - batch.extras["teacher_logprobs"]  # [n, L], per sampled token
         loss, clipped, ratio = clipped_surrogate(
             logprobs, batch.rollout_logprobs, -reverse_kl, self.clip_low, self.clip_high

@@ -6,7 +6,7 @@ import torch
 
 from mintrl.objective.advantages import control_advantages
 from mintrl.objective.aggregation import StepTotals, sequence_mean
-from mintrl.objective.base import Objective, ObjectiveOutput
+from mintrl.objective.base import Objective, ObjectiveOutput, Prepared
 from mintrl.objective.functional import anchored_log_ratio, regression_terms
 from mintrl.rollout.batch import RolloutBatch
 
@@ -42,11 +42,11 @@ class AdvantageRegression(Objective):
         adv, has_signal = control_advantages(
             batch.rewards, batch.group_index, batch.is_control, batch.num_groups, valid
         )
-        return {"advantages": adv, "rows": has_signal}
+        return Prepared({"advantages": adv}, rows=has_signal)
 
     def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:
         adv = batch.extras["advantages"]  # [n]
-        rows = batch.extras["loss_mask"].any(-1)  # [n]
+        rows = batch.loss_mask.any(-1)  # [n]
         log_ratio = anchored_log_ratio(
             logprobs, batch.rollout_logprobs, batch.response_mask, batch.intervention_mask, self.kappa
         )  # [n]

@@ -26,7 +26,7 @@ class SupervisedNLL(Objective):
         self.aggregation = aggregation
 
     def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:
-        mask = batch.extras["loss_mask"]
+        mask = batch.loss_mask
         return ObjectiveOutput(
             aggregate(-logprobs, mask, self.aggregation, totals), {"objective/nll": masked_mean(-logprobs, mask)}
         )

@@ -81,8 +81,11 @@ class RolloutBatch:
         behaviour_logprobs: ``[N, L]`` float32, log-prob of each response token under the policy
             that wrote it (rollout policy or intervention), for importance-weight diagnostics.
         prompts: the step's ``G`` :class:`mintrl.data.base.PromptItem` (question, reference).
-        extras: per-row ``[N, ...]`` tensors added by an objective's ``prepare`` (advantages,
-            reference or teacher log-probs, loss mask); sliced with the batch.
+        train_rows: ``[N]`` bool, rows that train (set by ``Objective.prepare``; None before).
+        loss_mask: ``[N, L]`` bool, the response tokens the loss counts (set by
+            ``Objective.prepare``: ``response_mask`` of ``train_rows``; None before).
+        extras: objective-private per-row ``[N, ...]`` tensors added by its ``prepare``
+            (advantages, reference or teacher log-probs); sliced with the batch.
         num_groups: ``G``, prompts in the step. temperature: sampling temperature of the rollouts
         (the trainer's log-probs use the same ``log_softmax(logits / T)``).
         stats: scalar rollout statistics for logging (floats).
@@ -104,6 +107,8 @@ class RolloutBatch:
     temperature: float = 1.0
     stats: dict[str, float] = field(default_factory=dict)
     step: int = -1
+    train_rows: torch.Tensor | None = None
+    loss_mask: torch.Tensor | None = None
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -128,6 +133,10 @@ class RolloutBatch:
         "finished",
         "behaviour_logprobs",
     )
+    _PREPARED_FIELDS = ("train_rows", "loss_mask")  # set by Objective.prepare; None before
+
+    def _prepared(self, fn) -> dict:
+        return {f: (None if getattr(self, f) is None else fn(getattr(self, f))) for f in self._PREPARED_FIELDS}
 
     def select(self, rows: torch.Tensor) -> "RolloutBatch":
         """The sub-batch of ``rows`` (``[n]`` int64 indices), extras included, with trailing
@@ -136,6 +145,7 @@ class RolloutBatch:
         out = replace(
             self,
             **{f: getattr(self, f)[rows] for f in self._ROW_FIELDS},
+            **self._prepared(lambda v: v[rows]),
             extras={k: v[rows] for k, v in self.extras.items()},
             stats=dict(self.stats),
         )
@@ -145,6 +155,8 @@ class RolloutBatch:
                 value = getattr(out, f)
                 if value.dim() == 2:
                     setattr(out, f, value[:, :width])
+            if out.loss_mask is not None:
+                out.loss_mask = out.loss_mask[:, :width]
             out.extras = {
                 k: (v[:, :width] if v.dim() == 2 and v.shape[1] == self.input_ids.shape[1] else v)
                 for k, v in out.extras.items()
@@ -156,6 +168,7 @@ class RolloutBatch:
         return replace(
             self,
             **{f: getattr(self, f).to(device) for f in self._ROW_FIELDS},
+            **self._prepared(lambda v: v.to(device)),
             extras={k: v.to(device) for k, v in self.extras.items()},
         )
 
@@ -171,7 +184,7 @@ def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
     """
     if not batches:
         raise ValueError("concat_batches: no batches")
-    if any(b.extras for b in batches):
+    if any(b.extras or b.loss_mask is not None for b in batches):
         raise ValueError(
             "concat_batches: batches already prepared (extras present); concatenate before Objective.prepare"
         )

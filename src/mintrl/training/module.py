@@ -185,7 +185,7 @@ class PolicyModule(L.LightningModule):
 
     def global_totals(self, mini: RolloutBatch) -> StepTotals:
         """Loss-mask counts of one update summed over data-parallel ranks."""
-        totals = step_totals(mini.extras["loss_mask"])
+        totals = step_totals(mini.loss_mask)
         if self._trainer is not None and self.trainer.world_size > 1:
             summed = self.trainer.strategy.reduce(torch.stack([totals.tokens, totals.sequences]), reduce_op="sum")
             totals = StepTotals(summed[0], summed[1])
@@ -249,10 +249,10 @@ class PolicyModule(L.LightningModule):
         the mean update loss, gradient norm and objective metrics."""
         optimizer = self.optimizers()
         scheduler = self.lr_schedulers()
-        batch = self.objective.prepare(batch, self.frozen_logprobs)
+        batch.stats.update(self.objective.prepare(batch, self.frozen_logprobs))
         generator = torch.Generator().manual_seed(int(self.global_step)) if self.minibatches > 1 else None
         sums: dict[str, float] = defaultdict(float)
-        if self._all_ranks_sum(batch.extras["loss_mask"].sum()) == 0:  # every rollout failed: nothing to learn from
+        if self._all_ranks_sum(batch.loss_mask.sum()) == 0:  # every rollout failed: nothing to learn from
             self.skipped_batches += 1
             self.bad_in_row += 1
             log.warning(
