@@ -14,7 +14,7 @@ import torch
 from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from mintrl.judge.base import FAILED, KEEP, REVISE, ReviewRequest, Verdict
+from mintrl.judge.base import FAILED, KEEP, REVISE, Judge, ReviewRequest, Verdict
 from mintrl.rollout.guards import FaultCounts, GuardedJudge, GuardedReward, review_guarded, score_rewards_guarded
 from mintrl.training.run import run
 
@@ -35,7 +35,7 @@ def _requests(n):
     return [ReviewRequest("q", "r", "", [f"step {i}"]) for i in range(n)]
 
 
-class _Judge:
+class _Judge(Judge):
     def __init__(self, behaviour):
         self.behaviour, self.calls = behaviour, 0
 
