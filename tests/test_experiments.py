@@ -90,7 +90,7 @@ def test_paper_scale_rows_carry_appendix_h_settings(row):
     if row.startswith("mintrl"):
         assert cfg.objective.beta == 1e-3 and cfg.objective.kappa == (None if row == "mintrl_proxy" else -0.2)
     if row == "sft_grpo":
-        assert cfg.sft._target_ == "mintrl.sft.SFTStage" and cfg.intervention.teacher == "Qwen/Qwen3-4B-Instruct-2507"
+        assert cfg.sft._target_ == "mintrl.sft.stage.SFTStage" and cfg.intervention.teacher == "Qwen/Qwen3-4B-Instruct-2507"
     if row == "base_eval":
         assert cfg.train is False and cfg.data.val_samples_per_prompt == 32
     if row == "opd":
@@ -225,9 +225,9 @@ def test_teacher_judge_and_intervention_share_one_loaded_model(tmp_path):
 @pytest.mark.parametrize("row", MATH_ROWS)
 def test_code_rows_differ_from_math_rows_only_where_the_paper_says(row):
     math_cfg, code_cfg = _compose(f"experiment=math/{row}"), _compose(f"experiment=code/{row}")
-    assert code_cfg.domain == "code" and code_cfg.reward._target_ == "mintrl.reward.CodeReward"
+    assert code_cfg.domain == "code" and code_cfg.reward._target_ == "mintrl.reward.code.CodeReward"
     assert (
-        code_cfg.data.prompts._target_ == "mintrl.data.CodePrompts"
+        code_cfg.data.prompts._target_ == "mintrl.data.code.CodePrompts"
         and code_cfg.data.prompts.chat_template_kwargs.enable_thinking is False
     )
     r = code_cfg.rollout
