@@ -90,7 +90,10 @@ def test_paper_scale_rows_carry_appendix_h_settings(row):
     if row.startswith("mintrl"):
         assert cfg.objective.beta == 1e-3 and cfg.objective.kappa == (None if row == "mintrl_proxy" else -0.2)
     if row == "sft_grpo":
-        assert cfg.sft._target_ == "mintrl.sft.stage.SFTStage" and cfg.intervention.teacher == "Qwen/Qwen3-4B-Instruct-2507"
+        assert (
+            cfg.sft._target_ == "mintrl.sft.stage.SFTStage"
+            and cfg.intervention.teacher == "Qwen/Qwen3-4B-Instruct-2507"
+        )
     if row == "base_eval":
         assert cfg.train is False and cfg.data.val_samples_per_prompt == 32
     if row == "opd":
