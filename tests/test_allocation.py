@@ -44,7 +44,7 @@ def test_budget_is_never_exceeded():
     budget = RolloutBudget(10)
     assert [budget.take(4), budget.take(8), budget.take(1)] == [4, 6, 0]
     assert budget.used == 10 and budget.remaining == 0 and budget.used_fraction == 1.0
-    with pytest.raises(ValueError, match="budget_per_step must be positive"):
+    with pytest.raises(ValueError, match="allocation.budget_per_step must be an integer >= 1"):
         RolloutBudget(0)
 
 

@@ -4,7 +4,8 @@ the model loading path works on local folders."""
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from hydra.errors import MissingConfigException
+from hydra.errors import InstantiationException, MissingConfigException
+from hydra.utils import instantiate
 
 import mintrl.model.loading as loading
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
@@ -15,7 +16,8 @@ from mintrl.judge.rule import RuleJudge
 from mintrl.judge.self_privileged import SelfPrivilegedJudge
 from mintrl.model import load_policy
 from mintrl.objective import AdvantageRegression
-from mintrl.training.build import build_components, check_config
+from mintrl.training.build import build_components
+from mintrl.training.checks import check_config
 from mintrl.training.config import CONFIG_DIR
 
 
@@ -68,16 +70,29 @@ def test_unknown_task_lists_valid_names():
 @pytest.mark.parametrize(
     "override,field",
     [
-        ("rollout.chunk_size=0", "rollout.chunk_size"),
-        ("rollout.continuation_len=-4", "rollout.continuation_len"),
-        ("rollout.n_control=0", "rollout.n_control"),
-        ("rollout.n_semi=-1", "rollout.n_semi"),
-        ("data.prompts_per_step=0", "data.prompts_per_step"),
+        ("rollout.chunk_size=0", "rollout.chunk_size must be an integer >= 1, got 0"),
+        ("rollout.continuation_len=-4", "rollout.continuation_len must be an integer >= 1, got -4"),
+        ("rollout.n_control=0", "rollout.n_control must be an integer >= 1, got 0"),
+        ("rollout.n_semi=-1", "rollout.n_semi must be an integer >= 0, got -1"),
+        ("rollout.top_p=0", r"rollout.top_p must be in \(0, 1\], got 0"),
+        ("data.prompts_per_step=0", "data.prompts_per_step must be an integer >= 1, got 0"),
+        ("data.val_samples_per_prompt=2.5", "data.val_samples_per_prompt must be an integer >= 1, got 2.5"),
     ],
 )
-def test_non_positive_sizes_rejected_at_config_time(override, field):
-    with pytest.raises(ValueError, match=field):
-        check_config(_compose(override))
+def test_bad_sizes_rejected_by_the_component_that_owns_them(override, field):
+    """Each field is checked once, in its component's constructor (Hydra wraps the ValueError)."""
+    cfg = _compose(override)
+    with pytest.raises(InstantiationException, match=field):
+        if override.startswith("rollout."):
+            parts = dict(sampler=None, judge=None, intervention=None, tokenizer=None)
+            instantiate(cfg.rollout, reward=instantiate(cfg.reward), **parts)
+        else:
+            instantiate(cfg.data, rollout=None, tokenizer=None)
+
+
+def test_max_steps_checked_with_the_updates_per_batch():
+    with pytest.raises(ValueError, match="trainer.max_steps must be an integer >= 1, got 0"):
+        check_config(_compose("trainer.max_steps=0"))
 
 
 def test_top_p_below_one_is_refused_for_training_only():

@@ -197,7 +197,7 @@ def test_every_benchmark_config_composes():
         "humaneval_plus",
         "mbpp_plus",
     } <= set(names)
-    from mintrl.training.build import check_config
+    from mintrl.training.checks import check_config
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         for name in names:

@@ -23,7 +23,8 @@ from mintrl.reward import ReasoningGymReward
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
 from mintrl.sampler import HFSampler
 from mintrl.sft import SFTStage, collect_demonstrations
-from mintrl.training.build import ModelContext, build_components, check_config
+from mintrl.training.build import ModelContext, build_components
+from mintrl.training.checks import check_config
 from mintrl.training.config import CONFIG_DIR
 from mintrl.training.run import run
 

@@ -267,7 +267,7 @@ def test_hostile_programs_are_contained(tmp_path, monkeypatch):
 
 
 def test_bad_limits_and_an_unusable_interpreter_are_clear_errors(tmp_path):
-    with pytest.raises(ValueError, match="sandbox.timeout_s must be positive"):
+    with pytest.raises(ValueError, match="sandbox.timeout_s must be > 0"):
         Sandbox(timeout_s=0)
     box = Sandbox(workers=1, python=str(tmp_path / "no-python"), **LIMITS)
     with pytest.raises(RuntimeError, match="self-check failed.*no-python"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from mintrl.training.checks import check_int
+
 
 class RolloutBudget:
     """Rollouts left in one optimizer step.
@@ -14,8 +16,7 @@ class RolloutBudget:
     """
 
     def __init__(self, total: int):
-        if total <= 0:
-            raise ValueError(f"allocation.budget_per_step must be positive, got {total}")
+        check_int("allocation.budget_per_step", total)
         self.total, self.used = total, 0
 
     @property

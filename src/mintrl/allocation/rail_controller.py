@@ -17,6 +17,7 @@ from typing import Sequence
 import torch
 
 from mintrl.allocation.controller import GainController
+from mintrl.training.checks import check_int
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,7 @@ class RailController:
                 f"allocation budgets and temperatures must be positive, got {list(budgets)}, {list(temperatures)}"
             )
         for name, value in (("window", window), ("promote_after", promote_after), ("refit_every", refit_every)):
-            if value <= 0:
-                raise ValueError(f"allocation.{name} must be positive, got {value}")
+            check_int(f"allocation.{name}", value)
         self.actions = [BranchAction(int(m), float(t)) for m in sorted(budgets) for t in temperatures]
         self.actions += [BranchAction(1, 1.0, int(length)) for length in intervene_lengths]
         self.controller = GainController(state_dim, len(self.actions), hidden)

@@ -25,6 +25,7 @@ from mintrl.data.base import (
     read_json_rows,
 )
 from mintrl.data.code import CODE_INSTRUCTION, code_items, normalise_row
+from mintrl.training.checks import check_int
 
 _WORD = re.compile(r"[A-Za-z]{2,}")
 MATH_WORDS = {"sqrt", "floor", "ceil", "pi", "ln", "log", "exp", "sin", "cos", "tan", "infty", "frac", "binom"}
@@ -40,8 +41,7 @@ class BenchmarkPrompts(PromptSource):
     """
 
     def __init__(self, source, split: str = "val", limit: int | None = None):
-        if limit is not None and limit <= 0:
-            raise ValueError(f"limit must be positive or null, got {limit}")
+        check_int("limit", limit, none_ok=True)
         self.source, self.split, self.limit = source, split, limit
 
     @classmethod

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from mintrl.data.base import PromptItem, RowFilter
 from mintrl.rollout.batch import RolloutBatch
+from mintrl.training.checks import check_int
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +123,7 @@ class RolloutDataModule(L.LightningDataModule):
             ("val_samples_per_prompt", val_samples_per_prompt),
             ("val_prompts_per_batch", val_prompts_per_batch),
         ):
-            if value <= 0:
-                raise ValueError(f"data.{name} must be positive, got {value}")
+            check_int(f"data.{name}", value)
         self.prompts, self.rollout, self.tokenizer = prompts, rollout, tokenizer
         self.prompts_per_step, self.val_samples_per_prompt = prompts_per_step, val_samples_per_prompt
         self.val_prompts_per_batch, self.val_seed, self.seed = val_prompts_per_batch, val_seed, seed

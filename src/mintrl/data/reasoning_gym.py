@@ -6,6 +6,7 @@ import reasoning_gym
 from reasoning_gym.factory import DATASETS
 
 from mintrl.data.base import DEFAULT_INSTRUCTION, InvalidRow, PromptItem, PromptSource, RowFilter, prompt_ids
+from mintrl.training.checks import check_int
 
 
 class ReasoningGymPrompts(PromptSource):
@@ -44,8 +45,7 @@ class ReasoningGymPrompts(PromptSource):
             ("val_size", val_size),
             ("max_prompt_tokens", max_prompt_tokens),
         ):
-            if value <= 0:
-                raise ValueError(f"data.prompts.{name} must be positive, got {value}")
+            check_int(f"data.prompts.{name}", value)
         if train_seed == val_seed:
             raise ValueError("data.prompts.train_seed and val_seed must differ (disjoint seeds)")
         if "{question}" not in instruction:

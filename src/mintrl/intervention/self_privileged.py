@@ -14,6 +14,7 @@ from mintrl.intervention.base import Correction, Intervention, InterventionReque
 from mintrl.model.tokens import chat_ids, same_vocabulary
 from mintrl.prompts.templates import load_prompt
 from mintrl.sampler.hf import HFSampler
+from mintrl.training.checks import check_range
 
 
 def privileged_prompt_ids(tokenizer, note: str, question: str, reference: str) -> list[int]:
@@ -45,8 +46,7 @@ class SelfPrivilegedIntervention(Intervention):
         teacher: str | None = None,
         teacher_dtype: str = "float32",
     ):
-        if temperature <= 0:
-            raise ValueError(f"intervention.temperature must be positive, got {temperature}")
+        check_range("intervention.temperature", temperature, 0, low_open=True)
         loaded = context.teacher(teacher, teacher_dtype)
         self.policy_tokenizer = context.tokenizer
         self.tokenizer = loaded.tokenizer

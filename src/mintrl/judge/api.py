@@ -13,6 +13,7 @@ from mintrl.judge.base import FAILED, Judge, ReviewRequest, Verdict
 from mintrl.judge.self_privileged import format_review, parse_verdict
 from mintrl.model.endpoint import ChatEndpoint
 from mintrl.prompts.templates import load_prompt
+from mintrl.training.checks import check_int
 
 
 class ApiJudge(Judge):
@@ -39,8 +40,7 @@ class ApiJudge(Judge):
         max_new_tokens: int = 32,
         temperature: float = 1.0,
     ):
-        if max_new_tokens <= 0:
-            raise ValueError(f"judge.max_new_tokens must be positive, got {max_new_tokens}")
+        check_int("judge.max_new_tokens", max_new_tokens)
         self.endpoint = ChatEndpoint(base_url, model, api_key_env, timeout_s, max_concurrency, max_retries)
         self.prompt = load_prompt(prompt, required=("{steps}",))
         self.max_new_tokens, self.temperature = max_new_tokens, temperature

@@ -14,6 +14,7 @@ from mintrl.judge.base import KEEP, REVISE, UNPARSEABLE, Judge, ReviewRequest, V
 from mintrl.model.tokens import chat_ids
 from mintrl.prompts.templates import load_prompt
 from mintrl.sampler.hf import HFSampler
+from mintrl.training.checks import check_int
 
 _VERDICT = re.compile(r"\b(KEEP|REVISE)\b(?:\s*(?:at\s+)?(?:step)?\s*(?:[\[#(:=-]\s*)?(\d+))?", re.I)
 _MARKUP = re.compile(r"[*_`]")
@@ -77,8 +78,7 @@ class SelfPrivilegedJudge(Judge):
         teacher: str | None = None,
         teacher_dtype: str = "float32",
     ):
-        if max_new_tokens <= 0:
-            raise ValueError(f"judge.max_new_tokens must be positive, got {max_new_tokens}")
+        check_int("judge.max_new_tokens", max_new_tokens)
         loaded = context.teacher(teacher, teacher_dtype)
         self.tokenizer = loaded.tokenizer
         self.sampler = HFSampler(loaded.model, loaded.tokenizer)

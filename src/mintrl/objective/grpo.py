@@ -11,6 +11,7 @@ from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate
 from mintrl.objective.base import Objective, ObjectiveOutput, Prepared
 from mintrl.objective.policy_gradient import KL_ESTIMATORS, clipped_surrogate, kl_penalty
 from mintrl.rollout.batch import RolloutBatch
+from mintrl.training.checks import check_choice, check_range
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -56,18 +57,12 @@ class GRPO(Objective):
         context=None,
     ):
         super().__init__(mask_truncated=mask_truncated)
-        if clip_low < 0 or clip_low >= 1 or clip_high < 0:
-            raise ValueError(
-                f"objective.clip_low must be in [0, 1) and objective.clip_high >= 0, got {clip_low}, {clip_high}"
-            )
-        if dual_clip is not None and dual_clip <= 1:
-            raise ValueError(f"objective.dual_clip must be > 1 or null, got {dual_clip}")
-        if kl_coef < 0:
-            raise ValueError(f"objective.kl_coef must be >= 0, got {kl_coef}")
-        if kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"objective.kl_estimator must be one of {KL_ESTIMATORS}, got {kl_estimator!r}")
-        if aggregation not in AGGREGATIONS:
-            raise ValueError(f"objective.aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+        check_range("objective.clip_low", clip_low, 0, 1, high_open=True)
+        check_range("objective.clip_high", clip_high, 0)
+        check_range("objective.dual_clip", dual_clip, 1, low_open=True, none_ok=True)
+        check_range("objective.kl_coef", kl_coef, 0)
+        check_choice("objective.kl_estimator", kl_estimator, KL_ESTIMATORS)
+        check_choice("objective.aggregation", aggregation, AGGREGATIONS)
         self.clip_low, self.clip_high, self.dual_clip = clip_low, clip_high, dual_clip
         self.kl_coef, self.kl_estimator = kl_coef, kl_estimator
         self.scale_std, self.aggregation, self.eps = scale_std, aggregation, eps

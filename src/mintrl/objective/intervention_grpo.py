@@ -29,6 +29,7 @@ from mintrl.objective.base import ObjectiveOutput
 from mintrl.objective.grpo import GRPO
 from mintrl.objective.policy_gradient import importance_weight_stats
 from mintrl.rollout.batch import RolloutBatch
+from mintrl.training.checks import check_choice, check_int
 
 IMPORTANCE = ("rollout", "behaviour")
 SEMI_ADVANTAGES = ("group", "mentor")
@@ -57,10 +58,9 @@ class InterventionGRPO(GRPO):
         self, importance: str = "rollout", semi_advantage: str = "mentor", alpha_decay_steps: int = 120, **grpo
     ):
         super().__init__(**grpo)
-        if importance not in IMPORTANCE:
-            raise ValueError(f"objective.importance must be one of {IMPORTANCE}, got {importance!r}")
-        if semi_advantage not in SEMI_ADVANTAGES:
-            raise ValueError(f"objective.semi_advantage must be one of {SEMI_ADVANTAGES}, got {semi_advantage!r}")
+        check_choice("objective.importance", importance, IMPORTANCE)
+        check_choice("objective.semi_advantage", semi_advantage, SEMI_ADVANTAGES)
+        check_int("objective.alpha_decay_steps", alpha_decay_steps)
         self.importance, self.semi_advantage, self.alpha_decay_steps = importance, semi_advantage, alpha_decay_steps
 
     def advantages(self, batch: RolloutBatch, rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:

@@ -12,6 +12,7 @@ from mintrl.objective.grpo import masked_mean
 from mintrl.objective.policy_gradient import clipped_surrogate
 from mintrl.prompts.templates import load_prompt
 from mintrl.rollout.batch import RolloutBatch
+from mintrl.training.checks import check_choice, check_range
 
 
 class OnPolicyDistillation(Objective):
@@ -51,10 +52,8 @@ class OnPolicyDistillation(Objective):
         mask_truncated: bool = False,
     ):
         super().__init__(mask_truncated=mask_truncated, uses_reward=False)
-        if aggregation not in AGGREGATIONS:
-            raise ValueError(f"objective.aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
-        if teacher_temperature is not None and teacher_temperature <= 0:
-            raise ValueError(f"objective.teacher_temperature must be positive, got {teacher_temperature}")
+        check_choice("objective.aggregation", aggregation, AGGREGATIONS)
+        check_range("objective.teacher_temperature", teacher_temperature, 0, low_open=True, none_ok=True)
         if privileged_note is not None:
             privileged_note = load_prompt(privileged_note, required=("{question}",))
         self.context, self.teacher_path, self.teacher_dtype = context, teacher, teacher_dtype

@@ -9,6 +9,7 @@ from mintrl.objective.aggregation import StepTotals, sequence_mean
 from mintrl.objective.base import Objective, ObjectiveOutput, Prepared
 from mintrl.objective.functional import anchored_log_ratio, regression_terms
 from mintrl.rollout.batch import RolloutBatch
+from mintrl.training.checks import check_range
 
 
 class AdvantageRegression(Objective):
@@ -32,10 +33,8 @@ class AdvantageRegression(Objective):
 
     def __init__(self, beta: float = 1e-3, kappa: float | None = -0.2, mask_truncated: bool = False, context=None):
         super().__init__(mask_truncated=mask_truncated)
-        if beta <= 0:
-            raise ValueError(f"objective.beta must be positive, got {beta}")
-        if kappa is not None and kappa >= 0:
-            raise ValueError(f"objective.kappa must be negative (a log-prob) or null, got {kappa}")
+        check_range("objective.beta", beta, 0, low_open=True)
+        check_range("objective.kappa", kappa, high=0, high_open=True, none_ok=True)  # nats: a log-prob
         self.beta, self.kappa = beta, kappa
 
     def extra_tensors(self, batch, valid, logprob_fn):

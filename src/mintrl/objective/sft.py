@@ -8,6 +8,7 @@ from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate
 from mintrl.objective.base import Objective, ObjectiveOutput
 from mintrl.objective.grpo import masked_mean
 from mintrl.rollout.batch import RolloutBatch
+from mintrl.training.checks import check_choice
 
 
 class SupervisedNLL(Objective):
@@ -21,8 +22,7 @@ class SupervisedNLL(Objective):
 
     def __init__(self, aggregation: str = "token-mean", context=None):
         super().__init__(uses_reward=False)
-        if aggregation not in AGGREGATIONS:
-            raise ValueError(f"objective.aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+        check_choice("objective.aggregation", aggregation, AGGREGATIONS)
         self.aggregation = aggregation
 
     def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:

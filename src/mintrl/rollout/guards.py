@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 from mintrl.judge.base import FAILED, Judge, ReviewRequest, Verdict
 from mintrl.reward.base import FunctionReward, Reward
+from mintrl.training.checks import check_range
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +192,7 @@ class GuardedJudge(Judge):
     """
 
     def __init__(self, judge: Judge, timeout_s: float | None = None):
-        if timeout_s is not None and timeout_s <= 0:
-            raise ValueError(f"rollout.judge_timeout_s must be positive seconds or null, got {timeout_s}")
+        check_range("rollout.judge_timeout_s", timeout_s, 0, low_open=True, none_ok=True)  # seconds
         self.inner, self.timeout_s, self.counts = judge, timeout_s, FaultCounts()
 
     def review(self, requests: Sequence[ReviewRequest]) -> list[Verdict]:
@@ -222,8 +222,7 @@ class GuardedReward(Reward):
     """
 
     def __init__(self, reward: Reward, timeout_s: float | None = None):
-        if timeout_s is not None and timeout_s <= 0:
-            raise ValueError(f"rollout.reward_timeout_s must be positive seconds or null, got {timeout_s}")
+        check_range("rollout.reward_timeout_s", timeout_s, 0, low_open=True, none_ok=True)  # seconds
         self.inner = reward if isinstance(reward, Reward) else FunctionReward(reward)
         self.timeout_s, self.counts = timeout_s, FaultCounts()
         self.main_thread_only, self.handles_code = self.inner.main_thread_only, self.inner.handles_code

@@ -31,6 +31,7 @@ from mintrl.rollout.schedule import InterventionSchedule
 from mintrl.rollout.stats import rollout_stats
 from mintrl.sampler.base import Sampler
 from mintrl.text.steps import split_steps, token_index_of_char
+from mintrl.training.checks import check_int, check_range
 
 
 def apply_verdict(
@@ -130,10 +131,9 @@ class SemiOnPolicyRollout:
             ("max_response_tokens", max_response_tokens, 1),
             ("intervention_steps", intervention_steps, 0),
         ):
-            if not isinstance(value, int) or value < low:
-                raise ValueError(f"rollout.{name} must be an integer >= {low}, got {value!r}")
-        if temperature <= 0 or not 0 < top_p <= 1:
-            raise ValueError(f"rollout.temperature must be > 0 and rollout.top_p in (0, 1], got {temperature}, {top_p}")
+            check_int(f"rollout.{name}", value, low)
+        check_range("rollout.temperature", temperature, 0, low_open=True)
+        check_range("rollout.top_p", top_p, 0, 1, low_open=True)
         self.judge_timeout_s, self.reward_timeout_s = judge_timeout_s, reward_timeout_s
         self.sampler, self.judge, self.intervention, self.reward, self.tokenizer = (
             sampler,

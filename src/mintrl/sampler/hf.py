@@ -12,6 +12,7 @@ from mintrl.model.logprobs import token_logprobs
 from mintrl.model.shared_prompts import CACHE_ARG
 from mintrl.sampler.base import Generation, Sampler, check_generate_args
 from mintrl.sampler.weights import is_sharded, weights_version
+from mintrl.training.checks import check_int
 
 
 def eos_ids_of(model: PreTrainedModel, tokenizer=None) -> tuple[int, ...]:
@@ -89,10 +90,8 @@ class HFSampler(Sampler):
     """
 
     def __init__(self, model: PreTrainedModel, tokenizer, max_batch_size: int = 64, continuation_cache_mib: int = 1024):
-        if max_batch_size <= 0:
-            raise ValueError(f"sampler.max_batch_size must be positive, got {max_batch_size}")
-        if continuation_cache_mib < 0:
-            raise ValueError(f"sampler.continuation_cache_mib must be >= 0 (MiB), got {continuation_cache_mib}")
+        check_int("sampler.max_batch_size", max_batch_size)
+        check_int("sampler.continuation_cache_mib", continuation_cache_mib, 0)
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size

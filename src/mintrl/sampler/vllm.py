@@ -9,7 +9,7 @@ The same contract as :class:`mintrl.sampler.HFSampler` (see :mod:`mintrl.sampler
   mode ignores the temperature.
 - ``top_p < 1``: vLLM's processed log-probs are then renormalised over the kept nucleus while the
   trainer's are over the full vocabulary, so training configs refuse it
-  (:func:`mintrl.training.build.check_config`); evaluation may use it (its log-probs are not trained on).
+  (:func:`mintrl.training.checks.check_config`); evaluation may use it (its log-probs are not trained on).
 - Continuation from given ids (a chunk, or a truncated + corrected prefix) reuses the engine's
   prefix cache for the unchanged blocks of the prefix.
 
@@ -41,6 +41,7 @@ from transformers import PreTrainedModel
 from mintrl.sampler.base import Generation, Sampler, check_generate_args
 from mintrl.sampler.hf import eos_ids_of, score_sequences
 from mintrl.sampler.weights import full_state_dict, is_sharded, weights_version
+from mintrl.training.checks import check_choice, check_int, check_range
 
 # The CPU build refuses to start without a KV-cache size (GiB) or takes ~16 GiB; by default it keeps
 # one core for its front end. In-process mode starts in seconds and lets weights move as tensors.
@@ -113,20 +114,12 @@ class VLLMSampler(Sampler):
         seed: int = 0,
         engine_kwargs: dict[str, Any] | None = None,
     ):
-        if max_model_len <= 0:
-            raise ValueError(f"sampler.max_model_len (tokens) must be positive, got {max_model_len}")
-        if not 0 < gpu_memory_utilization <= 1:
-            raise ValueError(f"sampler.gpu_memory_utilization must be in (0, 1], got {gpu_memory_utilization}")
-        if not isinstance(cpu_kv_cache_gib, int) or cpu_kv_cache_gib <= 0:
-            raise ValueError(
-                f"sampler.cpu_kv_cache_gib must be a positive integer (GiB; the CPU build takes whole GiB), got {cpu_kv_cache_gib!r}"
-            )
-        if block_size is not None and (not isinstance(block_size, int) or block_size <= 0):
-            raise ValueError(f"sampler.block_size must be a positive integer (tokens) or null, got {block_size!r}")
-        if score_with not in ("auto", "trainer", "engine"):
-            raise ValueError(f"sampler.score_with must be auto, trainer or engine, got {score_with!r}")
-        if sleep_level not in (1, 2):
-            raise ValueError(f"sampler.sleep_level must be 1 or 2, got {sleep_level}")
+        check_int("sampler.max_model_len", max_model_len)  # tokens
+        check_range("sampler.gpu_memory_utilization", gpu_memory_utilization, 0, 1, low_open=True)
+        check_int("sampler.cpu_kv_cache_gib", cpu_kv_cache_gib)  # whole GiB: the CPU build takes no fraction
+        check_int("sampler.block_size", block_size, none_ok=True)  # tokens
+        check_choice("sampler.score_with", score_with, ("auto", "trainer", "engine"))
+        check_choice("sampler.sleep_level", sleep_level, (1, 2))
         self.model, self.tokenizer = model, tokenizer
         self.dtype, self.max_model_len = dtype, max_model_len
         self.gpu_memory_utilization, self.cpu_kv_cache_gib = gpu_memory_utilization, cpu_kv_cache_gib

@@ -22,6 +22,7 @@ from mintrl.objective.sft import SupervisedNLL
 from mintrl.reward.base import score_rewards
 from mintrl.rollout.batch import Rollout, collate_rollouts
 from mintrl.training.callbacks.export import HFExport
+from mintrl.training.checks import check_int
 from mintrl.training.module import PolicyModule
 
 log = logging.getLogger(__name__)
@@ -115,8 +116,7 @@ class SFTStage:
             ("rows_per_step", rows_per_step),
             ("steps", steps),
         ):
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"sft.{name} must be a positive integer, got {value!r}")
+            check_int(f"sft.{name}", value)
         self.prompts, self.per_prompt, self.max_new_tokens = prompts, per_prompt, max_new_tokens
         self.rows_per_step, self.steps, self.min_reward = rows_per_step, steps, min_reward
         self.optimizer = optimizer or functools.partial(torch.optim.AdamW, lr=1e-5)

@@ -24,6 +24,7 @@ from mintrl.model.logprobs import token_logprobs
 from mintrl.objective.aggregation import StepTotals, step_totals
 from mintrl.rollout.batch import RolloutBatch
 from mintrl.sampler.weights import is_sharded
+from mintrl.training.checks import check_int, check_range
 
 log = logging.getLogger(__name__)
 
@@ -122,13 +123,10 @@ class PolicyModule(L.LightningModule):
             ("epochs", epochs),
             ("minibatches", minibatches),
             ("micro_batch_rows", micro_batch_rows or 1),
+            ("max_bad_steps", max_bad_steps),
         ):
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"module.{name} must be a positive integer, got {value!r}")
-        if not isinstance(max_bad_steps, int) or max_bad_steps <= 0:
-            raise ValueError(f"module.max_bad_steps must be a positive integer, got {max_bad_steps!r}")
-        if max_grad_norm is not None and max_grad_norm <= 0:
-            raise ValueError(f"module.max_grad_norm must be positive or null, got {max_grad_norm}")
+            check_int(f"module.{name}", value)
+        check_range("module.max_grad_norm", max_grad_norm, 0, low_open=True, none_ok=True)
         self.automatic_optimization = False
         self.policy = policy.train()  # dropout-free LLMs: train mode only matters for Lightning's mode checks
         if gradient_checkpointing:

@@ -33,6 +33,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Sequence
 
+from mintrl.training.checks import check_range
+
 log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).resolve().parent
@@ -160,8 +162,7 @@ class Sandbox:
             ("tmp_mb", tmp_mb),
             ("max_output_bytes", max_output_bytes),
         ):
-            if value <= 0:
-                raise ValueError(f"sandbox.{name} must be positive, got {value}")
+            check_range(f"sandbox.{name}", value, 0, low_open=True)
         self.workers, self.timeout_s, self.max_output_bytes = int(workers), float(timeout_s), int(max_output_bytes)
         self.limits = {
             "wall_s": float(timeout_s),

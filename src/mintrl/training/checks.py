@@ -1,0 +1,137 @@
+"""Config checks: the three field checks every component runs on its own arguments, and the
+cross-field checks of a composed config (:func:`check_config`).
+
+Each field is checked once, by the component that owns it (its constructor calls
+:func:`check_int`, :func:`check_range` or :func:`check_choice` with the field's full config name),
+so an error names the field as the user writes it: ``rollout.chunk_size must be an integer >= 1,
+got 0``. :func:`check_config` holds only what no single component can see: relations between
+groups, checked before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from typing import Any
+
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+
+
+def check_int(field: str, value: Any, low: int = 1, *, none_ok: bool = False) -> None:
+    """Require an integer ``>= low`` (``bool`` is not an integer here).
+
+    Args:
+        field: the full config name, e.g. ``"rollout.chunk_size"`` (unit in the config's comment).
+        value: the value to check.
+        low: the smallest value allowed.
+        none_ok: accept ``None`` (a field whose ``null`` means "off" or "all").
+
+    Raises:
+        ValueError: ``"{field} must be an integer >= {low}, got {value!r}"`` (``or null`` added
+            when ``none_ok``).
+    """
+    if value is None and none_ok:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{field} must be an integer >= {low}{' or null' if none_ok else ''}, got {value!r}")
+
+
+def check_range(
+    field: str,
+    value: Any,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    none_ok: bool = False,
+) -> None:
+    """Require a finite real number in an interval (``low_open``: ``value > low``, else ``>=``; the
+    same for ``high``).
+
+    Raises:
+        ValueError: ``"{field} must be in (0, 1], got 1.5"`` (or ``"must be > 0"`` when only one
+            end is given), naming the field; NaN, infinity and non-numbers are refused.
+    """
+    if value is None and none_ok:
+        return
+    number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    inside = (
+        number
+        and (low is None or (value > low if low_open else value >= low))
+        and (high is None or (value < high if high_open else value <= high))
+    )
+    if not inside:
+        if low is not None and high is not None:
+            bounds = f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
+        elif low is not None:
+            bounds = f"{'>' if low_open else '>='} {low}"
+        else:
+            bounds = f"{'<' if high_open else '<='} {high}"
+        raise ValueError(f"{field} must be {bounds}{' or null' if none_ok else ''}, got {value!r}")
+
+
+def check_choice(field: str, value: Any, choices: Collection) -> None:
+    """Require one of ``choices``.
+
+    Raises:
+        ValueError: ``"{field} must be one of (...), got 'x'"``.
+    """
+    if value not in choices:
+        raise ValueError(f"{field} must be one of {tuple(choices)}, got {value!r}")
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Reject a composed config whose groups do not fit together, before any model is loaded.
+
+    Raises:
+        ValueError: ``trainer.max_steps`` not a positive multiple of the optimizer updates per
+            rollout batch (``module.epochs x module.minibatches``); ``rollout.top_p < 1`` in a
+            training run (see :mod:`mintrl.sampler.vllm`); ``trainer=fsdp`` with a sampler that
+            cannot run on sharded weights (``Sampler.runs_sharded``); code problems
+            (``PromptSource.serves_code``) scored by a reward without ``Reward.handles_code``, or
+            the reverse.
+    """
+    top_p = (cfg.get("rollout") or {}).get("top_p", 1.0)
+    if cfg.get("train", True) and isinstance(top_p, (int, float)) and top_p < 1:
+        raise ValueError(
+            f"rollout.top_p={top_p} < 1 is refused for training: engines report log-probs renormalised over "
+            "the nucleus (vLLM) while the trainer's are over the full vocabulary, so the objective would "
+            "train on mismatched log-probs; sample with top_p=1 (evaluation, mintrl-eval, may use top_p < 1)"
+        )
+    strategy = (cfg.get("trainer") or {}).get("strategy")
+    strategy = str(strategy.get("_target_", "") if isinstance(strategy, DictConfig) else strategy or "")
+    sampler = component_class(cfg, "sampler")
+    if "fsdp" in strategy.lower() and sampler is not None and not sampler.runs_sharded:
+        raise ValueError(
+            "trainer=fsdp needs sampler=vllm: Hugging Face generate cannot run on FSDP-sharded weights "
+            "outside the training forward"
+        )
+    module = cfg.get("module") or {}
+    updates = int(module.get("epochs", 1) or 1) * int(module.get("minibatches", 1) or 1)
+    max_steps = (cfg.get("trainer") or {}).get("max_steps")
+    if max_steps is not None:
+        check_int("trainer.max_steps", max_steps)
+        if max_steps % updates:
+            raise ValueError(
+                f"trainer.max_steps={max_steps} (optimizer updates) must be a multiple of "
+                f"module.epochs x module.minibatches = {updates}"
+            )
+    prompts, reward = component_class(cfg, "data.prompts"), component_class(cfg, "reward")
+    if prompts is not None and reward is not None:
+        code_prompts = prompts.serves_code(OmegaConf.select(cfg, "data.prompts"))
+        if code_prompts != reward.handles_code:
+            raise ValueError(
+                f"data.prompts ({prompts.__name__}) and reward ({reward.__name__}) do not match: "
+                "code problems need reward=code (e.g. `data=humaneval reward=code`), other tasks another reward"
+            )
+
+
+def component_class(cfg: DictConfig, key: str) -> type | None:
+    """The class a config node's ``_target_`` names (imported, not instantiated), so that a check
+    can ask it what it declares (``runs_sharded``, ``handles_code``, ``serves_code``); None when
+    the node or its ``_target_`` is absent."""
+    node = OmegaConf.select(cfg, key)
+    target = node.get("_target_") if isinstance(node, DictConfig) else None
+    return get_class(str(target)) if target else None
