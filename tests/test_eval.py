@@ -8,6 +8,7 @@ import json
 import os
 from types import SimpleNamespace
 
+import hydra
 import pytest
 import torch
 import torch.distributed as dist
@@ -204,6 +205,32 @@ def test_every_benchmark_config_composes():
             cfg = compose("eval", overrides=[f"benchmark={name}", "ckpt_path=base"])
             check_config(cfg)
             assert cfg.benchmark.name and cfg.reward._target_ and cfg.data.prompts.source._target_
+
+
+def test_heldout_benchmark_follows_the_training_task():
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        default = compose("eval", overrides=["ckpt_path=base"])
+        gsm = compose("eval", overrides=["ckpt_path=base", "data@train_data=gsm_symbolic"])
+    assert default.benchmark.name == "basic_arithmetic_heldout"
+    assert default.benchmark.prompts.task_kwargs == default.train_data.prompts.task_kwargs
+    assert (default.benchmark.prompts.val_seed, default.benchmark.prompts.val_size) == (2, 64)
+    assert gsm.benchmark.name == "gsm_symbolic_heldout" and gsm.benchmark.prompts.task == "gsm_symbolic"
+    assert gsm.benchmark.prompts.task_kwargs is None  # not basic_arithmetic's kwargs merged in
+
+
+def test_gsm_symbolic_data_and_benchmark_build_their_prompts(tokenizer):
+    """`data=gsm_symbolic` and `benchmark=gsm_symbolic` once inherited basic_arithmetic's task_kwargs
+    (an empty dict merges into the parent's) and reasoning-gym refused `min_terms`."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        train = compose(
+            "train", overrides=["data=gsm_symbolic", "data.prompts.train_size=2", "data.prompts.val_size=2"]
+        )
+        bench = compose("eval", overrides=["ckpt_path=base", "benchmark=gsm_symbolic", "benchmark.prompts.val_size=2"])
+    for node in (train.data.prompts, bench.benchmark.prompts):
+        prompts = hydra.utils.instantiate(node)
+        items = prompts.build("val", tokenizer)
+        assert prompts.task == "gsm_symbolic" and prompts.task_kwargs == {}
+        assert len(items) == 2 and all(len(item.prompt_ids) > 20 for item in items)
 
 
 def test_hub_code_benchmark_from_a_local_copy_runs_in_the_sandbox(tmp_path, tokenizer):
