@@ -36,6 +36,10 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# the unit tier: tiny random models and hand tensors, no embedded model (under 2 minutes on 2 cores)
+test-unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit $(ARGS)
+
 test-slow: $(STAMP)
 	$(BIN)/pytest -q -m slow $(ARGS)
 
@@ -61,7 +65,7 @@ setup-vllm: $(VLLM_STAMP)
 
 # the sampler contract suite and the vLLM weight-sync tests against the real CPU engine
 test-vllm: $(VLLM_STAMP)
-	$(VLLM_VENV)/bin/pytest -q -o addopts=-ra tests/test_sampler_contract.py tests/test_vllm.py tests/test_shared_prompts.py $(ARGS)
+	$(VLLM_VENV)/bin/pytest -q -o addopts=-ra tests/integration/test_sampler_contract.py tests/integration/test_vllm.py tests/unit/test_shared_prompts.py tests/integration/test_shared_prompts_embedded.py $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) outputs .pytest_cache

@@ -14,7 +14,7 @@ fi
 export MINTRL_TEST_DEVICE=cuda TOKENIZERS_PARALLELISM=false
 start=$(date +%s)
 echo "== sampler contract suite (hf and vllm on cuda)"
-timeout 240 "$VENV/bin/pytest" -q -s -o addopts=-ra tests/test_sampler_contract.py
+timeout 240 "$VENV/bin/pytest" -q -s -o addopts=-ra tests/integration/test_sampler_contract.py tests/integration/test_gpu.py
 echo "== throughput and gap after a weight sync"
 timeout 120 "$VENV/bin/python" benchmarks/vllm_vs_hf.py --device cuda --rows 64 --tokens 128
 timeout 120 "$VENV/bin/python" benchmarks/vllm_vs_hf.py --device cuda --dtype bfloat16 --rows 64 --tokens 128 --repeats 1

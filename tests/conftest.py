@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import os
 
 import pytest
 import torch
+from multirun_helpers import write_multirun
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from mintrl.model import embedded_smollm2
@@ -58,6 +60,25 @@ def tiny_model():
         bos_token_id=1,
     )
     return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def multirun(tmp_path_factory):
+    """A fabricated multirun folder (tests/multirun_helpers.py's JOBS)."""
+    return write_multirun(tmp_path_factory.mktemp("multirun"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``vllm`` or ``gpu`` are skipped, with the reason, where vLLM is not installed or
+    no CUDA device is visible (``make test-vllm`` runs the vLLM tier; a GPU machine runs both)."""
+    missing = {
+        "vllm": None if importlib.util.find_spec("vllm") else "vLLM not installed (make test-vllm)",
+        "gpu": None if torch.cuda.is_available() else "no CUDA device (run on a GPU machine)",
+    }
+    for item in items:
+        for marker, reason in missing.items():
+            if reason and item.get_closest_marker(marker):
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 SANDBOX_REPORT: list[str] = []  # filled by test_sandbox's hostile suite, printed in the summary

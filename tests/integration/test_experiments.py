@@ -18,7 +18,7 @@ from mintrl.intervention.self_privileged import privileged_prompt_ids
 from mintrl.judge.none import KeepJudge
 from mintrl.model import load_policy
 from mintrl.model.logprobs import token_logprobs
-from mintrl.objective import GRPO, AdvantageRegression, InterventionGRPO, OnPolicyDistillation
+from mintrl.objective import GRPO, AdvantageRegression, InterventionGRPO, Objective, OnPolicyDistillation
 from mintrl.reward import ReasoningGymReward
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
 from mintrl.sampler import HFSampler
@@ -49,7 +49,8 @@ def test_every_experiment_composes_and_its_objective_instantiates(name):
     cfg = _compose(f"experiment={name}")
     check_config(cfg)
     objective = instantiate(cfg.objective, context=None)
-    assert callable(objective)
+    assert isinstance(objective, Objective)
+    assert f"{type(objective).__module__}.{type(objective).__qualname__}" == cfg.objective._target_
     assert cfg.task_name != "train", "each experiment names its runs"
 
 

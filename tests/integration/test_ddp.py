@@ -17,7 +17,7 @@ from mintrl.objective.aggregation import step_totals
 from mintrl.rollout.batch import concat_batches
 from mintrl.training.build import build_components
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: its helper modules (ddp_recorder, resume_helpers)
 CONFIG_DIR = str(TESTS.parent / "configs")
 COMMON = [
     "trainer.max_steps=1",

@@ -1,5 +1,6 @@
-"""Shared-prompt forward (module.share_prompts): each distinct prompt goes through the body once and
-its rollouts continue from its KV cache; log-probs, entropies and gradients equal the plain forward."""
+"""Shared-prompt forward (module.share_prompts) on a tiny model: each distinct prompt goes through the
+body once and its rollouts continue from its KV cache; log-probs, entropies and gradients equal the plain
+forward."""
 
 import torch
 
@@ -82,26 +83,3 @@ def test_no_sharing_without_repeated_prompts_or_under_activation_checkpointing(t
             model, lambda: token_logprobs(model, ids, attn, targets, share_prompts=True)
         )
     assert tokens == SHARED and torch.allclose(lp_shared, lp.detach(), atol=1e-6)
-
-
-def test_shared_prompt_forward_on_the_embedded_model(embedded):
-    model, tok = embedded.model, embedded.tokenizer
-    prompt = tok.apply_chat_template(
-        [{"role": "user", "content": "What is 3 + 4?"}], add_generation_prompt=True, tokenize=True
-    )["input_ids"]
-    responses = [tok.encode("3 + 4 = 7."), tok.encode("The answer is <answer>7</answer>"), tok.encode("It is 8.")]
-    width = len(prompt) + max(map(len, responses))
-    ids = torch.full((3, width), tok.pad_token_id)
-    attn = torch.zeros_like(ids)
-    targets = torch.zeros_like(ids, dtype=torch.bool)
-    for i, r in enumerate(responses):
-        ids[i, : len(prompt) + len(r)] = torch.tensor(prompt + r)
-        attn[i, : len(prompt) + len(r)] = 1
-        targets[i, len(prompt) : len(prompt) + len(r)] = True
-    with torch.no_grad():
-        plain, _ = token_logprobs(model, ids.to(model.device), attn.to(model.device), targets.to(model.device))
-        shared, _ = token_logprobs(
-            model, ids.to(model.device), attn.to(model.device), targets.to(model.device), share_prompts=True
-        )
-    assert torch.allclose(shared, plain, atol=1e-4), (shared - plain).abs().max()
-    assert (plain[targets.to(plain.device)] < 0).all()

@@ -1,27 +1,25 @@
 """vLLM-specific behaviour of ``sampler=vllm`` against the real engine (the CPU build here,
 ``make test-vllm``; official vLLM on a GPU machine): weight pushes across process boundaries and
 sleep levels, the prefix-cache reset after a push, and a short training run whose checkpoint vLLM
-loads. Skipped where vLLM is not installed; the shared contract is tests/test_sampler_contract.py."""
+loads. Skipped where vLLM is not installed; the shared contract is tests/integration/test_sampler_contract.py."""
 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from transformers import AutoModelForCausalLM
 
-pytest.importorskip("vllm")
+from mintrl.sampler import VLLMSampler
+from mintrl.sampler.hf import score_sequences
+from mintrl.training.config import CONFIG_DIR
+from mintrl.training.run import run
 
-from hydra import compose, initialize_config_dir  # noqa: E402
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
+pytestmark = pytest.mark.vllm
 
-from mintrl.sampler import VLLMSampler  # noqa: E402
-from mintrl.sampler.hf import score_sequences  # noqa: E402
-from mintrl.training.run import run  # noqa: E402
-
-CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 LONG = " ".join(
     ["Explain step by step why the sum of two even numbers is always even, and then give three worked examples."] * 12
 )  # ~270 tokens: several KV blocks

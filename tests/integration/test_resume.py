@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from mintrl.training.checkpointing import AtomicCheckpointIO
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]  # tests/: its helper modules (ddp_recorder, resume_helpers)
 COMMON = [
     "trainer.max_steps=4",
     "validate_at_start=false",

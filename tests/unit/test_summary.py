@@ -1,76 +1,18 @@
-"""Multirun summary (MInTRL Figure 6), keyword shift (Figure 5), sweep configs and the analysis
-notebook, on a fabricated multirun with known numbers."""
+"""Multirun summary (MInTRL Figure 6), keyword shift (Figure 5) and sweep configs, on a fabricated
+multirun with known numbers (tests/multirun_helpers.py)."""
 
 from __future__ import annotations
 
 import itertools
 import json
-import sys
-from pathlib import Path
 
 import pytest
-import yaml
+from multirun_helpers import JOBS
 
 from mintrl.cli.summary import main as summary_main
 from mintrl.eval import summary
 from mintrl.eval.keywords import keyword_counts, keyword_rates, keyword_shift, shift_table
 from mintrl.training.config import CONFIG_DIR
-
-ROOT = Path(__file__).resolve().parents[1]
-
-# job -> (overrides, {tag: [(step, value), ...]}); None: the job has no event files
-JOBS = {
-    "0": (
-        ["+sweep=intensity", "rollout.progress=false", "judge=none"],
-        {
-            "rollout/offpolicy_frac": [(1, 0.0), (2, 0.0), (3, 0.0)],
-            "val/reward": [(0, 0.20), (3, 0.30)],
-            "reward/control": [(1, 0.1), (2, 0.2), (3, 0.3)],
-        },
-    ),
-    "1": (
-        ["+sweep=intensity", "rollout.progress=false", "rollout.max_reviews=1"],
-        {
-            "rollout/offpolicy_frac": [(1, 0.01), (2, 0.03), (3, 0.02)],
-            "val/pass@1": [(0, 0.20), (3, 0.35)],
-            "val/reward": [(0, 0.9), (3, 0.9)],  # val/pass@1 preferred
-            "reward/control": [(1, 0.1), (2, 0.3), (3, 0.4)],
-            "train/policy_entropy": [(1, 1.5), (2, 1.4), (3, 1.3)],
-        },
-    ),
-    "2": (
-        ["+sweep=intensity", "rollout.progress=false", "rollout.max_reviews=4"],
-        {
-            "rollout/offpolicy_frac": [(1, 0.04), (2, 0.06), (3, 0.05)],
-            "val/pass@1": [(0, 0.20), (3, 0.25)],
-            "reward/control": [(1, 0.1), (2, 0.1), (3, 0.2)],
-        },
-    ),
-    "10": (["+sweep=intensity", "rollout.progress=false", "rollout.max_reviews=8"], None),
-}
-
-
-def _write_job(job_dir: Path, overrides: list[str], scalars: dict | None) -> None:
-    from torch.utils.tensorboard import SummaryWriter
-
-    (job_dir / ".hydra").mkdir(parents=True)
-    (job_dir / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(overrides))
-    if scalars is None:
-        return
-    writer = SummaryWriter(log_dir=str(job_dir / "tensorboard"))
-    for tag, points in scalars.items():
-        for step, value in points:
-            writer.add_scalar(tag, value, step)
-    writer.close()
-
-
-@pytest.fixture(scope="module")
-def multirun(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("multirun")
-    for name, (overrides, scalars) in JOBS.items():
-        _write_job(root / name, overrides, scalars)
-    (root / "multirun.yaml").write_text("hydra: {}\n")
-    return root
 
 
 def test_jobs_are_read_in_job_order_and_a_job_without_events_is_missing(multirun):
@@ -245,28 +187,3 @@ def test_sweep_configs_compose_and_every_job_composes(name):
         assert cfg.hydra.runtime.choices["intervention"] == "self_privileged"
     if name == "kappa":
         assert _compose([f"+sweep={name}"]).hydra.runtime.choices["objective"] == "regression_const"
-
-
-# --- notebook -------------------------------------------------------------------------------------
-
-
-def test_analysis_notebook_executes_headless(multirun, monkeypatch, tmp_path):
-    import nbformat
-    from nbclient import NotebookClient
-
-    runs = {"none": str(multirun / "0"), "reviews1": str(multirun / "1"), "no events": str(multirun / "10")}
-    monkeypatch.setenv("MINTRL_RUNS", json.dumps(runs))
-    monkeypatch.setenv("MINTRL_MULTIRUN", str(multirun))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    nb = nbformat.read(ROOT / "notebooks" / "analysis.ipynb", as_version=4)
-    nb.cells.append(nbformat.v4.new_code_cell("import sys; print('PREFIX=' + sys.prefix)"))
-    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
-    assert not [o for o in outputs if o.output_type == "error"]
-    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
-    assert f"PREFIX={sys.prefix}" in text  # the kernel runs this venv's python
-    assert "skipped no events" in text
-    images = [o for o in outputs if "image/png" in o.get("data", {})]
-    assert len(images) >= 2  # training dynamics + Figure 6
-    tables = "".join(o["data"].get("text/markdown", "") for o in outputs if "data" in o)
-    assert "| 1 | rollout.max_reviews=1 | 0.020 | 0.350 | +0.050 |" in tables

@@ -1,5 +1,5 @@
-"""Code domain: answer extraction, program assembly, HumanEval/MBPP sources, the unit-test reward
-(values and outcome counts), code steps, and a 2-step training run on code with the embedded model."""
+"""Code domain: HumanEval/MBPP sources, the unit-test reward (values and outcome counts), a sandbox
+failure as no reward, and a 2-step training run on code with the embedded model."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from mintrl.data.code import CodePrompts
-from mintrl.reward import CodeReward, build_program, extract_code, score_rewards
+from mintrl.reward import CodeReward, score_rewards
 from mintrl.reward.sandbox import Sandbox
-from mintrl.text.steps import split_steps
 
 UID_BASE = 62000
 
@@ -26,38 +25,6 @@ def sandbox():
 def humaneval_items(tokenizer):
     prompts = CodePrompts()
     return {item.entry["task_id"]: item for split in ("train", "val") for item in prompts.build(split, tokenizer)}
-
-
-@pytest.mark.parametrize(
-    "response, code",
-    [
-        ("Here:\n```python\ndef f():\n    return 1\n```\nDone.", "def f():\n    return 1\n"),
-        ("```\nx = 1\n```\ntext\n```py\nx = 2\n```", "x = 2\n"),  # the last block, any tag
-        ("Sure.\n```python\ndef f():\n    return", "def f():\n    return"),  # cut at the length limit
-        ("def f():\n    return 3\n", "def f():\n    return 3\n"),  # no fence: the whole response
-        ("", ""),
-    ],
-)
-def test_extract_code(response, code):
-    assert extract_code(response) == code
-
-
-def test_build_program_prepends_the_prompt_for_full_functions_and_bodies():
-    entry = {
-        "prompt": 'from typing import List\n\ndef f(xs: List[int]) -> int:\n    """Sum."""\n',
-        "tests": "T",
-        "entry_point": "f",
-    }
-    full = build_program("def f(xs):\n    return sum(xs)\n", entry)
-    assert (
-        full.solution == entry["prompt"] + "\ndef f(xs):\n    return sum(xs)\n"
-        and full.entry_point == "f"
-        and full.tests == "T"
-    )
-    body = build_program("    return sum(xs)\n", entry)
-    assert body.solution == entry["prompt"] + "    return sum(xs)\n"
-    mbpp = build_program("def g():\n    pass\n", {"prompt": "", "tests": "assert g() is None", "entry_point": None})
-    assert mbpp.solution == "def g():\n    pass\n" and mbpp.entry_point is None
 
 
 def test_humaneval_split_is_disjoint_documented_and_complete(tokenizer):
@@ -124,19 +91,6 @@ def test_reward_values_and_outcome_counts(sandbox, humaneval_items):
     assert set(reward.metrics().values()) == {0.0}  # reset
     partial = CodeReward(sandbox, fraction=True)
     assert partial(responses, [item] * 4) == [1.0, pytest.approx(3 / 7), 0.0, 0.0]
-
-
-def test_code_steps_split_at_fences_and_blank_lines():
-    text = "Plan: loop.\n\n```python\ndef f(x):\n    y = x + 1\n\n    return y\n```\nDone."
-    steps = [s.text for s in split_steps(text)]
-    assert steps == [
-        "Plan: loop.\n\n",
-        "```python\n",
-        "def f(x):\n    y = x + 1\n\n",
-        "    return y\n",
-        "```\n",
-        "Done.",
-    ]
 
 
 def test_two_training_steps_on_code_with_the_embedded_model(tmp_path):

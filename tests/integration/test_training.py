@@ -60,10 +60,17 @@ def test_one_training_step_changes_weights_and_lowers_the_loss(embedded, fresh_p
         return module.objective(batch, lp, totals).loss
 
     loss0 = loss_now()
-    # hand check: at theta = pi_t the policy tokens' log-ratio is ~0, so the loss is about mean(A^2) = 0.25
-    # (+ the constant-anchor term of any intervention tokens)
-    if not batch.intervention_mask.any():
-        assert loss0.item() == pytest.approx(0.375, abs=2e-3)
+    # hand check: at theta = pi_t the policy tokens' log-ratio is ~0 and each intervention token adds
+    # log pi(y) - kappa (kappa = -0.2), so loss = mean_i (beta * sum_interv (lp + 0.2) - A_i)^2
+    # (= mean(A^2) = 0.375 for a batch without intervention tokens)
+    with torch.no_grad():
+        lp, _ = token_logprobs(
+            fresh_policy, batch.input_ids, batch.attention_mask, batch.response_mask, batch.temperature
+        )
+    advantages = torch.tensor([0.5, -0.5, 0.5, -0.5, 0.0, 0.0, 1.0, 1.0])
+    anchor_term = ((lp + 0.2) * batch.intervention_mask).sum(-1)  # [8] nats
+    expected = ((0.05 * anchor_term - advantages) ** 2).mean()
+    assert loss0.item() == pytest.approx(expected.item(), abs=2e-3)
     loss0.backward()
     optimizer.step()
     optimizer.zero_grad()
@@ -158,7 +165,7 @@ def test_analysis_notebook_runs_on_the_tiny_run(tiny_run, monkeypatch, tmp_path)
     monkeypatch.setenv("MINTRL_RUNS", json.dumps({"tiny": str(out)}))
     monkeypatch.delenv("MINTRL_MULTIRUN", raising=False)
     monkeypatch.setenv("MPLBACKEND", "Agg")
-    nb = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "analysis.ipynb", as_version=4)
+    nb = nbformat.read(Path(__file__).resolve().parents[2] / "notebooks" / "analysis.ipynb", as_version=4)
     NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.output_type == "error"]

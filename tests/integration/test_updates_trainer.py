@@ -1,0 +1,123 @@
+"""Several updates per rollout batch through the Lightning Trainer, and a real 2-process DDP update
+equal to the single-process update."""
+
+import copy
+import functools
+
+import lightning.pytorch as L
+import pytest
+import torch
+from torch.utils.data import DataLoader
+from update_helpers import make_objective, rollout_batch
+
+from mintrl.objective import GRPO
+from mintrl.training.module import PolicyModule
+
+
+class _FixedBatches(L.LightningDataModule):
+    def __init__(self, batch):
+        super().__init__()
+        self.batch = batch
+
+    def train_dataloader(self):
+        return DataLoader([self.batch] * 100, batch_size=None, collate_fn=lambda x: x)
+
+
+@pytest.mark.parametrize("objective_name", ["grpo-token-mean-kl-k3", "mintrl-const"])
+def test_several_updates_per_rollout_batch_through_the_trainer(tiny_model, tmp_path, objective_name):
+    objective = make_objective(objective_name, tiny_model)
+    batch = rollout_batch(tiny_model)
+    anchor = batch.rollout_logprobs.clone()
+    before = copy.deepcopy(tiny_model.state_dict())
+    module = PolicyModule(
+        tiny_model,
+        objective,
+        functools.partial(torch.optim.AdamW, lr=1e-3),
+        epochs=2,
+        minibatches=2,
+        micro_batch_rows=3,
+        max_grad_norm=0.5,
+    )
+    trainer = L.Trainer(
+        max_steps=8,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(module, datamodule=_FixedBatches(batch))
+    assert trainer.global_step == 8  # optimizer updates
+    assert trainer.fit_loop.epoch_loop.batch_progress.total.completed == 2  # rollout batches (2 x 2 updates each)
+    assert len(module.history) == 2 and all("train/grad_norm" in h and "train/loss" in h for h in module.history)
+    assert torch.equal(batch.rollout_logprobs, anchor), "the anchor stays pi_t from rollout time across updates"
+    changed = [k for k, v in tiny_model.state_dict().items() if not torch.equal(v, before[k])]
+    assert changed, "weights must move"
+
+
+class _RankBatches(L.LightningDataModule):
+    """Rank r trains on rows [4r, 4r + 4) of the same 8-row batch."""
+
+    def __init__(self, batch):
+        super().__init__()
+        self.batch = batch
+
+    def train_dataloader(self):
+        rank = self.trainer.global_rank
+        part = self.batch.select(torch.arange(4 * rank, 4 * rank + 4))
+        return DataLoader([part] * 10, batch_size=None, collate_fn=lambda x: x)
+
+
+class _SaveWeights(L.Callback):
+    def __init__(self, path):
+        self.path = path
+
+    def on_train_end(self, trainer, module):
+        if trainer.is_global_zero:
+            torch.save({k: v.detach().clone() for k, v in module.policy.state_dict().items()}, self.path)
+
+
+def test_real_ddp_update_equals_the_single_process_update(tiny_model, tmp_path):
+    """Two gloo ranks with 4 rows each (different token counts) make the same SGD update as one
+    process on all 8 rows: counts are all-reduced and the loss scaled by the world size."""
+    batch = rollout_batch(tiny_model)
+    start = copy.deepcopy(tiny_model.state_dict())
+
+    def module():
+        model = copy.deepcopy(tiny_model)
+        model.load_state_dict(start)
+        return PolicyModule(
+            model, GRPO(), functools.partial(torch.optim.SGD, lr=1.0), micro_batch_rows=3, max_grad_norm=None
+        )
+
+    single = module()
+    trainer = L.Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.fit(single, datamodule=_FixedBatches(batch))
+    ddp = L.Trainer(
+        max_steps=1,
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        callbacks=[_SaveWeights(tmp_path / "ddp.pt")],
+    )
+    ddp.fit(module(), datamodule=_RankBatches(batch))
+    ddp_weights = torch.load(tmp_path / "ddp.pt")
+    moved = 0
+    for k, v in single.policy.state_dict().items():
+        assert torch.allclose(ddp_weights[k], v, atol=1e-6), k
+        moved += not torch.equal(v, start[k])
+    assert moved > 0

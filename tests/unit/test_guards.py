@@ -1,0 +1,85 @@
+"""Fault guards around judges and rewards (mintrl.rollout.guards): a judge that raises is retried row
+by row, garbage and timeouts become failed verdicts, a reward that hangs or answers NaN gives no reward
+for the rows it hits (whole runs with faults: integration/test_fault_runs.py)."""
+
+from __future__ import annotations
+
+import math
+import time
+
+from mintrl.judge.base import FAILED, KEEP, REVISE, Judge, ReviewRequest, Verdict
+from mintrl.rollout.guards import FaultCounts, GuardedJudge, GuardedReward, review_guarded, score_rewards_guarded
+
+
+def _requests(n):
+    return [ReviewRequest("q", "r", "", [f"step {i}"]) for i in range(n)]
+
+
+class _Judge(Judge):
+    def __init__(self, behaviour):
+        self.behaviour, self.calls = behaviour, 0
+
+    def review(self, requests):
+        self.calls += 1
+        return self.behaviour(self.calls, requests)
+
+
+def test_judge_that_raises_is_retried_row_by_row():
+    def behaviour(call, requests):  # the batch (call 1) and the second row (call 3) raise
+        if call in (1, 3):
+            raise ConnectionError("down")
+        return [Verdict(REVISE, step=0)] * len(requests)
+
+    counts = FaultCounts()
+    verdicts = review_guarded(_Judge(behaviour), _requests(3), None, counts)
+    assert [v.kind for v in verdicts] == [REVISE, FAILED, REVISE]
+    assert (counts.errors, counts.timeouts, counts.garbage) == (2, 0, 0)
+
+
+def test_judge_garbage_and_timeout_become_failed_verdicts():
+    counts = FaultCounts()
+    garbage = _Judge(lambda call, requests: ["keep"] * len(requests) if call == 1 else [Verdict(KEEP)] * len(requests))
+    assert [v.kind for v in review_guarded(garbage, _requests(2), None, counts)] == [KEEP, KEEP]
+    assert counts.garbage == 1
+    slow = _Judge(lambda call, requests: time.sleep(5) or [Verdict(KEEP)] * len(requests))
+    start = time.monotonic()
+    assert [v.kind for v in review_guarded(slow, _requests(4), 0.2, counts)] == [FAILED] * 4
+    assert time.monotonic() - start < 2 and counts.timeouts == 1 and slow.calls == 1  # no per-row retry after a timeout
+    guarded = GuardedJudge(garbage)
+    assert guarded.metrics() == {"judge/errors": 0.0, "judge/timeouts": 0.0, "judge/garbage": 0.0}
+
+
+def test_reward_faults_give_no_reward_for_the_rows_they_hit():
+    def reward(responses, items):
+        if len(responses) > 1:
+            raise ValueError("batch scorer crashed")
+        r = responses[0]
+        if r == "hang":
+            time.sleep(5)
+        if r == "raise":
+            raise KeyError("no answer")
+        return [{"nan": math.nan, "none": None, "word": "yes", "inf": math.inf, "ok": 1, "bool": True}[r]]
+
+    counts = FaultCounts()
+    rows = ["ok", "nan", "none", "word", "inf", "raise", "hang", "bool"]
+    values = score_rewards_guarded(reward, rows, [None] * len(rows), 0.3, counts)
+    assert values[0] == 1.0 and values[7] == 1.0
+    assert all(math.isnan(v) for v in values[1:7])
+    # the batch and "raise" raised; "word" and "inf" are garbage; "hang" timed out; NaN / None are no reward, not faults
+    assert (counts.errors, counts.garbage, counts.timeouts) == (2, 2, 1)
+    g = GuardedReward(lambda responses, items: [0.5] * (len(responses) + 1))
+    assert all(math.isnan(v) for v in g(["a", "b"], [None, None]))
+    # the batch and each of its rows answered the wrong number of values
+    assert g.metrics() == {"reward/failed": 3.0, "reward/timeout": 0.0}
+    assert g.metrics()["reward/failed"] == 0.0  # counts are per step
+
+
+def test_a_signal_timing_reward_still_runs_in_the_main_thread():
+    """math-verify times out with SIGALRM, which only the main thread may set: through the guard
+    it must still grade (a thread would make every call fail and every reward NaN)."""
+    from mintrl.reward import MathVerifyReward
+
+    item = type("Item", (), {"reference": "\\frac{1}{2}"})()
+    guarded = GuardedReward(MathVerifyReward(), timeout_s=30)
+    assert guarded(["so <answer>0.5</answer>", "<answer>2</answer>"], [item, item]) == [1.0, 0.0]
+    assert guarded.metrics()["reward/failed"] == 0.0
