@@ -180,6 +180,12 @@ def test_sweep_configs_compose_and_every_job_composes(name):
             key, value = o.split("=")
             got = cfg.hydra.runtime.choices[key] if key in ("objective", "judge") else OmegaConf.select(cfg, key)
             assert str(got) == value
+    # callbacks=sweep: no Lightning checkpoint (last or best), the policy exported in bf16, summary.json
+    assert cfg.hydra.runtime.choices["callbacks"] == "sweep" and "best" not in cfg.callbacks
+    assert cfg.callbacks.checkpoint.save_last is False and cfg.callbacks.checkpoint.save_top_k == 0
+    assert cfg.callbacks.hf_export.dtype == "bfloat16" and OmegaConf.to_container(cfg.callbacks.summary)[
+        "path"
+    ].endswith("/summary.json")
     if name == "intensity":
         assert {len(str(v).split(",")) for v in params.values()} == {2}
     if name == "judge":
