@@ -8,7 +8,7 @@ import os
 
 import pytest
 import torch
-from multirun_helpers import write_multirun
+from multirun_helpers import write_multirun, write_seeded_multirun
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from mintrl.model import embedded_smollm2
@@ -66,6 +66,12 @@ def tiny_model():
 def multirun(tmp_path_factory):
     """A fabricated multirun folder (tests/multirun_helpers.py's JOBS)."""
     return write_multirun(tmp_path_factory.mktemp("multirun"))
+
+
+@pytest.fixture(scope="module")
+def seeded_multirun(tmp_path_factory):
+    """A fabricated multirun of settings crossed with seeds (tests/multirun_helpers.py's SEEDED_JOBS)."""
+    return write_seeded_multirun(tmp_path_factory.mktemp("seeded_multirun"))
 
 
 def pytest_collection_modifyitems(config, items):

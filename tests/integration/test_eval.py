@@ -164,3 +164,34 @@ def test_hub_code_benchmark_from_a_local_copy_runs_in_the_sandbox(tmp_path, toke
     reward = CodeReward(Sandbox(workers=1, uid_base=62000))
     assert reward(["```python\n" + i.reference + "```" for i in items], items) == [1.0, 1.0]
     assert reward(["```python\nreturn None\n```"] * 2, items) == [0.0, 0.0]
+
+
+HARD_TASKS = {  # data config -> (task_kwargs, terms, digits per term)
+    "arithmetic_3terms": (dict(min_terms=3, max_terms=3, min_digits=1, max_digits=1), 3, 1),
+    "arithmetic_2digit": (dict(min_terms=2, max_terms=2, min_digits=2, max_digits=2), 2, 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HARD_TASKS))
+def test_hard_arithmetic_data_and_heldout_benchmark_build_their_prompts(name, tokenizer):
+    """`data=arithmetic_3terms` / `arithmetic_2digit` and the held-out benchmark that follows them
+    (`data@train_data=<name> benchmark=heldout`): exactly the intended task_kwargs (a partial dict would
+    merge into basic_arithmetic's), and every question has that many terms of at most that many digits."""
+    import re
+
+    kwargs, terms, digits = HARD_TASKS[name]
+    intended = {**kwargs, "operators": ["+"], "allow_parentheses": False, "allow_negation": False}
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        train = compose("train", overrides=[f"data={name}", "data.prompts.train_size=4"])
+        bench = compose("eval", overrides=["ckpt_path=base", f"data@train_data={name}", "benchmark=heldout"])
+    assert bench.benchmark.name == "basic_arithmetic_heldout" and bench.benchmark.prompts.val_size == 64
+    for node, split in ((train.data.prompts, "train"), (bench.benchmark.prompts, "val")):
+        prompts = hydra.utils.instantiate(node)
+        assert prompts.task == "basic_arithmetic" and prompts.task_kwargs == intended
+        items = prompts.build(split, tokenizer)
+        assert len(items) == (4 if split == "train" else 64)
+        for item in items:
+            numbers = re.findall(r"\d+", item.question)
+            # reasoning-gym draws each term uniformly from 0..10**digits inclusive (digits: an upper bound)
+            assert len(numbers) == terms and all(0 <= int(n) <= 10**digits for n in numbers), item.question
+            assert item.question.count("+") == terms - 1 and int(item.reference) == sum(map(int, numbers))

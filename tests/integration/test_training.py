@@ -81,20 +81,22 @@ def test_one_training_step_changes_weights_and_lowers_the_loss(embedded, fresh_p
     assert loss1.item() < loss0.item()
 
 
+TINY = [  # the main job, 2 steps of 2 prompts, 4 held-out prompts
+    "trainer.max_steps=2",
+    "data.prompts_per_step=2",
+    "data.prompts.val_size=4",
+    "data.val_samples_per_prompt=1",
+    "rollout.max_response_tokens=24",
+    "rollout.chunk_size=8",
+    "rollout.continuation_len=8",
+    "module.optimizer.lr=1e-5",
+]
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run")
-    overrides = [
-        f"paths.output_dir={out}",
-        "trainer.max_steps=2",
-        "data.prompts_per_step=2",
-        "data.prompts.val_size=4",
-        "data.val_samples_per_prompt=1",
-        "rollout.max_response_tokens=24",
-        "rollout.chunk_size=8",
-        "rollout.continuation_len=8",
-        "module.optimizer.lr=1e-5",
-    ]
+    overrides = [f"paths.output_dir={out}", *TINY]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=False)
     summary = run(cfg)
@@ -172,6 +174,29 @@ def test_analysis_notebook_runs_on_the_tiny_run(tiny_run, monkeypatch, tmp_path)
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "tiny: val/pass@1" in text
     assert [o for o in outputs if "image/png" in o.get("data", {})], "the training-dynamics figures"
+
+
+def test_sweep_callbacks_keep_tensorboard_summary_and_bf16_policy_but_no_checkpoint(tmp_path):
+    """`callbacks=sweep` (configs/sweep/*.yaml): TensorBoard, summary.json and the final policy in
+    bf16, no Lightning checkpoint (no last.ckpt with the optimizer state, no best checkpoint)."""
+    import json
+
+    from safetensors import safe_open
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=[f"paths.output_dir={tmp_path}", "callbacks=sweep", *TINY])
+    summary = run(cfg)
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    written = json.loads((tmp_path / "summary.json").read_text())
+    assert written["steps"] == summary["steps"] == 2 and written["val_reward_last"] == summary["val_reward_last"]
+    assert written["checkpoint"] == "" and written["best_checkpoint"] is None
+    assert not list(tmp_path.rglob("*.ckpt")), "no Lightning checkpoint"
+    with safe_open(str(tmp_path / "hf_policy" / "model.safetensors"), framework="pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
+    assert json.loads((tmp_path / "hf_policy" / "config.json").read_text())["dtype"] == "bfloat16"
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "hf_policy")
+    with torch.no_grad():
+        assert torch.isfinite(model(torch.tensor([[1, 2, 3]])).logits).all()
 
 
 @pytest.mark.slow

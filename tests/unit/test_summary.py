@@ -180,6 +180,12 @@ def test_sweep_configs_compose_and_every_job_composes(name):
             key, value = o.split("=")
             got = cfg.hydra.runtime.choices[key] if key in ("objective", "judge") else OmegaConf.select(cfg, key)
             assert str(got) == value
+    # callbacks=sweep: no Lightning checkpoint (last or best), the policy exported in bf16, summary.json
+    assert cfg.hydra.runtime.choices["callbacks"] == "sweep" and "best" not in cfg.callbacks
+    assert cfg.callbacks.checkpoint.save_last is False and cfg.callbacks.checkpoint.save_top_k == 0
+    assert cfg.callbacks.hf_export.dtype == "bfloat16" and OmegaConf.to_container(cfg.callbacks.summary)[
+        "path"
+    ].endswith("/summary.json")
     if name == "intensity":
         assert {len(str(v).split(",")) for v in params.values()} == {2}
     if name == "judge":
@@ -187,3 +193,106 @@ def test_sweep_configs_compose_and_every_job_composes(name):
         assert cfg.hydra.runtime.choices["intervention"] == "self_privileged"
     if name == "kappa":
         assert _compose([f"+sweep={name}"]).hydra.runtime.choices["objective"] == "regression_const"
+
+
+# --- seeds and intervals (hand-computed on SEEDED_JOBS) -------------------------------------------
+
+T2 = 4.3027  # t(0.975, 2)
+T1 = 12.7062  # t(0.975, 1)
+
+
+def test_t_quantiles_and_mean_interval_on_hand_values():
+    assert summary.t_quantile_975(2) == T2 and summary.t_quantile_975(1) == T1
+    assert summary.t_quantile_975(35) == summary.t_quantile_975(30) == 2.0423  # next smaller df: conservative
+    assert summary.t_quantile_975(1000) == 1.96
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="df"):
+            summary.t_quantile_975(bad)
+    # [0.5, 0.6, 0.7]: mean 0.6, s = 0.1, half width 4.3027 * 0.1 / sqrt(3) = 0.24842
+    stat = summary.mean_interval([0.5, 0.6, 0.7])
+    assert stat["n"] == 3 and stat["mean"] == pytest.approx(0.6) and stat["sd"] == pytest.approx(0.1)
+    assert stat["half_width"] == pytest.approx(0.24842, abs=1e-5)
+    assert (stat["low"], stat["high"]) == pytest.approx((0.35158, 0.84842), abs=1e-5)
+    one = summary.mean_interval([0.45])
+    assert one["mean"] == 0.45 and one["half_width"] is None and one["low"] is None
+    assert summary.fmt_interval(one) == "0.450 (n=1, no interval)"
+    assert summary.fmt_interval(stat) == "0.600 [0.352, 0.848]"
+    with pytest.raises(ValueError, match="at least one"):
+        summary.mean_interval([])
+    with pytest.raises(ValueError, match="non-finite"):
+        summary.mean_interval([0.5, float("nan")])
+
+
+def test_area_under_curve_and_binomial_se_on_hand_values():
+    # trapezoids 4 * (0.2 + 0.4) / 2 + 4 * (0.4 + 0.5) / 2 = 3.0 over a span of 8 steps
+    assert summary.area_under_curve([(0, 0.2), (4, 0.4), (8, 0.5)]) == pytest.approx(0.375)
+    # uneven steps: 2 * (0 + 1) / 2 + 8 * (1 + 1) / 2 = 9 over 10
+    assert summary.area_under_curve([(0, 0.0), (2, 1.0), (10, 1.0)]) == pytest.approx(0.9)
+    assert summary.area_under_curve([(5, 0.3)]) == 0.3 and summary.area_under_curve([]) is None
+    with pytest.raises(ValueError, match="strictly increasing"):
+        summary.area_under_curve([(4, 0.1), (4, 0.2)])
+    assert summary.pass_at_1_curve({"val/pass@1": [(8, 0.5), (0, 0.2), (8, 0.6)]}) == [(0, 0.2), (8, 0.6)]
+    assert summary.binomial_se(0.6, 256) == pytest.approx(0.0306186, abs=1e-6)  # sqrt(0.24 / 256)
+    assert summary.binomial_se(0.0, 10) == 0.0
+    with pytest.raises(ValueError, match="p must be"):
+        summary.binomial_se(1.5, 10)
+    with pytest.raises(ValueError, match="n must be"):
+        summary.binomial_se(0.5, 0)
+    assert summary.heldout_size({"data": {"prompts": {"val_size": 64}, "val_samples_per_prompt": 4}}) == 256
+    assert summary.heldout_size({"data": {"prompts": {"val_size": "${x}"}, "val_samples_per_prompt": 4}}) is None
+    assert summary.heldout_size(None) is None
+
+
+def test_jobs_are_grouped_by_seed_with_intervals(seeded_multirun):
+    jobs = summary.read_multirun(seeded_multirun)
+    assert [[j.name for j in g] for g in summary.group_by_seed(jobs)] == [["0", "1", "2"], ["3", "4"], ["5", "6"]]
+    const, none, grpo = summary.summarize_seeds(jobs)
+    assert const["varying"] == ["objective=regression_const"] and const["seeds"] == ["0", "1", "2"]
+    assert const["n"] == 3 and not const["missing"] and not const["no_intervention"]
+    assert const["final_pass_at_1"]["mean"] == pytest.approx(0.6)
+    assert const["final_pass_at_1"]["half_width"] == pytest.approx(0.24842, abs=1e-5)
+    # areas 0.375, 0.45, 0.525: mean 0.45, s = 0.075, half width 4.3027 * 0.075 / sqrt(3) = 0.18631
+    assert const["area_under_curve"]["mean"] == pytest.approx(0.45)
+    assert const["area_under_curve"]["half_width"] == pytest.approx(0.18631, abs=1e-5)
+    assert const["heldout_n"] == 256 and const["run_se"] == pytest.approx(0.0306186, abs=1e-6)
+    # the mean curve: step 4 has 0.4 / 0.5 / 0.6 (same spread as the finals); step 0 has no spread
+    curve = {p["step"]: p for p in const["curve"]}
+    assert curve[4]["mean"] == pytest.approx(0.5) and curve[4]["half_width"] == pytest.approx(0.24842, abs=1e-5)
+    assert curve[0]["half_width"] == pytest.approx(0.0)
+    # 2 seeds (val/reward): finals 0.3, 0.5 -> s = 0.1414, half width 12.7062 * 0.1414 / sqrt(2) = 1.27062
+    assert none["no_intervention"] and none["n"] == 2
+    assert none["final_pass_at_1"]["mean"] == pytest.approx(0.4)
+    assert none["final_pass_at_1"]["half_width"] == pytest.approx(1.27062, abs=1e-5)
+    assert none["area_under_curve"]["mean"] == pytest.approx(0.3)
+    assert none["area_under_curve"]["half_width"] == pytest.approx(0.63531, abs=1e-5)
+    # one seed ran, one is missing: no interval, stated
+    assert grpo["n"] == 1 and grpo["missing"] == ["6"] and grpo["final_pass_at_1"]["half_width"] is None
+    assert grpo["area_under_curve"]["mean"] == pytest.approx(0.3125)
+    per_job = {r["job"]: r for r in summary.summarize(jobs)}
+    assert per_job["0"]["area_under_curve"] == pytest.approx(0.375) and per_job["0"]["heldout_n"] == 256
+    assert per_job["0"]["binomial_se"] == pytest.approx((0.5 * 0.5 / 256) ** 0.5)
+
+
+def test_seed_table_states_intervals_and_how_they_are_computed(seeded_multirun):
+    table = summary.seed_table(summary.summarize_seeds(summary.read_multirun(seeded_multirun)))
+    assert (
+        "| objective=regression_const | 0,1,2 (3) | 0.600 [0.352, 0.848] | 0.450 [0.264, 0.636] | 0.031 (N=256) |"
+        in table
+    )
+    assert "| judge=none (no-intervention) | 0,1 (2) | 0.400 [-0.871, 1.671] |" in table
+    assert (
+        "| objective=grpo | 0 (1); no event files: job 6 (seed=1) | 0.450 (n=1, no interval) | 0.313 (n=1, no interval) |"
+        in table
+    )
+    assert "t(0.975, n-1) · s / sqrt(n)" in table and "n = 1: no interval" in table
+
+
+def test_cli_prints_seed_table_and_writes_curves(seeded_multirun, tmp_path, capsys):
+    curves, seeds = tmp_path / "curves" / "heldout.png", tmp_path / "seeds.json"
+    assert summary_main([str(seeded_multirun), "--curves", str(curves), "--seeds-json", str(seeds)]) == 0
+    out = capsys.readouterr().out
+    assert "0.600 [0.352, 0.848]" in out and "95% interval over seeds" in out
+    assert curves.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and curves.stat().st_size > 5000
+    data = json.loads(seeds.read_text())
+    assert [r["jobs"] for r in data] == [["0", "1", "2"], ["3", "4"], ["5", "6"]]
+    assert data[0]["final_pass_at_1"]["half_width"] == pytest.approx(0.24842, abs=1e-5)

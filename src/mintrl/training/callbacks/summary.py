@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import math
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import lightning.pytorch as L
@@ -21,9 +24,15 @@ def _mean(values):
 class RunSummary(L.Callback):
     """Prints first vs last held-out and control reward, the off-policy fraction and where the
     logs, checkpoints (last, and the best by a monitored metric such as ``val/pass@1``) and Hugging
-    Face folder are; ``self.summary`` keeps the numbers."""
+    Face folder are; ``self.summary`` keeps the numbers.
 
-    def __init__(self) -> None:
+    Args:
+        path: also write the numbers as JSON here at the end of fitting (rewards 0-1, ``minutes`` of
+            wall time, paths as strings, NaN written as null; rank 0 only); None: print only.
+    """
+
+    def __init__(self, path: str | None = None) -> None:
+        self.path = path
         self.summary: dict = {}
         self._t0 = time.perf_counter()
 
@@ -55,6 +64,11 @@ class RunSummary(L.Callback):
         }
         if not trainer.is_global_zero:
             return
+        if self.path is not None:
+            out = Path(self.path)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            clean = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in self.summary.items()}
+            out.write_text(json.dumps(clean, indent=2) + "\n")
         s = self.summary
 
         def fmt(v: float | None) -> str:
@@ -75,6 +89,7 @@ class RunSummary(L.Callback):
                 else []
             ),
             f"  Hugging Face policy: {s['hf_folder']}",
+            *([f"  summary (JSON): {self.path}"] if self.path is not None else []),
             "=" * 72,
         ]
         print("\n".join(lines), flush=True)
