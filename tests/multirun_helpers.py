@@ -90,3 +90,88 @@ def write_seeded_multirun(root: Path) -> Path:
         write_job(root / name, overrides, scalars, config)
     (root / "multirun.yaml").write_text("hydra: {}\n")
     return root
+
+
+# The `make reproduce` multirun (tests/unit/test_reproduce.py): MInTRL-Const, GRPO and no-intervention x seeds
+# 0, 1, 2, 6 optimizer steps, held-out pass@1 at steps 0, 3, 6; every job logs 6 perf/step_seconds of 10 s.
+# Hand values: final pass@1 Const - GRPO per seed 0.10, 0.15, 0.05 (mean 0.10, sd 0.05: interval
+# 0.10 ± 4.3027 * 0.05 / sqrt(3) contains 0, undecided; 4 seeds would decide it); Const reward/gap
+# narrowing (mean of the first 2 steps minus the last 2) 0.20, 0.30, 0.25 (mean 0.25, sd 0.05: holds);
+# last-step entropy Const - GRPO -0.30, -0.25, -0.20 (mean -0.25, sd 0.05: does not hold).
+REPRO_FINALS = {
+    "math/mintrl_const_cpu": (0.30, 0.40, 0.35),
+    "math/grpo_cpu": (0.20, 0.25, 0.30),
+    "no_intervention": (0.22, 0.27, 0.20),
+}
+REPRO_GAPS = (  # MInTRL-Const reward/gap per step, per seed
+    (0.3, 0.3, 0.2, 0.2, 0.1, 0.1),
+    (0.4, 0.4, 0.3, 0.2, 0.1, 0.1),
+    (0.35, 0.35, 0.2, 0.2, 0.1, 0.1),
+)
+REPRO_ENTROPY = {
+    "math/mintrl_const_cpu": (1.0, 1.1, 1.2),
+    "math/grpo_cpu": (1.3, 1.35, 1.4),
+    "no_intervention": (1.2,) * 3,
+}
+REPRO_OFFPOLICY = {"math/mintrl_const_cpu": 0.03, "math/grpo_cpu": 0.0, "no_intervention": 0.0}
+# the intensity multirun: MInTRL-Const with rollout.max_reviews=1 (off-policy 1%) and =4 (8%), final pass@1 per
+# seed; deltas vs no-intervention: reviews=1 +0.03 +0.03 +0.05, Const (3%) +0.08 +0.13 +0.15, reviews=4 -0.02
+# +0.01 +0.02: the best setting (Const) lies inside and beats both ends with intervals above 0 (holds).
+REPRO_INTENSITY = {
+    "rollout.max_reviews=1": (0.01, (0.25, 0.30, 0.25)),
+    "rollout.max_reviews=4": (0.08, (0.20, 0.28, 0.22)),
+}
+
+
+def repro_config(n_control: int, n_semi: int, max_steps: int = 6) -> dict:
+    """The part of a job's .hydra/config.yaml that mintrl-reproduce reads."""
+    return {
+        "trainer": {"max_steps": max_steps},
+        "rollout": {"n_control": n_control, "n_semi": n_semi, "max_response_tokens": 64},
+        "data": {
+            "prompts_per_step": 8,
+            "val_samples_per_prompt": 2,
+            "prompts": {"val_size": 128, "task_kwargs": {"min_terms": 3, "max_terms": 3}},
+        },
+    }
+
+
+def _repro_scalars(final: float, entropy: float, offpolicy: float, gaps=None) -> dict:
+    scalars = {
+        "val/pass@1": [(0, 0.05), (3, (0.05 + final) / 2), (6, final)],
+        "train/policy_entropy": [(s, entropy + 0.1 * (6 - s)) for s in range(1, 7)],
+        "rollout/offpolicy_frac": [(s, offpolicy) for s in range(1, 7)],
+        "perf/step_seconds": [(s, 10.0) for s in range(1, 7)],
+    }
+    if gaps is not None:
+        scalars["reward/gap"] = list(zip(range(1, 7), gaps))
+    return scalars
+
+
+def write_reproduce_multirun(root: Path) -> Path:
+    """The methods multirun of `make reproduce` (REPRO_FINALS ...), jobs 0-8 in Hydra's order
+    (experiment outer, seed inner); returns root."""
+    job = 0
+    for experiment, finals in REPRO_FINALS.items():
+        for seed, final in enumerate(finals):
+            gaps = REPRO_GAPS[seed] if experiment == "math/mintrl_const_cpu" else None
+            scalars = _repro_scalars(final, REPRO_ENTROPY[experiment][seed], REPRO_OFFPOLICY[experiment], gaps)
+            config = repro_config(4, 0) if experiment == "math/grpo_cpu" else repro_config(2, 2)
+            write_job(
+                root / str(job), [f"experiment={experiment}", f"seed={seed}", "+sweep=reproduce_core"], scalars, config
+            )
+            job += 1
+    (root / "multirun.yaml").write_text("hydra: {}\n")
+    return root
+
+
+def write_intensity_multirun(root: Path) -> Path:
+    """The intensity multirun of `make reproduce-full` (REPRO_INTENSITY); returns root."""
+    job = 0
+    for setting, (offpolicy, finals) in REPRO_INTENSITY.items():
+        for seed, final in enumerate(finals):
+            overrides = ["experiment=math/mintrl_const_cpu", f"seed={seed}", setting, "+sweep=reproduce_intensity"]
+            write_job(root / str(job), overrides, _repro_scalars(final, 1.0, offpolicy), repro_config(2, 2))
+            job += 1
+    (root / "multirun.yaml").write_text("hydra: {}\n")
+    return root

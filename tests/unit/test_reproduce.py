@@ -1,0 +1,273 @@
+"""`make reproduce`: the report on a fabricated multirun with hand-computed values (tests/multirun_helpers.py's
+REPRO_*), the verdicts, and the sweep configs (every row composes with the hard task at equal budget)."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from multirun_helpers import write_intensity_multirun, write_reproduce_multirun
+
+from mintrl.cli.reproduce import main as reproduce_main
+from mintrl.eval import reproduce as rp
+from mintrl.eval.summary import Job
+from mintrl.training.config import CONFIG_DIR
+
+T2 = 4.3027  # t(0.975, 2): 3 seeds
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def methods(tmp_path_factory):
+    return write_reproduce_multirun(tmp_path_factory.mktemp("reproduce") / "methods")
+
+
+@pytest.fixture(scope="module")
+def intensity(tmp_path_factory):
+    return write_intensity_multirun(tmp_path_factory.mktemp("reproduce") / "intensity")
+
+
+def _stat(mean, low, high, n=3, sd=0.05):
+    return {"n": n, "mean": mean, "sd": sd, "half_width": (high - low) / 2, "low": low, "high": high}
+
+
+def test_verdict_from_the_interval():
+    assert rp.verdict(_stat(0.2, 0.05, 0.35)) == "holds"
+    assert rp.verdict(_stat(-0.2, -0.35, -0.05)) == "does not hold"
+    assert rp.verdict(_stat(0.1, -0.02, 0.22)) == "undecided"
+    assert rp.verdict(_stat(0.1, 0.0, 0.2)) == "undecided"  # touching 0 is not above it
+    assert rp.verdict({"n": 1, "mean": 0.3, "sd": None, "half_width": None, "low": None, "high": None}) == "undecided"
+    assert rp.verdict(None) == "undecided"
+
+
+def test_paired_difference_by_hand():
+    a = {"0": 0.30, "1": 0.40, "2": 0.35, "7": 0.9}  # seed 7 has no partner: left out
+    b = {"2": 0.30, "0": 0.20, "1": 0.25}
+    d = rp.paired_difference(a, b)
+    assert d["seeds"] == ["0", "1", "2"]
+    assert d["diffs"] == pytest.approx([0.10, 0.15, 0.05])
+    assert d["mean"] == pytest.approx(0.10) and d["sd"] == pytest.approx(0.05)
+    assert d["half_width"] == pytest.approx(T2 * 0.05 / math.sqrt(3))
+    assert (d["low"], d["high"]) == pytest.approx((0.10 - T2 * 0.05 / math.sqrt(3), 0.10 + T2 * 0.05 / math.sqrt(3)))
+    assert rp.paired_difference({"0": 1.0}, {"1": 1.0}) is None
+    assert rp.paired_difference({"10": 1.0, "2": 0.0}, {"10": 0.0, "2": 0.0})["seeds"] == ["2", "10"]  # numeric order
+
+
+def test_seeds_needed_at_the_observed_mean_and_sd():
+    # mean 0.10, sd 0.05: t(n-1) * 0.05 / sqrt(n) is 0.449 (n=2), 0.124 (3), 0.0796 (4) -> 4 seeds
+    assert rp.seeds_needed({"n": 3, "mean": 0.10, "sd": 0.05}) == 4
+    assert rp.seeds_needed({"n": 3, "mean": -0.10, "sd": 0.05}) == 4
+    assert rp.seeds_needed({"n": 3, "mean": 0.0, "sd": 0.05}) is None
+    assert rp.seeds_needed({"n": 1, "mean": 0.1, "sd": None}) is None
+    assert rp.seeds_needed({"n": 3, "mean": 1e-6, "sd": 1.0}) is None  # beyond MAX_SEEDS
+
+
+def test_gap_narrowing_first_third_minus_last_third():
+    assert rp.gap_narrowing([0.3, 0.3, 0.2, 0.2, 0.1, 0.1]) == pytest.approx(0.2)
+    assert rp.gap_narrowing([0.1, 0.5, 0.3, 0.2]) == pytest.approx(0.1 - 0.2)  # thirds of 1 step
+    assert rp.gap_narrowing([0.2, 0.4]) == pytest.approx(-0.2)
+    assert rp.gap_narrowing([0.2]) is None and rp.gap_narrowing([]) is None
+
+
+def test_rows_are_named_and_grouped_over_seeds(methods):
+    report = rp.build_report(methods, repo_dir=REPO)
+    rows = {r.name: r for r in report["rows"]}
+    assert list(rows) == ["MInTRL-Const", "GRPO", "no-intervention"]
+    const = rows["MInTRL-Const"].stats["final_pass_at_1"]
+    assert const["mean"] == pytest.approx(0.35, abs=1e-6) and const["sd"] == pytest.approx(0.05, abs=1e-6)
+    assert (
+        rp.row_budget(rows["GRPO"])["rollouts_per_prompt"]
+        == 4
+        == rp.row_budget(rows["MInTRL-Const"])["rollouts_per_prompt"]
+    )
+    assert report["equal_budget"]
+    assert report["wall"]["step_seconds"] == pytest.approx(9 * 6 * 10.0)
+
+
+def test_claims_on_the_fabricated_multirun(methods):
+    report = rp.build_report(methods, repo_dir=REPO)
+    c1, c2, c3, c4 = report["claims"]
+    diff = report["const_minus_grpo"]
+    assert diff["diffs"] == pytest.approx([0.10, 0.15, 0.05], abs=1e-6)
+    assert diff["half_width"] == pytest.approx(T2 * 0.05 / math.sqrt(3), abs=1e-5)
+    assert c1.verdict == "undecided" and "about 4 seeds" in c1.next_step
+    assert c2.verdict == "holds" and "+0.250" in c2.measure and not c2.next_step
+    assert c3.verdict == "does not hold" and "-0.250" in c3.measure and "paper's scale" in c3.next_step
+    assert c4.verdict == "not measured"
+
+
+def test_inverted_u_on_the_intensity_sweep(methods, intensity):
+    report = rp.build_report(methods, intensity, repo_dir=REPO)
+    points = {p["name"]: p for p in report["points"]}
+    assert list(points) == [
+        "no-intervention",
+        "MInTRL-Const rollout.max_reviews=1",
+        "MInTRL-Const rollout.max_reviews=4",
+        "MInTRL-Const",
+    ]
+    assert points["MInTRL-Const"]["offpolicy_frac"] == pytest.approx(0.03, abs=1e-6)
+    assert points["MInTRL-Const rollout.max_reviews=4"]["delta"]["diffs"] == pytest.approx(
+        [-0.02, 0.01, 0.02], abs=1e-6
+    )
+    c4 = report["claims"][3]
+    assert c4.verdict == "holds" and "strictly inside" in c4.measure
+    assert report["equal_budget"] and report["wall"]["step_seconds"] == pytest.approx(15 * 60.0)
+
+
+def _point(name, frac, deltas):
+    seeds = [str(i) for i in range(len(deltas))]
+    return {
+        "name": name,
+        "offpolicy_frac": frac,
+        "per_seed": dict(zip(seeds, deltas)),
+        "delta": rp.paired_difference(dict(zip(seeds, deltas)), dict.fromkeys(seeds, 0.0)),
+    }
+
+
+def test_inverted_u_verdicts_by_hand():
+    base = _point("none", 0.0, [0.0, 0.0, 0.0])
+    mid = _point("mid", 0.03, [0.10, 0.12, 0.11])
+    high = _point("high", 0.08, [0.20, 0.25, 0.22])
+    # best at the highest fraction and clearly above the interior one: no inverted U
+    assert rp.inverted_u([base, mid, high])[0] == "does not hold"
+    # best inside, above both ends
+    assert rp.inverted_u([base, high, _point("top", 0.3, [0.0, 0.02, -0.01])])[0] == "holds"
+    # best inside but not distinguishable from the high end
+    assert rp.inverted_u([base, mid, _point("end", 0.1, [0.12, 0.05, 0.10])])[0] == "undecided"
+    # one seed: no interval
+    one = [_point("none", 0.0, [0.0]), _point("mid", 0.03, [0.1]), _point("high", 0.08, [0.0])]
+    verdict, why = rp.inverted_u(one)
+    assert verdict == "undecided" and "strictly inside" in why
+    assert rp.inverted_u([base, mid])[0] == "not measured"
+
+
+def test_report_markdown_has_commit_rows_intervals_and_figures(methods, intensity, tmp_path):
+    out = tmp_path / "docs" / "reproduction.md"
+    assert reproduce_main([str(methods), "--intensity", str(intensity), "--out", str(out), "--repo", str(REPO)]) == 0
+    text = out.read_text()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert head in text
+    for row in ("| MInTRL-Const |", "| GRPO |", "| no-intervention |"):
+        assert row in text
+    assert "0.350 [0.226, 0.474]" in text  # Const final pass@1: 0.35 ± 4.3027 * 0.05 / sqrt(3)
+    assert "+0.100 [-0.024, +0.224] (n=3)" in text  # Const - GRPO
+    assert "| 0 | 0.300 | 0.200 | +0.100 |" in text
+    assert "**undecided**" in text and "**holds**" in text and "**does not hold**" in text
+    assert f"{os.cpu_count()} logical CPUs" in text and "torch" in text
+    assert "9.0 min" in text or "15.0 min" in text  # summed perf/step_seconds
+    assert "equal budget" in text and "yes" in text
+    for png in ("reproduction_curves.png", "reproduction_training.png", "reproduction_intensity.png"):
+        assert (out.parent / png).stat().st_size > 1000 and f"]({png})" in text
+
+
+def test_commit_is_unknown_outside_a_repository(tmp_path):
+    assert rp.git_commit(tmp_path) == "unknown"
+
+
+def test_unequal_budget_is_flagged():
+    def job(name, steps):
+        from multirun_helpers import repro_config
+
+        return Job(
+            name=name, path=Path(name), overrides=[f"experiment={name}", "seed=0"], config=repro_config(2, 2, steps)
+        )
+
+    rows = rp.rows_of([job("math/mintrl_const_cpu", 6), job("math/grpo_cpu", 12)])
+    assert not rp.equal_budget(rows)
+    assert rp.equal_budget(rp.rows_of([job("math/mintrl_const_cpu", 6), job("math/grpo_cpu", 6)]))
+
+
+def test_wall_time_from_file_times(tmp_path):
+    for name, t in (("a", 1000.0), ("b", 4600.0)):
+        p = tmp_path / "0" / name
+        p.parent.mkdir(exist_ok=True)
+        p.write_text("x")
+        os.utime(p, (t, t))
+    assert rp.wall_time([tmp_path / "0"], [])["elapsed"] == pytest.approx(3600.0)
+    assert rp.fmt_seconds(3720) == "1 h 02 min" and rp.fmt_seconds(90) == "1.5 min" and rp.fmt_seconds(None) == "n/a"
+
+
+def test_missing_folder_is_a_usage_error(tmp_path):
+    with pytest.raises(SystemExit) as e:
+        reproduce_main([str(tmp_path / "nope")])
+    assert e.value.code == 2
+
+
+# --- the sweep configs ------------------------------------------------------------------------------
+
+
+def _compose(*overrides, hydra_config=False):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(
+            "train", overrides=["paths.output_dir=/tmp/mintrl-test", *overrides], return_hydra_config=hydra_config
+        )
+
+
+@pytest.mark.parametrize("sweep", ["reproduce_core", "reproduce_full", "reproduce_intensity"])
+def test_every_row_composes_with_the_hard_task_at_equal_budget(sweep):
+    params = _compose(f"+sweep={sweep}", hydra_config=True).hydra.sweeper.params
+    rows = params.experiment.split(",")
+    assert params.seed == "0,1,2"
+    expected = {
+        "reproduce_core": ["math/mintrl_const_cpu", "math/grpo_cpu", "no_intervention"],
+        "reproduce_full": ["math/mintrl_const_cpu", "math/grpo_cpu", "no_intervention", "math/mintrl_proxy_cpu",
+                           "math/mentor_cpu", "math/intervention_grpo_cpu"],
+        "reproduce_intensity": ["math/mintrl_const_cpu"],
+    }[sweep]  # fmt: skip
+    assert rows == expected and all(r in rp.ROW_NAMES for r in rows)
+    budgets = set()
+    for row in rows:
+        cfg = _compose(f"+sweep={sweep}", f"experiment={row}", "seed=2")
+        kw = cfg.data.prompts.task_kwargs
+        assert (kw.min_terms, kw.max_terms, kw.max_digits, list(kw.operators)) == (3, 3, 1, ["+"]), row
+        assert cfg.callbacks.checkpoint.save_last is False and cfg.callbacks.get("best") is None  # callbacks=sweep
+        assert cfg.task_name == sweep and cfg.seed == 2
+        r = cfg.rollout
+        budgets.add(
+            (r.n_control + r.n_semi, cfg.trainer.max_steps, cfg.data.prompts_per_step, r.max_response_tokens,
+             cfg.data.prompts.val_size, cfg.data.val_samples_per_prompt, cfg.trainer.val_check_interval)
+        )  # fmt: skip
+        if row == "math/grpo_cpu":
+            assert (r.n_control, r.n_semi) == (4, 0) and cfg.judge._target_.endswith("KeepJudge")
+        if row == "no_intervention":
+            assert cfg.objective._target_.endswith("AdvantageRegression") and cfg.judge._target_.endswith("KeepJudge")
+        if row == "math/mentor_cpu":
+            assert cfg.objective.alpha_decay_steps == 24  # alpha decays over the whole run
+    assert budgets == {(4, 24, 8, 64, 128, 2, 8)}
+
+
+def test_intensity_sweep_varies_the_three_knobs_around_the_core_setting():
+    params = _compose("+sweep=reproduce_intensity", hydra_config=True).hydra.sweeper.params
+    core = _compose("+sweep=reproduce_core", "experiment=math/mintrl_const_cpu").rollout
+    for knob in ("chunk_size", "max_reviews", "continuation_len"):
+        low, high = (int(v) for v in params[f"rollout.{knob}"].split(","))
+        assert low < core[knob] < high, knob  # the core rows' setting lies inside the grid
+
+
+def test_make_targets_run_the_sweeps_then_the_report():
+    env = {**os.environ, "MAKEFLAGS": ""}
+
+    def dry(target):
+        return subprocess.run(
+            ["make", "-n", target, "STAMP=", f"BIN={Path(sys.executable).parent}", "REPRO_DIR=/tmp/r"],
+            cwd=REPO, capture_output=True, text=True, env=env, check=True,
+        ).stdout  # fmt: skip
+
+    core = dry("reproduce")
+    assert (
+        "-m +sweep=reproduce_core hydra.sweep.dir=/tmp/r" in core
+        and "mintrl.cli.reproduce /tmp/r --out docs/reproduction.md" in core
+    )
+    full = dry("reproduce-full")
+    assert (
+        "+sweep=reproduce_full" in full
+        and "+sweep=reproduce_intensity" in full
+        and "--intensity /tmp/r/intensity" in full
+    )
+    smoke = dry("reproduce-smoke")
+    assert "trainer.max_steps=1" in smoke and "seed=0" in smoke and "--out /tmp/r/smoke/reproduction.md" in smoke
