@@ -47,6 +47,6 @@ def test_same_seed_same_scalars_to_the_last_bit(tmp_path):
     for tag in ("val/reward", "reward/control", "reward/semi", "judge/revise", "train/loss", "train/grad_norm"):
         assert tag in compared, tag
     assert any(tag.startswith("allocation/") for tag in compared)
-    assert [step for step, _ in first["val/reward"]] == [0, 2]
+    assert len(first["val/reward"]) == 2  # before and after training
     differ = {tag: (first[tag], second[tag]) for tag in compared if first[tag] != second[tag]}
     assert not differ, f"scalars that differ between two runs of one config: {differ}"
