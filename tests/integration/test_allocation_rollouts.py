@@ -79,6 +79,14 @@ def test_entropy_allocation_never_exceeds_the_budget(embedded, tokenizer, items)
     assert 8 <= len(batch) <= 12 and batch.stats["allocation/budget_used"] == len(batch)
     branches = batch.stats["allocation/branches"]
     assert (branches > 0) == (len(batch) > 8) and len(batch) - 8 <= 3 * branches
+    # the batch's traces say which rows are branches, of which control row and from which token
+    assert all(t.branch is None for t in batch.traces[:8])  # (seed 1 branches here)
+    for row, trace in enumerate(batch.traces[8:], start=8):
+        branch = trace.branch
+        assert branch.kind == "resample" and 0 <= branch.parent < 8 and bool(batch.is_control[branch.parent])
+        assert int(batch.group_index[row]) == int(batch.group_index[branch.parent]) and branch.anchor > 0
+        shared = [batch.input_ids[i][batch.response_mask[i]][: branch.anchor] for i in (row, branch.parent)]
+        assert torch.equal(*shared)
     with pytest.raises(ValueError, match="budget_per_step=6 is below this step's 8 initial rollouts"):
         _engine(embedded, tokenizer, EntropyAllocation(budget_per_step=6)).generate(items[:2], step=0)
 
@@ -126,8 +134,9 @@ def test_rail_allocation_goes_live_and_its_state_survives_a_checkpoint(tmp_path)
 
 
 def test_intervene_action_reviews_the_chunk_at_the_anchor_and_writes_a_correction(embedded, tokenizer, items):
+    from mintrl.judge.base import REVISE
     from mintrl.judge.rule import RuleJudge
-    from mintrl.rollout.batch import Rollout
+    from mintrl.rollout.batch import BranchRecord, Rollout
 
     torch.manual_seed(0)
     item = items[0]  # "Calculate a + b."
@@ -162,6 +171,10 @@ def test_intervene_action_reviews_the_chunk_at_the_anchor_and_writes_a_correctio
     assert tokenizer.decode(child.response_ids[:n]).rstrip() == f"Let me add.\n\nFirst, {good}"  # the wrong step is cut
     assert tokenizer.decode([child.response_ids[i] for i in written]).strip().startswith(good.split(" = ")[0])
     assert all(math.isfinite(x) for x in child.logprobs) and not math.isnan(child.reward)
+    assert child.branch == BranchRecord("intervene", anchor, -1, 1.0)  # the parent has no batch row here
+    [review] = child.review_records
+    assert (review.round, review.kind, review.step, review.revised) == (0, REVISE, 1, True)
+    assert (review.at_token, review.written) == (n, len(written))
     # a chunk the judge keeps: no rollout
     clean = Rollout(group=0, is_control=True, prompt_ids=list(item.prompt_ids))
     ok = tokenizer.encode(f"Let me add.\n\nFirst, {good}\n\nSo", add_special_tokens=False)

@@ -13,8 +13,10 @@ from pathlib import Path
 import torch
 from hydra import compose, initialize_config_dir
 
+from mintrl.eval.rollouts import read_records
 from mintrl.objective.aggregation import step_totals
 from mintrl.rollout.batch import concat_batches
+from mintrl.rollout.records import record_path
 from mintrl.training.build import build_components
 
 TESTS = Path(__file__).resolve().parents[1]  # tests/: its helper modules (ddp_recorder, resume_helpers)
@@ -95,3 +97,14 @@ def test_ddp_step_equals_the_single_process_step_on_the_union(tmp_path, embedded
     run = tmp_path / "run"
     assert (run / "checkpoints" / "last.ckpt").is_file() and (run / "hf_policy" / "config.json").is_file()
     assert len(list((run / "tensorboard").glob("events.out.tfevents.*"))) == 1
+    # rank 0 wrote the rollout records of both ranks: rank 0's rows first, groups kept apart
+    records = read_records(record_path(run / "rollouts", "train", 0))
+    assert len(records) == sum(len(b) for b in batches) == 16
+    assert [r["row"] for r in records] == list(range(16))
+    assert [r["group"] for r in records] == [
+        g + 2 * rank for rank, b in enumerate(batches) for g in b.group_index.tolist()
+    ]
+    assert [r["question"] for r in records] == [b.prompts[g].question for b in batches for g in b.group_index.tolist()]
+    assert [r["reward"] for r in records] == union.rewards.tolist()
+    val = read_records(record_path(run / "rollouts", "val", 1))  # the validation after the step: 4 prompts x 2
+    assert sorted(r["prompt_index"] for r in val) == [0, 0, 1, 1, 2, 2, 3, 3]

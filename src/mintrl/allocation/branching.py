@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from mintrl.reward.base import score_rewards
-from mintrl.rollout.batch import Rollout
+from mintrl.rollout.batch import BranchRecord, Rollout
 from mintrl.text.steps import split_steps, token_index_of_char
 
 
@@ -57,7 +57,12 @@ class Brancher:
         gen = self.sampler.generate([prefix] * m, budget, temperature, self.top_p)
         children = []
         for ids, lps, finished in zip(gen.token_ids, gen.logprobs, gen.finished):
-            child = Rollout(group=parent.group, is_control=True, prompt_ids=list(parent.prompt_ids))
+            child = Rollout(
+                group=parent.group,
+                is_control=True,
+                prompt_ids=list(parent.prompt_ids),
+                branch=BranchRecord("resample", anchor, parent.row, float(temperature)),
+            )
             child.append(
                 parent.response_ids[:anchor],
                 parent.logprobs[:anchor],

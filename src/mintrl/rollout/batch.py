@@ -4,8 +4,65 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import torch
+
+from mintrl.judge.base import VerdictKind
+
+
+@dataclass
+class ReviewRecord:
+    """One judge review of one chunk of a rollout, as the rollout records show it.
+
+    Attributes:
+        round: the review's index within its rollout (0-based; the rollout's ``reviews`` count
+            before this review).
+        kind: the judge's :class:`mintrl.judge.base.VerdictKind`.
+        step: index of the earliest wrong step within the chunk (the judge's, Revise only), or None.
+        correction: the corrected claim the judge stated (the rule judge does), or None.
+        revised: the chunk was cut and a correction asked for (a Revise whose step is inside the
+            chunk); what ``judge/revise`` counts. False for Keep and unusable verdicts.
+        at_token: the response length (tokens) right after the verdict was applied: where the
+            correction starts on a revision, the end of the accepted chunk otherwise.
+        written: intervention tokens written after this verdict (0 unless ``revised``, and 0 when
+            no length budget was left).
+    """
+
+    round: int
+    kind: VerdictKind
+    step: int | None
+    correction: str | None
+    revised: bool
+    at_token: int
+    written: int = 0
+
+
+@dataclass(frozen=True)
+class BranchRecord:
+    """How the allocation made a branched rollout (RAIL).
+
+    Attributes:
+        kind: ``"resample"`` (the policy continues from the anchor) or ``"intervene"`` (the judge
+            reviews the chunk at the anchor and a correction follows).
+        anchor: response tokens shared with the parent (the branch point, tokens).
+        parent: the parent's row in its step's batch (-1: unknown).
+        temperature: sampling temperature of the continuation (None: the rollout temperature).
+    """
+
+    kind: Literal["resample", "intervene"]
+    anchor: int
+    parent: int = -1
+    temperature: float | None = None
+
+
+@dataclass(frozen=True)
+class RolloutTrace:
+    """What the judge and the allocation did to one rollout: its reviews in order and, for a
+    branched rollout, how it was branched (None for the step's initial rollouts)."""
+
+    reviews: tuple[ReviewRecord, ...] = ()
+    branch: BranchRecord | None = None
 
 
 @dataclass
@@ -29,6 +86,9 @@ class Rollout:
         revision_steps: for each revision, the index of the revised step within its chunk.
         reward: verifiable reward in [0, 1]; NaN when the reward function gave none (the
             rollout then gets no training signal, see :func:`valid_rows`).
+        review_records: one :class:`ReviewRecord` per review, in order (the rollout records).
+        branch: how the allocation branched this rollout, or None.
+        row: the rollout's row in its step's batch (set by the rollout engine; -1 before).
     """
 
     group: int
@@ -45,6 +105,9 @@ class Rollout:
     failed: int = 0
     revision_steps: list[int] = field(default_factory=list)
     reward: float = 0.0
+    review_records: list[ReviewRecord] = field(default_factory=list)
+    branch: BranchRecord | None = None
+    row: int = -1
 
     def append(self, ids, logprobs, intervention: bool, behaviour=None) -> None:
         """Append tokens (ids and their log-probs) with one provenance; ``behaviour`` defaults to
@@ -90,6 +153,9 @@ class RolloutBatch:
         (the trainer's log-probs use the same ``log_softmax(logits / T)``).
         stats: scalar rollout statistics for logging (floats).
         step: the optimizer step whose weights generated the batch.
+        traces: per row, a :class:`RolloutTrace` (the judge's reviews, the allocation's branch),
+            or None (a batch built without them); sliced with the batch, read by the rollout
+            records (:mod:`mintrl.rollout.records`).
     """
 
     input_ids: torch.Tensor
@@ -110,6 +176,7 @@ class RolloutBatch:
     train_rows: torch.Tensor | None = None
     loss_mask: torch.Tensor | None = None
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
+    traces: list[RolloutTrace] | None = None
 
     def __post_init__(self):
         n = self.input_ids.shape[0]
@@ -120,6 +187,9 @@ class RolloutBatch:
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
+
+    def _traces(self, rows: torch.Tensor) -> list[RolloutTrace] | None:
+        return None if self.traces is None else [self.traces[i] for i in rows.tolist()]
 
     _ROW_FIELDS = (
         "input_ids",
@@ -148,6 +218,7 @@ class RolloutBatch:
             **self._prepared(lambda v: v[rows]),
             extras={k: v[rows] for k, v in self.extras.items()},
             stats=dict(self.stats),
+            traces=self._traces(rows),
         )
         width = int(out.attention_mask.sum(-1).max().item()) if len(rows) else 0
         if width < out.input_ids.shape[1]:
@@ -176,7 +247,9 @@ class RolloutBatch:
 def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
     """One batch holding the rows of ``batches`` in order (e.g. the union of data-parallel ranks'
     batches): per-token tensors right-padded to the widest, group indices offset so groups stay
-    apart (``num_groups`` summed), prompts concatenated; ``step`` and ``temperature`` of the first.
+    apart (``num_groups`` summed), prompts concatenated, traces concatenated (branch parents
+    offset by the rows before them; None unless every batch has traces); ``step`` and
+    ``temperature`` of the first.
 
     Raises:
         ValueError: no batches, different temperatures, or extras present (concatenate before
@@ -200,12 +273,25 @@ def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
     offsets = torch.tensor([0] + [b.num_groups for b in batches[:-1]]).cumsum(0)
     fields["group_index"] = torch.cat([b.group_index + int(o) for b, o in zip(batches, offsets)])
     prompts = [p for b in batches for p in (b.prompts or [])] if all(b.prompts is not None for b in batches) else None
+    traces = None
+    if all(b.traces is not None for b in batches):
+        traces, offset = [], 0
+        for b in batches:
+            for t in b.traces:
+                moved = (
+                    t.branch
+                    if t.branch is None or t.branch.parent < 0
+                    else replace(t.branch, parent=t.branch.parent + offset)
+                )
+                traces.append(replace(t, branch=moved))
+            offset += len(b)
     return RolloutBatch(
         **fields,
         num_groups=sum(b.num_groups for b in batches),
         prompts=prompts,
         temperature=batches[0].temperature,
         step=batches[0].step,
+        traces=traces,
     )
 
 
@@ -241,6 +327,7 @@ def collate_rollouts(
         behaviour_logprobs=torch.zeros((n, width), dtype=torch.float32),
         prompts=prompts,
         temperature=temperature,
+        traces=[RolloutTrace(tuple(replace(x) for x in r.review_records), r.branch) for r in rollouts],
     )
     for i, r in enumerate(rollouts):
         p, t = len(r.prompt_ids), len(r.response_ids)

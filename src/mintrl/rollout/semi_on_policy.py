@@ -25,7 +25,7 @@ from mintrl.data.base import PromptItem
 from mintrl.intervention.base import Intervention, InterventionRequest
 from mintrl.judge.base import FAILED, REVISE, UNPARSEABLE, Judge, ReviewRequest
 from mintrl.reward.base import Reward, score_rewards
-from mintrl.rollout.batch import Rollout, RolloutBatch, collate_rollouts
+from mintrl.rollout.batch import BranchRecord, ReviewRecord, Rollout, RolloutBatch, collate_rollouts
 from mintrl.rollout.guards import GuardedJudge, GuardedReward
 from mintrl.rollout.schedule import InterventionSchedule
 from mintrl.rollout.stats import rollout_stats
@@ -41,7 +41,8 @@ def apply_verdict(
 
     Keep (or an unusable verdict): the whole chunk joins the accepted prefix. Revise at step ``e``:
     only the tokens wholly before step ``e`` are kept (the cut drops any EOS) and an intervention
-    request for the retained prefix is returned. Counts reviews, revisions and unparseable verdicts.
+    request for the retained prefix is returned. Counts reviews, revisions and unparseable verdicts,
+    and appends the review to ``rollout.review_records`` (:class:`mintrl.rollout.batch.ReviewRecord`).
 
     Args:
         rollout: the rollout to extend (mutated). ids, logprobs: the chunk's tokens and log-probs.
@@ -54,14 +55,27 @@ def apply_verdict(
     rollout.reviews += 1
     rollout.unparseable += verdict.kind == UNPARSEABLE
     rollout.failed += verdict.kind == FAILED
-    if verdict.kind != REVISE or verdict.step is None or not 0 <= verdict.step < len(steps):
+    revise = verdict.kind == REVISE and verdict.step is not None and 0 <= verdict.step < len(steps)
+    if not revise:
         rollout.append(ids, logprobs, intervention=False)
         rollout.finished = finished
+    else:
+        rollout.revisions += 1
+        rollout.revision_steps.append(verdict.step)
+        keep = token_index_of_char(tokenizer, ids, steps[verdict.step].start)
+        rollout.append(ids[:keep], logprobs[:keep], intervention=False)
+    rollout.review_records.append(
+        ReviewRecord(
+            round=rollout.reviews - 1,
+            kind=verdict.kind,
+            step=verdict.step,
+            correction=verdict.correction,
+            revised=revise,
+            at_token=len(rollout.response_ids),
+        )
+    )
+    if not revise:
         return None
-    rollout.revisions += 1
-    rollout.revision_steps.append(verdict.step)
-    keep = token_index_of_char(tokenizer, ids, steps[verdict.step].start)
-    rollout.append(ids[:keep], logprobs[:keep], intervention=False)
     text = tokenizer.decode(rollout.response_ids)
     return InterventionRequest(
         item.question, item.reference, rollout.prompt_ids, list(rollout.response_ids), text, verdict
@@ -235,6 +249,7 @@ class SemiOnPolicyRollout:
             for (r, _), fix in zip(group, corrections):
                 ids, behaviour = list(fix.ids)[:budget], list(fix.logprobs)[:budget]
                 r.append(ids, [float("nan")] * len(ids), intervention=True, behaviour=behaviour)
+                r.review_records[-1].written = len(ids)
 
     def _finish(self, rollouts: list[Rollout]) -> None:
         """The policy writes the rest of every unfinished rollout in one call."""
@@ -287,7 +302,12 @@ class SemiOnPolicyRollout:
         ``parent`` that starts at response token ``anchor``; on Revise the kept steps are followed by
         a correction of up to ``length`` tokens and the policy writes the rest. Returns the scored
         semi-on-policy rollout, or ``[]`` when the judge keeps the chunk."""
-        child = Rollout(group=parent.group, is_control=False, prompt_ids=list(parent.prompt_ids))
+        child = Rollout(
+            group=parent.group,
+            is_control=False,
+            prompt_ids=list(parent.prompt_ids),
+            branch=BranchRecord("intervene", anchor, parent.row, float(self.temperature)),
+        )
         child.append(
             parent.response_ids[:anchor],
             parent.logprobs[:anchor],
@@ -360,6 +380,8 @@ class SemiOnPolicyRollout:
             for g, item in enumerate(items)
             for k in range(n_control + n_semi)
         ]
+        for row, r in enumerate(rollouts):
+            r.row = row
         semi = [r for r in rollouts if not r.is_control]
         bar = tqdm(
             total=(self.max_reviews if semi else 0) + 1,
@@ -380,6 +402,8 @@ class SemiOnPolicyRollout:
         for r, value in zip(rollouts, score_rewards(self.reward, texts, [items[r.group] for r in rollouts])):
             r.reward = value
         extra, allocation_stats = self._allocate(rollouts, items) if allocate else ([], {})
+        for row, r in enumerate(extra, start=len(rollouts)):
+            r.row = row
         rollouts += extra
         batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature, prompts=list(items))
         batch.stats = rollout_stats(rollouts, gen_seconds, white_box=self.intervention.white_box)

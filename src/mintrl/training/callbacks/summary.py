@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import lightning.pytorch as L
 
 from mintrl.training.callbacks.export import HFExport
+from mintrl.training.callbacks.records import RolloutRecords
 
 if TYPE_CHECKING:
     from mintrl.training.module import PolicyModule
@@ -46,6 +47,7 @@ class RunSummary(L.Callback):
         ckpt = (last.last_model_path or last.best_model_path) if last is not None else ""
         export = next((c for c in trainer.callbacks if isinstance(c, HFExport)), None)
         best = next((c for c in trainer.checkpoint_callbacks if c.monitor and c.best_model_path), None)
+        records = next((c for c in trainer.callbacks if isinstance(c, RolloutRecords) and c.enabled), None)
         self.summary = {
             "steps": trainer.global_step,
             "minutes": (time.perf_counter() - self._t0) / 60,
@@ -61,6 +63,7 @@ class RunSummary(L.Callback):
             "best_score": float(best.best_model_score) if best and best.best_model_score is not None else None,
             "best_monitor": best.monitor if best else None,
             "hf_folder": str(export.dirpath or f"{trainer.default_root_dir}/hf_policy") if export else None,
+            "records": str(records.writer.root) if records is not None and records.writer is not None else None,
         }
         if not trainer.is_global_zero:
             return
@@ -90,6 +93,7 @@ class RunSummary(L.Callback):
             ),
             f"  Hugging Face policy: {s['hf_folder']}",
             *([f"  summary (JSON): {self.path}"] if self.path is not None else []),
+            *([f"  Rollout records: {s['records']}   (mintrl-rollouts {s['records']})"] if s["records"] else []),
             "=" * 72,
         ]
         print("\n".join(lines), flush=True)

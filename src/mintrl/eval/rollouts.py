@@ -1,0 +1,171 @@
+"""Reading, filtering and printing rollout records (``mintrl-rollouts``; format: :mod:`mintrl.rollout.records`)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from pathlib import Path
+
+from mintrl.rollout.records import SPLITS, SUFFIX
+
+HIGHLIGHT_ON, HIGHLIGHT_OFF = "\x1b[1;33;44m", "\x1b[0m"  # intervention tokens: bold yellow on blue
+OPEN, CLOSE = "[[", "]]"  # the same without colour
+
+
+def records_root(run: str | Path) -> Path:
+    """The records folder of ``run``: ``<run>/rollouts`` when it exists, else ``run`` itself
+    (a records folder given directly)."""
+    run = Path(run)
+    return run / "rollouts" if (run / "rollouts").is_dir() else run
+
+
+def record_files(run: str | Path, split: str = "train", step: int | None = None) -> list[tuple[int, Path]]:
+    """The record files of one split of ``run``, as ``(step, path)`` sorted by step; only ``step``'s
+    when given.
+
+    Raises:
+        ValueError: ``split`` is not ``train`` or ``val``.
+        FileNotFoundError: no record file there (the message names the folder looked in, and the
+            steps that do exist when ``step`` is missing).
+    """
+    if split not in SPLITS:
+        raise ValueError(f"split {split!r} is not one of {', '.join(SPLITS)}")
+    folder = records_root(run) / split
+    files = []
+    for path in folder.glob(f"step_*{SUFFIX}"):
+        match = re.fullmatch(rf"step_(\d+){re.escape(SUFFIX)}", path.name)
+        if match:
+            files.append((int(match.group(1)), path))
+    files.sort()
+    if not files:
+        raise FileNotFoundError(
+            f"no {split} rollout records in {folder} (expected step_<N>{SUFFIX} files, written by a training run "
+            "with callbacks.records.enabled=true)"
+        )
+    if step is None:
+        return files
+    chosen = [(s, p) for s, p in files if s == step]
+    if not chosen:
+        raise FileNotFoundError(
+            f"no {split} rollout records of step {step} in {folder}; steps there: {', '.join(str(s) for s, _ in files)}"
+        )
+    return chosen
+
+
+def read_records(path: str | Path) -> list[dict]:
+    """The records of one file (one dict per JSON line, in file order)."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def intervention_tokens(record: dict) -> int:
+    """Response tokens the intervention wrote (tokens)."""
+    return int(record["tokens"]["intervention"])
+
+
+def filter_records(records: list[dict], intervened: bool = False, reward: float | None = None) -> list[dict]:
+    """The records with intervention tokens (``intervened``) and whose reward equals ``reward``
+    (within 1e-9; records without a reward never match a value), in order."""
+    out = []
+    for r in records:
+        if intervened and intervention_tokens(r) == 0:
+            continue
+        if reward is not None and (r["reward"] is None or not math.isclose(r["reward"], reward, abs_tol=1e-9)):
+            continue
+        out.append(r)
+    return out
+
+
+def highlight(segments: list[dict], color: bool) -> str:
+    """The response text with intervention runs marked: ANSI colour when ``color``, else ``[[...]]``."""
+    on, off = (HIGHLIGHT_ON, HIGHLIGHT_OFF) if color else (OPEN, CLOSE)
+    return "".join(on + s["text"] + off if s["by"] == "intervention" else s["text"] for s in segments)
+
+
+def _fmt(x: float | None, digits: int = 3) -> str:
+    return "none" if x is None else f"{x:.{digits}f}"
+
+
+def _review_line(review: dict, color: bool) -> str:
+    """One verdict: round, kind, step index, the judge's correction, what the intervention wrote."""
+    line = f"  review {review['round']}: {review['kind']}"
+    if review["step"] is not None:
+        line += f" at step {review['step']}"
+    if review["kind"] == "revise" and not review["revised"]:
+        line += " (not applied: the step is outside the chunk)"
+    if review["revised"]:
+        line += f", cut at token {review['at_token']}"
+    if review["correction"]:
+        line += f"; judge's correction: {review['correction']!r}"
+    if review["written"]:
+        on, off = (HIGHLIGHT_ON, HIGHLIGHT_OFF) if color else (OPEN, CLOSE)
+        line += f"; intervention wrote {review['written']} tokens: {on}{review['written_text']}{off}"
+    return line
+
+
+def format_record(record: dict, color: bool = False) -> str:
+    """A record as text: a header (split, step, row, group, prompt, control or semi-on-policy,
+    reward, advantage, tokens by provenance, branch), the question, the response with intervention
+    tokens highlighted (:func:`highlight`) and one line per judge verdict."""
+    kind = "control" if record["control"] else "semi-on-policy"
+    tokens = record["tokens"]
+    head = (
+        f"== {record['split']} step {record['step']}  row {record['row']}  group {record['group']}  "
+        f"prompt {record['prompt_index']}  {kind}  reward {_fmt(record['reward'])}  "
+        f"advantage {_fmt(record['advantage'])}  tokens {tokens['policy']} policy + {tokens['intervention']} intervention"
+    )
+    if not record["finished"]:
+        head += "  (truncated)"
+    lines = [head]
+    branch = record.get("branch")
+    if branch is not None:
+        lines.append(
+            f"  branch: {branch['kind']} from row {branch['parent']} at token {branch['anchor']}"
+            f" (T = {_fmt(branch['temperature'], 2)})"
+        )
+    lines.append(f"  question: {record['question']}")
+    lines.append("  response: " + highlight(record["segments"], color).replace("\n", "\n            "))
+    lines.extend(_review_line(r, color) for r in record["reviews"])
+    return "\n".join(lines)
+
+
+def summary_line(records: list[dict]) -> str:
+    """Counts of one step: rollouts, intervened rollouts, revise verdicts, off-policy token
+    fraction (intervention / response tokens) and the mean reward of control rollouts."""
+    tokens = sum(r["tokens"]["policy"] + r["tokens"]["intervention"] for r in records)
+    off = sum(intervention_tokens(r) for r in records)
+    revised = sum(v["revised"] for r in records for v in r["reviews"])
+    control = [r["reward"] for r in records if r["control"] and r["reward"] is not None]
+    mean = sum(control) / len(control) if control else None
+    return (
+        f"{len(records)} rollouts, {sum(intervention_tokens(r) > 0 for r in records)} with intervention tokens, "
+        f"{revised} revise verdicts, off-policy token fraction {off / max(tokens, 1):.4f}, "
+        f"control reward {_fmt(mean)}"
+    )
+
+
+def format_run(
+    run: str | Path,
+    split: str = "train",
+    step: int | None = None,
+    intervened: bool = False,
+    reward: float | None = None,
+    color: bool = False,
+) -> str:
+    """What ``mintrl-rollouts`` prints: per step file, a summary of all its records
+    (:func:`summary_line`) then the records that pass the filters (:func:`format_record`).
+
+    Raises:
+        FileNotFoundError, ValueError: see :func:`record_files`.
+    """
+    out = []
+    for s, path in record_files(run, split, step):
+        records = read_records(path)
+        shown = filter_records(records, intervened, reward)
+        out.append(f"### {split} step {s}: {path}")
+        out.append(f"### {summary_line(records)}; {len(shown)} shown")
+        out.extend(format_record(r, color) for r in shown)
+        out.append("")
+    return "\n".join(out)
