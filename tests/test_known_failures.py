@@ -6,10 +6,12 @@ float64 next to the float32 code under test).
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
-from mintrl.objective import group_advantages, mentor_advantages
+from mintrl.objective import group_advantages, kl_penalty, mentor_advantages
 
 # --- 1. all-equal groups give exactly zero advantage -------------------------------------------------
 
@@ -57,3 +59,38 @@ def test_mentor_advantages_equal_control_rewards_are_exactly_zero():
     assert torch.equal(adv[:16], torch.zeros(16))
     assert adv[16].item() == 0.0 and adv[18].item() == 0.0 and adv[19].item() == 0.0
     assert adv[17].item() == pytest.approx(0.5 * 0.05, abs=1e-7)
+
+
+# --- 2. the k3 KL estimate is never negative ---------------------------------------------------------
+
+
+def test_k3_kl_is_non_negative_and_accurate_for_tiny_log_ratios():
+    # logp - ref = -1e-6, i.e. d = ref - logp = +1e-6: exp(d) - d - 1 in float32 gave -5.96e-8
+    for logp, ref in ((-1e-6, 0.0), (0.0, 1e-6), (0.0, -1e-6)):
+        k3 = kl_penalty(torch.tensor([logp]), torch.tensor([ref]), "k3")
+        assert k3.dtype == torch.float32
+        d = float(torch.tensor([ref]) - torch.tensor([logp]))  # the float32 d, +-9.99999997e-07
+        assert k3.item() >= 0.0
+        assert k3.item() == pytest.approx(d * d / 2 + d**3 / 6, rel=1e-6)  # exp(d) - 1 - d = d^2/2 + d^3/6 + ...
+
+
+def test_k3_kl_is_non_negative_on_a_dense_grid_and_matches_float64():
+    tiny = torch.logspace(-12, -1, 500)
+    d = torch.cat([torch.linspace(-25, 25, 20001), tiny, -tiny, tiny, -tiny])
+    logp = torch.randn(d.numel(), generator=torch.Generator().manual_seed(0)).float() - 3.0
+    logp[-1000:] = 0.0  # the last tiny ratios are taken at logp = 0, where d keeps all its digits
+    ref = logp + d.float()
+    k3 = kl_penalty(logp, ref, "k3")
+    assert (k3 >= 0).all(), k3.min().item()
+    dd = (ref.double() - logp.double()).clamp(-20, 20)  # the d that float32 actually holds
+    expected = torch.expm1(dd) - dd
+    assert torch.allclose(k3.double(), expected, rtol=1e-6, atol=0.0)
+
+
+def test_k3_kl_gradient_is_one_minus_exp_d():
+    logp = torch.tensor([-1.0, 0.0], requires_grad=True)
+    ref = torch.tensor([-2.0, -1e-6])
+    kl_penalty(logp, ref, "k3").sum().backward()
+    # d/dlogp (exp(d) - 1 - d) with d = ref - logp: -(exp(d) - 1); at d = -1e-6 that is 1e-6 - 5e-13
+    d = float(ref[1])
+    assert logp.grad.tolist() == pytest.approx([1 - math.exp(-1.0), -math.expm1(d)], rel=1e-6)
