@@ -7,11 +7,13 @@ float64 next to the float32 code under test).
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from mintrl.objective import group_advantages, kl_penalty, mentor_advantages
+from mintrl.reward import MathVerifyReward, ReasoningGymReward, extract_answer
 
 # --- 1. all-equal groups give exactly zero advantage -------------------------------------------------
 
@@ -94,3 +96,73 @@ def test_k3_kl_gradient_is_one_minus_exp_d():
     # d/dlogp (exp(d) - 1 - d) with d = ref - logp: -(exp(d) - 1); at d = -1e-6 that is 1e-6 - 5e-13
     d = float(ref[1])
     assert logp.grad.tolist() == pytest.approx([1 - math.exp(-1.0), -math.expm1(d)], rel=1e-6)
+
+
+# --- 3. boxed answers, GSM8K's #### marker, numeric equality -----------------------------------------
+
+
+def _math(response: str, gold: str) -> float:
+    return MathVerifyReward()([response], [SimpleNamespace(reference=gold)])[0]
+
+
+@pytest.mark.parametrize(
+    "response, gold, expected",
+    [
+        (r"\fbox{42}", "42", 1.0),
+        (r"\fbox{-3}", "-3", 1.0),
+        (r"\fbox{3.5}", "3.5", 1.0),
+        (r"The final answer is \fbox{42}.", "42", 1.0),
+        (r"First \boxed{41}, then on reflection \boxed{42}", "42", 1.0),  # the last box wins
+        (r"First \boxed{41}, then on reflection \boxed{42}", "41", 0.0),
+        (r"so \boxed{\frac{1}{2^{3}}} and 7 more", r"\frac{1}{8}", 1.0),  # nested groups kept
+        (r"\boxed{41} and then \boxed{42", "42", 0.0),  # the unclosed box is no answer: 41 is
+        (r"\boxed{41} and then \boxed{42", "41", 1.0),
+        (r"3 + 39 = 42, so \boxed{42", "42", 0.0),  # an unclosed box only: no answer at all
+        ("She pays 12 * 24 = 288.\n#### 288\nThat is 3 boxes and 17 eggs left over.", "288", 1.0),
+        ("#### 1,250 dollars, 3 times 4", "1250", 1.0),
+        (r"\boxed{\sqrt{17}}", "4.123105625617661", 1.0),  # numeric evaluation
+        (r"\boxed{\frac{1}{2^{99}}}", r"\frac{1}{2^{98}}", 0.0),  # tiny but different (relative error 1)
+        (r"\boxed{\pm 2021}", "2021", 0.0),
+        (r"<answer>7</answer> although \boxed{8}", "7", 1.0),  # an <answer> tag still comes first
+    ],
+)
+def test_math_reward_reads_the_last_complete_box(response, gold, expected):
+    assert _math(response, gold) == expected
+
+
+@pytest.mark.parametrize(
+    "response, answer",
+    [
+        (r"so \boxed{\frac{1}{2}} since 2 halves", r"\frac{1}{2}"),
+        (r"\fbox{-3} after 7 tries", "-3"),
+        (r"\boxed{41} then \boxed{ 42 } 99", "42"),
+        (r"\boxed{\{1, 2\}} 5", r"\{1, 2\}"),
+        (r"\boxed{\boxed{42}} 5", "42"),  # the box opened last wins
+        (r"so \boxed{42", None),
+        (r"\boxed{41} then \boxed{42", "41"),
+        ("#### 288\nThat is 3 boxes and 17 eggs.", "288"),
+        ("3 + 4 = 7, so 1,200 apples", "1200"),
+    ],
+)
+def test_extract_answer_reads_boxes_and_the_gsm8k_marker(response, answer):
+    assert extract_answer(response) == answer
+
+
+def _gym_entry(task: str) -> SimpleNamespace:
+    import reasoning_gym
+
+    return SimpleNamespace(entry=reasoning_gym.create_dataset(task, size=1, seed=0)[0])
+
+
+def test_reasoning_gym_reward_reads_boxes():
+    reward = ReasoningGymReward()
+    fraction = _gym_entry("fraction_simplification")  # answer $\dfrac{79}{173}$
+    gsm = _gym_entry("gsm_symbolic")  # answer 28080
+    assert fraction.entry["answer"] == r"$\dfrac{79}{173}$" and gsm.entry["answer"] == "28080"
+    responses = [
+        r"The fraction reduces to \boxed{\frac{79}{173}} since 79 is prime.",
+        r"So the total is \boxed{28080}. Check: 12 workers and 5 days.",
+        "Total: 28080 dollars.\n#### 28080\nThat took 3 steps.",
+        r"\boxed{28081} (or 28080 at 3 days)",
+    ]
+    assert reward(responses, [fraction, gsm, gsm, gsm]) == [1.0, 1.0, 1.0, 0.01]
