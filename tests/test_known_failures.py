@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from mintrl.objective import group_advantages, kl_penalty, mentor_advantages
-from mintrl.reward import MathVerifyReward, ReasoningGymReward, extract_answer
+from mintrl.reward import MathVerifyReward, ReasoningGymReward, Reward, extract_answer, score_rewards
+from mintrl.rollout.guards import GuardedReward
 
 # --- 1. all-equal groups give exactly zero advantage -------------------------------------------------
 
@@ -166,3 +167,31 @@ def test_reasoning_gym_reward_reads_boxes():
         r"\boxed{28081} (or 28080 at 3 days)",
     ]
     assert reward(responses, [fraction, gsm, gsm, gsm]) == [1.0, 1.0, 1.0, 0.01]
+
+
+# --- 4. a reward that returns the wrong number of values stops the run --------------------------------
+
+
+class _OneValueReward(Reward):
+    """A misconfigured reward: one value whatever the number of responses."""
+
+    def __call__(self, responses, items):
+        return [1.0]
+
+
+def test_guarded_reward_with_the_wrong_count_is_a_configuration_error():
+    items = [SimpleNamespace(reference="1")] * 3
+    with pytest.raises(ValueError, match="returned 1 rewards for 3 responses"):
+        score_rewards(_OneValueReward(), ["a", "b", "c"], items)  # the unguarded contract
+    guarded = GuardedReward(_OneValueReward(), timeout_s=5.0)
+    with pytest.raises(ValueError, match="returned 1 rewards for 3 responses"):
+        score_rewards(guarded, ["a", "b", "c"], items)  # what the rollout calls
+
+    # a reward that answers a single response with two values: the same error, in the row-by-row retry
+    def flaky_then_two(responses, items):
+        if len(responses) > 1:
+            raise RuntimeError("batch scorer crashed")  # a transient fault: retried row by row
+        return [0.5, 0.5]
+
+    with pytest.raises(ValueError, match="returned 2 rewards for 1 responses"):
+        GuardedReward(flaky_then_two)(["a", "b"], items[:2])
