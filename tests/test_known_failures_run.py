@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 from conftest import ARITHMETIC
+from hydra import compose, initialize_config_dir
 
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
@@ -13,6 +17,9 @@ from mintrl.reward import Reward
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
 from mintrl.sampler import HFSampler
 from mintrl.training.build import ModelContext
+from mintrl.training.run import run
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
 
 class _OneValueReward(Reward):
@@ -39,3 +46,53 @@ def test_rollout_with_a_wrong_count_reward_stops_naming_both_lengths(embedded, t
     torch.manual_seed(0)
     with pytest.raises(ValueError, match="returned 1 rewards for 4 responses"):
         engine.generate(items[:2], step=0)
+
+
+RUN = [
+    "validate_at_start=false",
+    "data.prompts_per_step=2",
+    "data.prompts.val_size=2",
+    "data.val_samples_per_prompt=1",
+    "rollout.max_response_tokens=8",
+    "rollout.chunk_size=8",
+    "rollout.continuation_len=8",
+    "callbacks.best=null",
+    "callbacks.checkpoint=null",  # the test writes its one checkpoint itself
+    "callbacks.hf_export=null",
+    "+trainer.limit_val_batches=0",
+    "module.minibatches=2",  # two optimizer updates per rollout batch
+]
+
+
+def _run(out: Path, *overrides: str) -> tuple[dict, list[int]]:
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                f"paths.output_dir={out}",
+                *RUN,
+                "+callbacks.steps._target_=resume_helpers.StepLog",
+                f"+callbacks.steps.path={out}/steps.jsonl",
+                *overrides,
+            ],
+        )
+    summary = run(cfg)
+    steps = [json.loads(line)["step"] for line in (out / "steps.jsonl").read_text().splitlines()]
+    return summary, steps
+
+
+def test_a_mid_batch_checkpoint_resumes_without_overshooting_max_steps(tmp_path):
+    """Item 5: a checkpoint taken after update 1 of 2 of a rollout batch. Before, the resumed run
+    gave the next (fresh) batch both its updates and ended at step 5 of max_steps=4."""
+    mid = tmp_path / "mid.ckpt"
+    _, steps = _run(
+        tmp_path / "a",
+        "trainer.max_steps=2",
+        "+callbacks.mid._target_=resume_helpers.SaveBeforeUpdate",
+        "+callbacks.mid.step=1",
+        f"+callbacks.mid.path={mid}",
+    )
+    assert steps == [2] and torch.load(mid, map_location="cpu", weights_only=True)["global_step"] == 1
+    summary, steps = _run(tmp_path / "b", "trainer.max_steps=4", f"ckpt_path={mid}")
+    # the fresh batch after the resume gets the 1 update left of the interrupted batch; the next one both
+    assert steps == [2, 4] and summary["steps"] == 4
