@@ -1,20 +1,29 @@
 """Known failure cases of RL-for-LLM frameworks, tried against mintrl (issue 18).
 
-Each test here failed on the code before its fix; the values it asserts are computed by hand (or in
-float64 next to the float32 code under test).
+Every item has a test that failed on the code before its fix; a few cases that already held are
+kept next to it as guards (said where). The values asserted are computed by hand, by enumeration,
+or in float64 next to the float32 code under test.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+from fractions import Fraction
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 
+from mintrl.eval.pass_at_k import PassAtK, pass_at_k
 from mintrl.objective import group_advantages, kl_penalty, mentor_advantages
 from mintrl.reward import MathVerifyReward, ReasoningGymReward, Reward, extract_answer, score_rewards
 from mintrl.rollout.guards import GuardedReward
+from mintrl.training.checks import check_config
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 
 # --- 1. all-equal groups give exactly zero advantage -------------------------------------------------
 
@@ -195,3 +204,51 @@ def test_guarded_reward_with_the_wrong_count_is_a_configuration_error():
 
     with pytest.raises(ValueError, match="returned 2 rewards for 1 responses"):
         GuardedReward(flaky_then_two)(["a", "b"], items[:2])
+
+
+# --- 6. pass@k is the exact unbiased estimator; k > n is an error ------------------------------------
+
+
+def _pass_at_k_by_enumeration(n: int, c: int, k: int) -> Fraction:
+    """Fraction of the k-subsets of n samples (the first c correct) that hold a correct sample."""
+    subsets = list(itertools.combinations(range(n), k))
+    return Fraction(sum(1 for s in subsets if min(s) < c), len(subsets))
+
+
+def test_pass_at_k_edge_cases_by_hand():
+    # these held before the fix (guards): the estimator was already exact; the metric and the config were not
+    assert pass_at_k(4, 1, 4) == 1.0  # every 4-subset of 4 holds the correct one (a bootstrap gives 0.684)
+    assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 0, 1) == 0.0
+    assert pass_at_k(4, 1, 1) == 0.25 and pass_at_k(4, 1, 2) == 0.5  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+    assert pass_at_k(1, 1, 1) == 1.0
+    with pytest.raises(ValueError, match=r"n=2, c=0, k=5"):
+        pass_at_k(2, 0, 5)
+
+
+def test_pass_at_k_equals_enumeration_for_every_small_case():
+    for n in range(1, 9):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                exact = _pass_at_k_by_enumeration(n, c, k)
+                assert exact == 1 - Fraction(math.comb(n - c, k), math.comb(n, k))
+                assert pass_at_k(n, c, k) == pytest.approx(float(exact), abs=1e-12), (n, c, k)
+
+
+def test_pass_at_k_metric_refuses_k_above_the_samples_per_problem():
+    metric = PassAtK(ks=[1, 5])
+    with pytest.raises(ValueError, match=r"k=5 .* n=2"):
+        metric.update(torch.tensor([[0.0, 0.0], [1.0, 0.0]]))  # 2 samples per problem
+
+
+def test_config_refuses_val_pass_at_k_above_val_samples_per_prompt():
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                "paths.output_dir=/tmp/mintrl-test",
+                "module.val_pass_at_k=[1,5]",
+                "data.val_samples_per_prompt=2",
+            ],
+        )
+    with pytest.raises(ValueError, match=r"module.val_pass_at_k.*k=5.*data.val_samples_per_prompt=2"):
+        check_config(cfg)

@@ -78,7 +78,8 @@ class PolicyModule(L.LightningModule):
             mini-batch at once. Does not change the result, only peak memory.
         max_grad_norm: clip the global gradient L2 norm to this before each update (None: no clipping).
         val_pass_at_k: the ``k`` of the logged ``val/pass@k`` (unbiased estimator over
-            ``data.val_samples_per_prompt`` samples per validation prompt; ``k`` above that is NaN).
+            ``data.val_samples_per_prompt`` samples per validation prompt; ``k`` above that is refused by
+            :func:`mintrl.training.checks.check_config` and by :class:`~mintrl.eval.pass_at_k.PassAtK`).
         gradient_checkpointing: recompute each decoder layer's forward during the backward pass
             instead of keeping its activations (Hugging Face ``activation_checkpointing_enable``,
             non-reentrant). Cuts the activation memory of an update from ``O(layers x tokens)`` to
