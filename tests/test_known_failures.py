@@ -1,8 +1,8 @@
 """Known failure cases of RL-for-LLM frameworks, tried against mintrl (issue 18).
 
-Every item has a test that failed on the code before its fix; a few cases that already held are
-kept next to it as guards (said where). The values asserted are computed by hand, by enumeration,
-or in float64 next to the float32 code under test.
+Every item has a test that failed on the code before its fix, except item 7, whose cases already
+held and are kept as guards; other cases that already held are marked where they are. The values
+asserted are computed by hand, by enumeration, or in float64 next to the float32 code under test.
 """
 
 from __future__ import annotations
@@ -252,3 +252,78 @@ def test_config_refuses_val_pass_at_k_above_val_samples_per_prompt():
         )
     with pytest.raises(ValueError, match=r"module.val_pass_at_k.*k=5.*data.val_samples_per_prompt=2"):
         check_config(cfg)
+
+
+# --- 7. entropy and token means never count padding --------------------------------------------------
+# Held before (guards): the logged train/policy_entropy is masked by the response mask; validation logs
+# no entropy (val/response_len counts response tokens); RAIL's pool entropy (test_known_failures_run.py)
+# reads the rollouts' own token lists, which hold no padding.
+
+
+def _tiny_gpt2() -> torch.nn.Module:
+    """A 2-layer random GPT-2 (absolute position embeddings), 64-token vocabulary."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    config = GPT2Config(
+        vocab_size=64,
+        n_positions=64,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        bos_token_id=1,
+        eos_token_id=2,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,  # no dropout: PolicyModule puts the policy in train mode
+    )
+    model = GPT2LMHeadModel(config).eval()
+    with torch.no_grad():  # sharper than a random init's near-uniform predictions (entropies differ by position)
+        model.transformer.wte.weight.mul_(20.0)
+        model.transformer.wpe.weight.mul_(20.0)
+    return model
+
+
+def _entropy_by_hand(model, ids: list[int], positions: list[int]) -> list[float]:
+    """Entropy (nats) of the distribution predicting ``ids[j]`` for each ``j``, from one unpadded forward."""
+    with torch.no_grad():
+        logits = model(torch.tensor([ids])).logits[0].double()  # [len, V]
+    logp = torch.log_softmax(logits, -1)
+    return [float(-(logp[j - 1].exp() * logp[j - 1]).sum()) for j in positions]
+
+
+def test_train_entropy_counts_the_three_real_tokens_only():
+    from functools import partial
+
+    from mintrl.objective import GRPO
+    from mintrl.objective.aggregation import step_totals
+    from mintrl.rollout.batch import RolloutBatch
+    from mintrl.training.module import PolicyModule
+
+    model = _tiny_gpt2()
+    real = [5, 9, 17, 33, 4]  # prompt [5, 9], response [17, 33, 4]
+    pad = 7  # an ordinary token id: the model gives pad positions a real (non-zero) entropy
+    ids = torch.tensor([real + [pad] * 5])
+    attn = torch.tensor([[1] * 5 + [0] * 5])
+    resp = torch.tensor([[False, False, True, True, True] + [False] * 5])
+    batch = RolloutBatch(
+        input_ids=ids,
+        attention_mask=attn,
+        response_mask=resp,
+        intervention_mask=torch.zeros_like(resp),
+        rollout_logprobs=torch.zeros(1, 10),
+        rewards=torch.tensor([1.0]),
+        group_index=torch.tensor([0]),
+        is_control=torch.tensor([True]),
+        num_groups=1,
+        finished=torch.tensor([True]),
+        temperature=1.0,
+    )
+    objective = GRPO()
+    module = PolicyModule(model, objective, partial(torch.optim.SGD, lr=0.0), share_prompts=False)
+    objective.prepare(batch, module.frozen_logprobs)
+    _, metrics = module.accumulate(batch, step_totals(batch.loss_mask), backward=lambda loss: None)
+    expected = sum(_entropy_by_hand(model, real, [2, 3, 4])) / 3
+    padded_mean = sum(_entropy_by_hand(model, real + [pad] * 5, list(range(2, 10)))) / 8  # what counting pads gives
+    assert abs(expected - padded_mean) > 1e-3  # the check can tell the two apart
+    assert metrics["train/policy_entropy"] == pytest.approx(expected, abs=1e-5)

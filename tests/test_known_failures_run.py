@@ -96,3 +96,25 @@ def test_a_mid_batch_checkpoint_resumes_without_overshooting_max_steps(tmp_path)
     summary, steps = _run(tmp_path / "b", "trainer.max_steps=4", f"ckpt_path={mid}")
     # the fresh batch after the resume gets the 1 update left of the interrupted batch; the next one both
     assert steps == [2, 4] and summary["steps"] == 4
+
+
+def test_rail_pool_entropy_feature_counts_response_tokens_only(tokenizer):
+    """Item 7 (RAIL features): the pool entropy is the mean surprisal over the group's policy-written
+    response tokens, 3 and 2 here, whatever the padding of the batch around them."""
+    from types import SimpleNamespace
+
+    from mintrl.allocation.budget import RolloutBudget
+    from mintrl.allocation.features import FEATURES
+    from mintrl.allocation.rail import RailAllocation
+    from mintrl.rollout.batch import Rollout
+
+    a = Rollout(group=0, is_control=True, prompt_ids=[1, 2])
+    a.append(tokenizer.encode("x = 4", add_special_tokens=False)[:3], [-0.5, -1.0, -1.5], intervention=False)
+    b = Rollout(group=0, is_control=False, prompt_ids=[1, 2])
+    b.append([11, 12], [-2.0, -4.0], intervention=False)
+    b.append([13], [0.0], intervention=True)  # the corrector's token: not the policy's
+    a.reward, b.reward = 1.0, 0.0
+    rail = RailAllocation(budget_per_step=8)
+    z = rail._state(0.7, 1, 2, RolloutBudget(8), [a, b], SimpleNamespace(question="q"), tokenizer)
+    assert z[FEATURES.index("pool_entropy")] == pytest.approx((0.5 + 1.0 + 1.5 + 2.0 + 4.0) / 5)
+    assert z[FEATURES.index("anchor_entropy")] == pytest.approx(0.7)
