@@ -18,6 +18,8 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from mintrl.eval.pass_at_k import PassAtK, pass_at_k
+from mintrl.model.logprobs import token_logprobs
+from mintrl.model.shared_prompts import shared_prompt_hidden
 from mintrl.objective import group_advantages, kl_penalty, mentor_advantages
 from mintrl.reward import MathVerifyReward, ReasoningGymReward, Reward, extract_answer, score_rewards
 from mintrl.rollout.guards import GuardedReward
@@ -327,3 +329,97 @@ def test_train_entropy_counts_the_three_real_tokens_only():
     padded_mean = sum(_entropy_by_hand(model, real + [pad] * 5, list(range(2, 10)))) / 8  # what counting pads gives
     assert abs(expected - padded_mean) > 1e-3  # the check can tell the two apart
     assert metrics["train/policy_entropy"] == pytest.approx(expected, abs=1e-5)
+
+
+# --- 8. left padding: position ids follow the attention mask ----------------------------------------
+
+
+def _tiny_llama() -> torch.nn.Module:
+    """A 2-layer random Llama (rotary positions), 64-token vocabulary."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+TINY_MODELS = {"gpt2-absolute": _tiny_gpt2, "llama-rotary": _tiny_llama}
+# rows: (prompt, response); rows 0 and 2 share a prompt (a group), so the shared-prompt forward runs
+ROWS = [([5, 9, 11], [17, 33, 4, 8]), ([6, 12, 13, 14, 15, 20], [21, 22]), ([5, 9, 11], [30, 31, 32])]
+PAD = 0
+
+
+def _left_padded(rows):
+    width = max(len(p) + len(r) for p, r in rows)
+    ids = torch.full((len(rows), width), PAD, dtype=torch.long)
+    attn = torch.zeros(len(rows), width, dtype=torch.long)
+    target = torch.zeros(len(rows), width, dtype=torch.bool)
+    for i, (p, r) in enumerate(rows):
+        n = len(p) + len(r)
+        ids[i, width - n :] = torch.tensor(p + r)
+        attn[i, width - n :] = 1
+        target[i, width - len(r) :] = True
+    return ids, attn, target
+
+
+def _alone(model, prompt, response) -> torch.Tensor:
+    """Log-probs of ``response`` after ``prompt``, the row scored alone (no padding), ``[len(response)]``."""
+    ids = torch.tensor([prompt + response])
+    target = torch.zeros_like(ids, dtype=torch.bool)
+    target[0, len(prompt) :] = True
+    with torch.no_grad():
+        lp, _ = token_logprobs(model, ids, torch.ones_like(ids), target)
+    return lp[0, len(prompt) :]
+
+
+@pytest.mark.parametrize("kind", list(TINY_MODELS))
+@pytest.mark.parametrize("share_prompts", [False, True], ids=["plain-forward", "shared-prompt-forward"])
+def test_left_padded_rows_score_as_they_do_alone(kind, share_prompts):
+    model = TINY_MODELS[kind]()
+    ids, attn, target = _left_padded(ROWS)
+    with torch.no_grad():
+        lp, _ = token_logprobs(model, ids, attn, target, share_prompts=share_prompts)
+        if share_prompts:  # the shared path really ran: rows 0 and 2 share their (unpadded) prompt
+            assert shared_prompt_hidden(model.get_decoder(), ids, attn, target) is not None
+    for i, (p, r) in enumerate(ROWS):
+        alone = _alone(model, p, r)
+        got = lp[i, ids.shape[1] - len(r) :]
+        assert torch.allclose(got, alone, atol=1e-4), (kind, i, float((got - alone).abs().sum()))
+
+
+@pytest.mark.parametrize("kind", list(TINY_MODELS))
+def test_hf_sampler_log_probs_of_left_padded_prefixes_equal_scoring_alone(kind):
+    from mintrl.sampler.hf import HFSampler
+
+    model = TINY_MODELS[kind]()
+    tokenizer = SimpleNamespace(pad_token_id=PAD, eos_token_id=2)
+    sampler = HFSampler(model, tokenizer, continuation_cache_mib=0)
+    prefixes = [p for p, _ in ROWS]
+    torch.manual_seed(1)
+    gen = sampler.generate(prefixes, 6)
+    for p, tokens, lps in zip(prefixes, gen.token_ids, gen.logprobs):
+        alone = _alone(model, p, tokens.tolist())
+        assert torch.allclose(lps, alone, atol=1e-4), (kind, p, float((lps - alone).abs().sum()))
+
+    # continuing from kept KV (the rollout loop's chunks): the reused cache is left-padded too
+    sampler = HFSampler(model, tokenizer, continuation_cache_mib=64)
+    first = sampler.generate(prefixes, 3, cache_keys=[0, 1, 2])
+    nexts = [p + t.tolist() for p, t, f in zip(prefixes, first.token_ids, first.finished) if not f]
+    keys = [k for k, f in enumerate(first.finished) if not f]
+    assert nexts, "the test needs an unfinished row"
+    second = sampler.generate(nexts, 4, cache_keys=keys)
+    assert sampler.reused_tokens > 0
+    for p, tokens, lps in zip(nexts, second.token_ids, second.logprobs):
+        alone = _alone(model, p, tokens.tolist())
+        assert torch.allclose(lps, alone, atol=1e-4), (kind, p, float((lps - alone).abs().sum()))
