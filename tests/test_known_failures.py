@@ -18,6 +18,7 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from mintrl.eval.pass_at_k import PassAtK, pass_at_k
+from mintrl.model import load_policy
 from mintrl.model.logprobs import token_logprobs
 from mintrl.model.shared_prompts import shared_prompt_hidden
 from mintrl.objective import group_advantages, kl_penalty, mentor_advantages
@@ -423,3 +424,24 @@ def test_hf_sampler_log_probs_of_left_padded_prefixes_equal_scoring_alone(kind):
     for p, tokens, lps in zip(nexts, second.token_ids, second.logprobs):
         alone = _alone(model, p, tokens.tolist())
         assert torch.allclose(lps, alone, atol=1e-4), (kind, p, float((lps - alone).abs().sum()))
+
+
+# --- 9. a bad model path names what is wrong -------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/nonexistent", "./no/such/folder", "no/such/folder"])
+def test_missing_model_folder_is_named(path):
+    with pytest.raises(FileNotFoundError, match=f"model.path={path}: no such folder, and not a hub model id"):
+        load_policy(path)
+
+
+def test_model_folder_without_config_or_weights_names_what_is_missing(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"model.path=.*: the folder has no config.json and no weights"):
+        load_policy(str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match=r"model.path=.*: the folder has no weights \(model.safetensors"):
+        load_policy(str(tmp_path))
+    (tmp_path / "config.json").unlink()
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(FileNotFoundError, match=r"model.path=.*: the folder has no config.json$"):
+        load_policy(str(tmp_path))

@@ -118,3 +118,9 @@ def test_rail_pool_entropy_feature_counts_response_tokens_only(tokenizer):
     z = rail._state(0.7, 1, 2, RolloutBudget(8), [a, b], SimpleNamespace(question="q"), tokenizer)
     assert z[FEATURES.index("pool_entropy")] == pytest.approx((0.5 + 1.0 + 1.5 + 2.0 + 4.0) / 5)
     assert z[FEATURES.index("anchor_entropy")] == pytest.approx(0.7)
+
+
+def test_missing_teacher_model_folder_is_named_by_its_field(embedded):
+    """Item 9 for the teacher / judge model: its own field is named."""
+    with pytest.raises(FileNotFoundError, match="teacher_model.path=/nonexistent: no such folder, and not a hub"):
+        ModelContext(embedded).teacher("/nonexistent")
