@@ -38,3 +38,16 @@ class HangAt(L.Callback):
         if trainer.global_step == self.step:
             self.marker.write_text(str(trainer.global_step))
             time.sleep(600)
+
+
+class SaveBeforeUpdate(L.Callback):
+    """Writes ``path`` with ``trainer.save_checkpoint`` right before optimizer step ``step + 1``,
+    i.e. after ``step`` updates: inside a training step when a rollout batch makes several updates
+    (a mid-batch checkpoint)."""
+
+    def __init__(self, step: int, path: str):
+        self.step, self.path = step, path
+
+    def on_before_optimizer_step(self, trainer, module, optimizer):
+        if trainer.global_step == self.step and not Path(self.path).exists():
+            trainer.save_checkpoint(self.path)

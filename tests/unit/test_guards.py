@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 import time
 
+import pytest
+
 from mintrl.judge.base import FAILED, KEEP, REVISE, Judge, ReviewRequest, Verdict
 from mintrl.rollout.guards import FaultCounts, GuardedJudge, GuardedReward, review_guarded, score_rewards_guarded
 
@@ -67,11 +69,14 @@ def test_reward_faults_give_no_reward_for_the_rows_they_hit():
     assert all(math.isnan(v) for v in values[1:7])
     # the batch and "raise" raised; "word" and "inf" are garbage; "hang" timed out; NaN / None are no reward, not faults
     assert (counts.errors, counts.garbage, counts.timeouts) == (2, 2, 1)
-    g = GuardedReward(lambda responses, items: [0.5] * (len(responses) + 1))
+    g = GuardedReward(lambda responses, items: ["yes"] * len(responses))
     assert all(math.isnan(v) for v in g(["a", "b"], [None, None]))
-    # the batch and each of its rows answered the wrong number of values
-    assert g.metrics() == {"reward/failed": 3.0, "reward/timeout": 0.0}
+    # both values are garbage (not numbers)
+    assert g.metrics() == {"reward/failed": 2.0, "reward/timeout": 0.0}
     assert g.metrics()["reward/failed"] == 0.0  # counts are per step
+    # the wrong number of values is a configuration error: the run stops, both lengths named
+    with pytest.raises(ValueError, match="returned 3 rewards for 2 responses"):
+        GuardedReward(lambda responses, items: [0.5] * (len(responses) + 1))(["a", "b"], [None, None])
 
 
 def test_a_signal_timing_reward_still_runs_in_the_main_thread():

@@ -47,8 +47,9 @@ def correct_counts(rewards: torch.Tensor, threshold: float = 1.0) -> tuple[torch
 class PassAtK(Metric):
     """Mean unbiased pass@k over problems, for several ``k`` at once.
 
-    ``update(rewards)`` takes ``[P, n]`` rewards (see :func:`correct_counts`); a problem with fewer
-    than ``k`` valid samples is left out of pass@k (counted in ``skipped``). States are sums, so the
+    ``update(rewards)`` takes ``[P, n]`` rewards (see :func:`correct_counts`), ``n >= max(ks)``; a
+    problem with fewer than ``k`` valid samples (missing rewards) is left out of pass@k (counted in
+    ``skipped``). States are sums, so the
     data-parallel reduction (``dist_reduce_fx="sum"``) is exact: the mean over all ranks' problems.
 
     Args:
@@ -71,9 +72,17 @@ class PassAtK(Metric):
         self.add_state("skipped", default=torch.zeros(len(ks), dtype=torch.float64), dist_reduce_fx="sum")
 
     def update(self, rewards: torch.Tensor) -> None:
-        """Add ``P`` problems' ``[P, n]`` rewards."""
+        """Add ``P`` problems' ``[P, n]`` rewards.
+
+        Raises:
+            ValueError: not 2-D; or ``n`` samples per problem below the largest ``k`` (a
+                configuration error, both named; a problem whose *valid* samples fall below ``k``
+                because rewards are missing is skipped instead).
+        """
         if rewards.dim() != 2:
             raise ValueError(f"PassAtK.update expects [problems, samples] rewards, got shape {tuple(rewards.shape)}")
+        if rewards.shape[1] < self.ks[-1]:
+            raise ValueError(f"pass@k with k={self.ks[-1]} needs k <= n samples per problem, got n={rewards.shape[1]}")
         n_valid, n_correct = correct_counts(rewards.detach().float().cpu(), self.threshold)
         sums, problems, skipped = ([0.0] * len(self.ks) for _ in range(3))
         for j, k in enumerate(self.ks):

@@ -3,7 +3,8 @@
 It checks every explicit claim of each step with exact arithmetic (``3 + 4 = 8`` is false) and a
 stated final answer against the reference answer, and revises the earliest step with a false
 claim. With ``check_last_number``, a chunk that ends the response must also leave a final answer,
-as the reward reads it (the last ``<answer>`` tag, else the last number), that matches the
+as the reward reads it (:func:`mintrl.text.answer.locate_answer`: the last ``<answer>`` tag, else
+the last complete box, else the ``####`` number, else the last number), that matches the
 reference; if it does not, the step holding it is revised with a correction stating the reference
 answer (a much more frequent intervention: see the README's pilot table).
 
@@ -30,7 +31,8 @@ class RuleJudge(Judge):
         context: unused (judges receive the run's ModelContext).
         check_final_answer: check stated final answers (``<answer>`` tags, "the answer is X")
             against the reference.
-        check_last_number: also treat the last number of a finished response as its final answer.
+        check_last_number: also treat the final answer of a finished response as the reward reads it
+            (no tag: the last box, the ``####`` number or the last number) as its final answer.
     """
 
     def __init__(self, context=None, check_final_answer: bool = True, check_last_number: bool = False):

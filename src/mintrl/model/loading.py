@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -125,6 +126,46 @@ def embedded_smollm2_folder(cache_dir: str | os.PathLike | None = None) -> Path:
     return convert_gguf_to_hf(gguf, out)
 
 
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")  # "name" or "org/name"
+_WEIGHTS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+
+
+def check_model_path(path: str, field: str = "model.path") -> None:
+    """Refuse a ``model.path`` that can load neither as a local folder nor as a hub id, before
+    ``from_pretrained`` answers with a hub repo-id validation error.
+
+    A path that starts with ``/``, ``.`` or ``~``, or that exists, or that is not of the hub's
+    ``name`` / ``org/name`` form, is a folder: it must exist and hold ``config.json`` (or a PEFT
+    ``adapter_config.json``) and weights (``*.safetensors``, ``*.bin`` or their ``.index.json``).
+
+    Args:
+        path: the configured path or hub id. field: the config field named in messages.
+
+    Raises:
+        FileNotFoundError: ``"model.path=<path>: no such folder, and not a hub model id"``; or the
+            folder exists and lacks what the message names (``config.json``, weights, or both).
+    """
+    local = Path(path).expanduser()
+    if not (path.startswith(("/", ".", "~")) or local.exists() or not _HUB_ID.match(path)):
+        return  # a hub id: transformers resolves it (cache or hub)
+    if not local.is_dir():
+        raise FileNotFoundError(f"{field}={path}: no such folder, and not a hub model id")
+    has_config = (local / "config.json").is_file() or (local / "adapter_config.json").is_file()
+    has_weights = any(any(local.glob(pattern)) for pattern in _WEIGHTS)
+    missing = [
+        what
+        for what, ok in (
+            ("config.json", has_config),
+            ("weights (model.safetensors, pytorch_model.bin or a sharded .index.json)", has_weights),
+        )
+        if not ok
+    ]
+    if len(missing) == 2:
+        raise FileNotFoundError(f"{field}={path}: the folder has no config.json and no {missing[1]}")
+    if missing:
+        raise FileNotFoundError(f"{field}={path}: the folder has no {missing[0]}")
+
+
 def load_policy(
     path: str,
     dtype: str = "float32",
@@ -141,10 +182,12 @@ def load_policy(
 
     Raises:
         ValueError: unknown ``dtype`` (the message lists the valid names).
-        OSError: from ``transformers`` when the folder or hub id cannot be loaded.
+        FileNotFoundError: a missing folder, or one without config or weights (:func:`check_model_path`).
+        OSError: from ``transformers`` when the folder or hub id cannot be loaded otherwise.
     """
     if dtype not in _DTYPES:
         raise ValueError(f"model.dtype={dtype!r} is not one of {sorted(_DTYPES)}")
+    check_model_path(str(path))
     kwargs = dict(revision=revision, trust_remote_code=trust_remote_code)
     tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
     if tokenizer.pad_token is None:

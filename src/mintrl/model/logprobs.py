@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from mintrl.model.shared_prompts import shared_prompt_hidden
+from mintrl.model.shared_prompts import position_ids_of, shared_prompt_hidden
 
 
 def _head_and_body(model):
@@ -72,7 +72,9 @@ def token_logprobs(
 
     Args:
         model: a Hugging Face causal LM whose logits are ``lm_head(last_hidden_state)``.
-        input_ids: ``[N, L]`` int64, right-padded. attention_mask: ``[N, L]``.
+        input_ids: ``[N, L]`` int64, right- or left-padded (each row's tokens one contiguous span).
+        attention_mask: ``[N, L]``; positions are counted over attended tokens
+            (:func:`mintrl.model.shared_prompts.position_ids_of`), so a padded row scores as it does alone.
         target_mask: ``[N, L]`` bool, positions whose token's log-prob is wanted (position 0 is
             never a target: nothing predicts it).
         temperature: the sampling temperature ``T`` (> 0).
@@ -101,7 +103,10 @@ def token_logprobs(
         hidden = shared_prompt_hidden(body, input_ids, attention_mask, mask)  # None: no prompt repeats
     if hidden is None:
         hidden = body(
-            input_ids=input_ids, attention_mask=attention_mask, use_cache=False
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_of(attention_mask),  # left-padded rows: absolute positions as alone
+            use_cache=False,
         ).last_hidden_state  # [N, L, H]
     rows, cols = mask.nonzero(as_tuple=True)  # target positions, [M] each
     logprobs = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)

@@ -27,15 +27,29 @@ CACHE_ARG = "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__
 
 
 def prompt_lengths(attention_mask: torch.Tensor, target_mask: torch.Tensor) -> torch.Tensor:
-    """``[N]`` int64: the column of each row's first target (its prompt length); rows without a
-    target get their full length (all prompt).
+    """``[N]`` int64: the column of each row's first target (its prompt end, exclusive); rows
+    without a target get the column after their last token (all prompt).
 
     Args:
-        attention_mask: ``[N, L]`` right-padded. target_mask: ``[N, L]`` bool.
+        attention_mask: ``[N, L]``, each row's tokens one contiguous span (right or left padding).
+        target_mask: ``[N, L]`` bool.
     """
-    lengths = attention_mask.sum(-1)
-    first = torch.where(target_mask.any(-1), target_mask.float().argmax(-1), lengths)
-    return first
+    ends = first_token_columns(attention_mask) + attention_mask.sum(-1)
+    return torch.where(target_mask.any(-1), target_mask.float().argmax(-1), ends)
+
+
+def first_token_columns(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``[N]`` int64: the column of each row's first attended token (0 for right padding, the
+    number of pad columns for left padding; 0 for an all-padding row)."""
+    return attention_mask.long().argmax(-1)
+
+
+def position_ids_of(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``[N, L]`` int64 positions counted over attended tokens only: ``cumsum(mask) - 1``, clamped at
+    0 (padding before a row's first token gets 0; padding after its last repeats its last position;
+    neither is attended). A left-padded row then has the positions it has alone, which models with
+    absolute position embeddings (GPT-2) need; rotary models are unaffected (shift-invariant)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
 def shared_prompt_hidden(
@@ -46,23 +60,27 @@ def shared_prompt_hidden(
     Args:
         body: the decoder of a Hugging Face causal LM (``model.get_decoder()``), taking
             ``input_ids, attention_mask, position_ids`` and a KV cache.
-        input_ids: ``[N, L]`` int64, right-padded; row ``i``'s prompt is ``input_ids[i, :p_i]`` with
-            ``p_i`` its first target column (:func:`prompt_lengths`).
-        attention_mask: ``[N, L]``. target_mask: ``[N, L]`` bool, every target at or after ``p_i``.
+        input_ids: ``[N, L]`` int64, right- or left-padded; row ``i``'s prompt is
+            ``input_ids[i, s_i:p_i]`` with ``s_i`` its first attended column and ``p_i`` its first
+            target column (:func:`prompt_lengths`).
+        attention_mask: ``[N, L]``, each row's tokens one contiguous span. target_mask: ``[N, L]``
+            bool, every target at or after ``p_i``.
 
     Returns:
-        ``[N, L, H]`` hidden states, equal to ``body(input_ids).last_hidden_state`` at the columns
-        ``p_i - 1 .. len_i - 1`` (the ones that predict response tokens) and zero before; or None
+        ``[N, L, H]`` hidden states, equal to each row's own forward (positions counted from its
+        first token, :func:`position_ids_of`) at the columns ``p_i - 1 .. e_i - 1`` (the ones that
+        predict response tokens, ``e_i`` the column after its last token) and zero elsewhere; or None
         when no prompt occurs twice among the rows with targets (nothing to share: the caller runs
         the plain forward), or with transformers older than the ``cache`` argument.
     """
     if CACHE_ARG != "cache":  # older transformers: the continuation pass is not exact (see module docstring)
         return None
     n, width = input_ids.shape
-    plen = prompt_lengths(attention_mask, target_mask)  # [N]
-    total = attention_mask.sum(-1)  # [N]
+    plen = prompt_lengths(attention_mask, target_mask)  # [N] prompt end column
+    start = first_token_columns(attention_mask)  # [N] first token column (left padding)
+    total = start + attention_mask.sum(-1)  # [N] column after the last token
     rows = [i for i in range(n) if target_mask[i].any()]
-    keys = [tuple(input_ids[i, : plen[i]].tolist()) for i in rows]
+    keys = [tuple(input_ids[i, start[i] : plen[i]].tolist()) for i in rows]
     distinct = list(dict.fromkeys(keys))
     if len(distinct) == len(rows) or not rows:
         return None
@@ -76,13 +94,14 @@ def shared_prompt_hidden(
     for u, k in enumerate(distinct):
         ids_u[u, p_max - len(k) :] = torch.tensor(k, dtype=input_ids.dtype, device=device)
         attn_u[u, p_max - len(k) :] = 1
-    pos_u = (attn_u.cumsum(-1) - 1).clamp(min=0)  # [U, P]
+    pos_u = position_ids_of(attn_u)  # [U, P]
     # responses, right-padded to R columns, positions continuing from each prompt
     r_len = total[rows_t] - plen[rows_t]  # [N'], >= 1 (every row here has a target)
     r_max = int(r_len.max())
     cols = plen[rows_t, None] + torch.arange(r_max, device=device)  # [N', R] source columns
     valid = torch.arange(r_max, device=device) < r_len[:, None]
     ids_r = torch.where(valid, input_ids[rows_t[:, None], cols.clamp(max=width - 1)], 0)
+    pos_r = cols - start[rows_t, None]  # [N', R] positions continue from the prompt's own
     cache = DynamicCache(config=getattr(body, "config", None))
     hidden_u = body(
         input_ids=ids_u, attention_mask=attn_u, position_ids=pos_u, use_cache=True, **{CACHE_ARG: cache}
@@ -90,7 +109,7 @@ def shared_prompt_hidden(
     cache.batch_select_indices(which)  # [U, ...] -> [N', ...] per layer, differentiable
     attn_r = torch.cat([attn_u[which], valid.to(attention_mask.dtype)], dim=1)  # [N', P + R]
     hidden_r = body(
-        input_ids=ids_r, attention_mask=attn_r, position_ids=cols, use_cache=True, **{CACHE_ARG: cache}
+        input_ids=ids_r, attention_mask=attn_r, position_ids=pos_r, use_cache=True, **{CACHE_ARG: cache}
     ).last_hidden_state
     # back into the [N, L, H] layout: column p_i - 1 from the prompt pass, p_i .. from the responses
     dst_rows = torch.cat([rows_t, rows_t[:, None].expand(-1, r_max)[valid]])

@@ -24,6 +24,34 @@ def _group_sum(values: torch.Tensor, group_index: torch.Tensor, num_groups: int)
     return torch.zeros(num_groups, dtype=values.dtype, device=values.device).index_add_(0, group_index, values)
 
 
+def _group_mean(
+    rewards: torch.Tensor, group_index: torch.Tensor, num_groups: int, members: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Float64 mean of each group's members, exact where the members are all equal.
+
+    The float32 mean of equal values can be one ulp off (``[0.95] * 8``), and that residue divided
+    by a std of ~1e-7 gave every member an advantage of 0.06 (issue 18). Here the statistics are
+    float64 and a group whose members are all equal gets their common value as its mean, so
+    ``r - mean`` is exactly 0 for any group size and value.
+
+    Args:
+        rewards: ``[N]`` float, NaN allowed off ``members``. group_index: ``[N]`` int64 in ``[0, G)``.
+        num_groups: ``G``. members: ``[N]`` bool, the rows that enter the statistics.
+
+    Returns:
+        ``(r [N] float64 with 0 off members, mean [G] float64 (0 for an empty group), count [G] float64)``.
+    """
+    r = torch.where(members, rewards, torch.zeros_like(rewards)).to(torch.float64)  # [N], NaN-free
+    w = members.to(torch.float64)  # [N]
+    count = _group_sum(w, group_index, num_groups)  # [G]
+    mean = _group_sum(r * w, group_index, num_groups) / count.clamp(min=1)  # [G]
+    inf = torch.full_like(r, float("inf"))
+    lo = torch.full_like(mean, float("inf")).scatter_reduce(0, group_index, torch.where(members, r, inf), "amin")
+    hi = torch.full_like(mean, -float("inf")).scatter_reduce(0, group_index, torch.where(members, r, -inf), "amax")
+    mean = torch.where((count > 0) & (lo == hi), hi, mean)  # all-equal groups: the common value, exactly
+    return r, mean, count
+
+
 def group_advantages(
     rewards: torch.Tensor,
     group_index: torch.Tensor,
@@ -36,7 +64,8 @@ def group_advantages(
     of the GRPO paper); ``scale_std=False`` gives Dr. GRPO's ``r_i - mean_g`` (Liu et al. 2025).
 
     Mean and std (Bessel-corrected, 0 for a single member) are over the valid members of each
-    group. All-equal groups and singleton groups give exactly 0; invalid rows give 0 and do not
+    group, computed in float64. Groups whose valid rewards are all equal (any size, any value,
+    e.g. ``[0.95] * 64``) and singleton groups give exactly 0; invalid rows give 0 and do not
     move their group's statistics.
 
     Args:
@@ -44,17 +73,14 @@ def group_advantages(
         num_groups: ``G``. valid: ``[N]`` bool (see :func:`valid_rows`). eps: added to the std.
 
     Returns:
-        ``[N]`` float advantages, always finite.
+        ``[N]`` float32 advantages, always finite.
     """
-    w = valid.to(torch.float32)  # [N]
-    r = torch.where(valid, rewards, torch.zeros_like(rewards)).to(torch.float32)  # [N], NaN-free
-    count = _group_sum(w, group_index, num_groups)  # [G]
-    mean = _group_sum(r * w, group_index, num_groups) / count.clamp(min=1)  # [G]
-    dev = (r - mean[group_index]) * w  # [N]
+    r, mean, count = _group_mean(rewards, group_index, num_groups, valid)
+    dev = torch.where(valid, r - mean[group_index], torch.zeros_like(r))  # [N] float64
     if not scale_std:
-        return dev
+        return dev.to(torch.float32)
     var = _group_sum(dev.pow(2), group_index, num_groups) / (count - 1).clamp(min=1)  # [G]
-    return dev / (var.sqrt()[group_index] + eps)
+    return (dev / (var.sqrt()[group_index] + eps)).to(torch.float32)
 
 
 def control_baseline(
@@ -73,15 +99,26 @@ def control_baseline(
         num_groups: ``G``. valid: ``[N]`` bool, default all rows with a finite reward.
 
     Returns:
-        ``(baseline [G], defined [G] bool)``: ``defined`` is False for a group without any valid
-        control rollout; its baseline is 0 there and its rows must get no signal.
+        ``(baseline [G] float32, defined [G] bool)``: ``defined`` is False for a group without any
+        valid control rollout; its baseline is 0 there and its rows must get no signal. Equal
+        control rewards give their common value exactly.
     """
+    baseline, defined = _control_baseline64(rewards, group_index, is_control, num_groups, valid)
+    return baseline.to(torch.float32), defined
+
+
+def _control_baseline64(
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    is_control: torch.Tensor,
+    num_groups: int,
+    valid: torch.Tensor | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    # control_baseline in float64: (baseline [G] float64, defined [G] bool)
     if valid is None:
         valid = torch.isfinite(rewards)
-    w = (is_control & valid).to(torch.float32)  # [N]
-    r = torch.where(valid, rewards, torch.zeros_like(rewards)).to(torch.float32)
-    count = _group_sum(w, group_index, num_groups)  # [G]
-    return _group_sum(r * w, group_index, num_groups) / count.clamp(min=1), count > 0
+    _, mean, count = _group_mean(rewards, group_index, num_groups, is_control & valid)
+    return mean, count > 0
 
 
 def control_advantages(
@@ -100,10 +137,11 @@ def control_advantages(
     """
     if valid is None:
         valid = torch.isfinite(rewards)
-    baseline, defined = control_baseline(rewards, group_index, is_control, num_groups, valid)
+    baseline, defined = _control_baseline64(rewards, group_index, is_control, num_groups, valid)
     has_signal = valid & defined[group_index]
-    r = torch.where(valid, rewards, torch.zeros_like(rewards)).to(torch.float32)
-    return torch.where(has_signal, r - baseline[group_index], torch.zeros_like(r)), has_signal
+    r = torch.where(valid, rewards, torch.zeros_like(rewards)).to(torch.float64)
+    adv = torch.where(has_signal, r - baseline[group_index], torch.zeros_like(r))
+    return adv.to(torch.float32), has_signal
 
 
 def mentor_advantages(
@@ -124,11 +162,13 @@ def mentor_advantages(
         alpha: weight of the guided rows' advantages (MENTOR decays it from 1 to 0).
 
     Returns:
-        ``[N]`` float, 0 on invalid rows and in groups without a valid control rollout.
+        ``[N]`` float32, 0 on invalid rows and in groups without a valid control rollout; exactly 0
+        for control rows whose group's control rewards are all equal, and for guided rows whose
+        reward equals that common value.
     """
     control_adv = group_advantages(rewards, group_index, num_groups, valid & is_control, scale_std=True, eps=eps)
-    baseline, defined = control_baseline(rewards, group_index, is_control, num_groups, valid)
-    r = torch.where(valid, rewards, torch.zeros_like(rewards)).to(torch.float32)
+    baseline, defined = _control_baseline64(rewards, group_index, is_control, num_groups, valid)
+    r = torch.where(valid, rewards, torch.zeros_like(rewards)).to(torch.float64)
     guided = alpha * (r - baseline[group_index]).clamp(min=0)
     guided = torch.where(valid & ~is_control & defined[group_index], guided, torch.zeros_like(guided))
-    return torch.where(is_control, control_adv, guided)
+    return torch.where(is_control, control_adv, guided.to(torch.float32))

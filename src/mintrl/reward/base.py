@@ -45,6 +45,23 @@ class FunctionReward(Reward):
         return self.fn(responses, items)
 
 
+def check_reward_count(values: Sequence, n: int) -> None:
+    """Raise when a reward returned ``len(values) != n`` values for ``n`` responses.
+
+    A reward must return one value per response; any other count is a configuration error (a
+    scorer that ignores its batch, a wrong wrapper), never a transient fault, so it stops the run
+    rather than being retried or broadcast.
+
+    Raises:
+        ValueError: ``"reward function returned {len(values)} rewards for {n} responses ..."``.
+    """
+    if len(values) != n:
+        raise ValueError(
+            f"reward function returned {len(values)} rewards for {n} responses: a reward must return one value "
+            "per response (a configuration error, not a transient fault)"
+        )
+
+
 def score_rewards(reward: Reward, responses: Sequence[str], items: Sequence) -> list[float]:
     """Call ``reward`` on a batch and check what comes back.
 
@@ -60,8 +77,7 @@ def score_rewards(reward: Reward, responses: Sequence[str], items: Sequence) -> 
             lengths named), or a value that is not a number (row named), or +-inf.
     """
     values = list(reward(list(responses), list(items)))
-    if len(values) != len(responses):
-        raise ValueError(f"reward function returned {len(values)} rewards for {len(responses)} responses")
+    check_reward_count(values, len(responses))
     out = []
     for i, v in enumerate(values):
         if v is None:

@@ -6,7 +6,9 @@ failed on get a documented fallback and are counted.
 - judge: :func:`review_guarded`, fallback ``Verdict("failed")``, treated as Keep (counted in
   ``judge/failed``);
 - reward: :func:`score_rewards_guarded`, fallback "no reward" (NaN: the rollout is excluded from its
-  group's baseline and from the loss; counted in ``reward/failed``, ``reward/timeout``).
+  group's baseline and from the loss; counted in ``reward/failed``, ``reward/timeout``). A reward
+  that returns a list of the wrong length is a configuration error, not a fault: the run stops
+  with both lengths named (:func:`mintrl.reward.base.check_reward_count`).
 
 A call that exceeds its time limit is abandoned in a daemon thread (Python cannot kill a thread):
 the run goes on while the stuck call finishes or not in the background. Components that run
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from mintrl.judge.base import FAILED, Judge, ReviewRequest, Verdict
-from mintrl.reward.base import FunctionReward, Reward
+from mintrl.reward.base import FunctionReward, Reward, check_reward_count
 from mintrl.training.checks import check_range
 
 log = logging.getLogger(__name__)
@@ -137,42 +139,45 @@ def _number(value) -> float | None:
 def score_rewards_guarded(
     reward, responses: Sequence[str], items: Sequence, timeout_s: float | None, counts: FaultCounts
 ) -> list[float]:
-    """Rewards of a batch that never raise: a batch call that raises, times out or answers the
-    wrong number of values is retried one row at a time (each with ``timeout_s``); a row whose
-    call fails, or whose value is not a number or infinite, gets NaN (no reward). None and NaN
-    values are "no reward" as well, but not faults.
+    """Rewards of a batch, faults contained: a batch call that raises or times out is retried one
+    row at a time (each with ``timeout_s``); a row whose call fails, or whose value is not a
+    number or infinite, gets NaN (no reward). None and NaN values are "no reward" as well, but not
+    faults.
 
     Returns:
         ``N`` floats (NaN: no reward; see :func:`mintrl.objective.advantages.valid_rows`).
+
+    Raises:
+        ValueError: a call returned a sequence of the wrong length (the batch call, or a one-row
+            retry): a configuration error, not retried (both lengths named).
     """
     responses, items = list(responses), list(items)
     if not responses:
         return []
     values = None
     try:
-        got = list(call_with_timeout(lambda: reward(responses, items), timeout_s))
-        if len(got) == len(responses):
-            values = got
-        else:
-            counts.add("garbage", f"reward returned {len(got)} values for {len(responses)} responses")
+        values = list(call_with_timeout(lambda: reward(responses, items), timeout_s))
     except CallTimeout as err:
         counts.add("timeouts", f"reward: {err}")
     except Exception as err:  # noqa: BLE001
         counts.add("errors", f"reward raised {type(err).__name__}: {err}")
-    if values is None:  # row by row
+    if values is not None:
+        check_reward_count(values, len(responses))  # outside the try: the run stops
+    else:  # row by row
         values = []
         for response, item in zip(responses, items):
             try:
                 one = list(call_with_timeout(lambda r=response, i=item: reward([r], [i]), timeout_s))
-                if len(one) != 1:
-                    counts.add("garbage", f"reward returned {len(one)} values for one response")
-                values.append(one[0] if len(one) == 1 else math.nan)
             except CallTimeout as err:
                 counts.add("timeouts", f"reward: {err}")
                 values.append(math.nan)
+                continue
             except Exception as err:  # noqa: BLE001
                 counts.add("errors", f"reward raised {type(err).__name__}: {err}")
                 values.append(math.nan)
+                continue
+            check_reward_count(one, 1)
+            values.append(one[0])
     out = []
     for i, v in enumerate(values):
         f = _number(v)
@@ -216,7 +221,8 @@ class GuardedReward(Reward):
 
     ``metrics()`` returns the wrapped reward's metrics plus, reset at each call, the step's
     ``reward/failed`` (calls that raised or values that are not finite numbers) and
-    ``reward/timeout`` counts. ``inner`` is the wrapped reward (a plain function is wrapped in
+    ``reward/timeout`` counts. A reward that returns the wrong number of values stops the run
+    (:func:`score_rewards_guarded`). ``inner`` is the wrapped reward (a plain function is wrapped in
     :class:`mintrl.reward.base.FunctionReward`); its ``main_thread_only`` and ``handles_code`` are
     the guard's.
     """

@@ -11,7 +11,7 @@ from omegaconf import DictConfig
 
 import mintrl.training.config  # noqa: F401  (registers the config resolvers)
 from mintrl.data.datamodule import RolloutDataModule
-from mintrl.model.loading import LoadedPolicy, embedded_smollm2, load_policy
+from mintrl.model.loading import LoadedPolicy, check_model_path, embedded_smollm2, load_policy
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
 from mintrl.training.callbacks.summary import RunSummary
 from mintrl.training.checks import check_config
@@ -47,6 +47,8 @@ class ModelContext:
             return LoadedPolicy(self.frozen_policy(), self.tokenizer, f"frozen step-0 copy of {self.source}")
         key = (str(path), dtype)
         if key not in self._teachers:
+            if path != "embedded":
+                check_model_path(str(path), field="teacher_model.path")
             loaded = embedded_smollm2(dtype=dtype) if path == "embedded" else load_policy(str(path), dtype=dtype)
             loaded.model.eval().requires_grad_(False)
             self._teachers[key] = loaded

@@ -91,7 +91,8 @@ def check_config(cfg: DictConfig) -> None:
             training run (see :mod:`mintrl.sampler.vllm`); ``trainer=fsdp`` with a sampler that
             cannot run on sharded weights (``Sampler.runs_sharded``); code problems
             (``PromptSource.serves_code``) scored by a reward without ``Reward.handles_code``, or
-            the reverse.
+            the reverse; a ``module.val_pass_at_k`` above ``data.val_samples_per_prompt`` (pass@k
+            needs ``k <= n``).
     """
     top_p = (cfg.get("rollout") or {}).get("top_p", 1.0)
     if cfg.get("train", True) and isinstance(top_p, (int, float)) and top_p < 1:
@@ -118,6 +119,13 @@ def check_config(cfg: DictConfig) -> None:
                 f"trainer.max_steps={max_steps} (optimizer updates) must be a multiple of "
                 f"module.epochs x module.minibatches = {updates}"
             )
+    ks = list(module.get("val_pass_at_k") or [])
+    samples = (cfg.get("data") or {}).get("val_samples_per_prompt")
+    if ks and isinstance(samples, int) and max(int(k) for k in ks) > samples:
+        raise ValueError(
+            f"module.val_pass_at_k={list(ks)} has k={max(int(k) for k in ks)} > data.val_samples_per_prompt={samples}: "
+            "pass@k needs k <= n samples per validation prompt"
+        )
     prompts, reward = component_class(cfg, "data.prompts"), component_class(cfg, "reward")
     if prompts is not None and reward is not None:
         code_prompts = prompts.serves_code(OmegaConf.select(cfg, "data.prompts"))

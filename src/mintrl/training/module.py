@@ -78,7 +78,8 @@ class PolicyModule(L.LightningModule):
             mini-batch at once. Does not change the result, only peak memory.
         max_grad_norm: clip the global gradient L2 norm to this before each update (None: no clipping).
         val_pass_at_k: the ``k`` of the logged ``val/pass@k`` (unbiased estimator over
-            ``data.val_samples_per_prompt`` samples per validation prompt; ``k`` above that is NaN).
+            ``data.val_samples_per_prompt`` samples per validation prompt; ``k`` above that is refused by
+            :func:`mintrl.training.checks.check_config` and by :class:`~mintrl.eval.pass_at_k.PassAtK`).
         gradient_checkpointing: recompute each decoder layer's forward during the backward pass
             instead of keeping its activations (Hugging Face ``activation_checkpointing_enable``,
             non-reentrant). Cuts the activation memory of an update from ``O(layers x tokens)`` to
@@ -141,6 +142,8 @@ class PolicyModule(L.LightningModule):
         self.skipped_batches = 0  # rollout batches with no usable rollout (every reward failed), not trained on
         self.skipped_updates = 0  # updates with a non-finite loss or gradient, not applied
         self.bad_in_row = 0  # consecutive skips of either kind
+        self.updates_into_batch = 0  # updates of the current rollout batch done so far (0 between batches)
+        self._updates_done_at_resume = 0  # from a mid-batch checkpoint: updates its interrupted batch had made
         self.history: list[dict[str, float]] = []  # per train step: rollout stats + loss
         self.val_history: list[tuple[int, float]] = []  # (global_step, val/reward)
         self._val_rewards: list[torch.Tensor] = []
@@ -242,9 +245,40 @@ class PolicyModule(L.LightningModule):
         return total, metrics
 
     # ------------------------------------------------------------------ Lightning hooks
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Stores :attr:`updates_into_batch` (0 unless the checkpoint is written inside a training step)."""
+        checkpoint["mintrl_updates_into_batch"] = int(self.updates_into_batch)
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """A mid-batch checkpoint's interrupted batch is not in the checkpoint: the next (fresh)
+        batch gets only the updates that batch had left (:meth:`update_budget`)."""
+        self._updates_done_at_resume = int(checkpoint.get("mintrl_updates_into_batch", 0))
+
+    def update_budget(self) -> int:
+        """Optimizer updates the next rollout batch gets: ``epochs x minibatches``, less the
+        updates already made by the batch a mid-batch checkpoint interrupted (its rollouts are not
+        in the checkpoint, so the rest of it is dropped and the fresh batch stands in for it), and
+        never past ``trainer.max_steps`` (a resumed run, or one with skipped updates, ends exactly
+        there)."""
+        budget = self.updates_per_batch - self._updates_done_at_resume
+        max_steps = self.trainer.max_steps if self._trainer is not None else -1
+        if max_steps is not None and max_steps >= 0:
+            budget = min(budget, max_steps - int(self.global_step))
+        return max(budget, 0)
+
     def training_step(self, batch: RolloutBatch, batch_idx: int) -> torch.Tensor:
-        """``epochs x minibatches`` optimizer updates on one rollout batch; logs rollout stats,
-        the mean update loss, gradient norm and objective metrics."""
+        """Up to ``epochs x minibatches`` optimizer updates on one rollout batch (see
+        :meth:`update_budget`); logs rollout stats, the mean update loss, gradient norm and objective
+        metrics."""
+        budget = self.update_budget()
+        self._updates_done_at_resume = 0
+        try:
+            return self._train_on(batch, budget)
+        finally:
+            self.updates_into_batch = 0  # between batches again (also when the step raises)
+
+    def _train_on(self, batch: RolloutBatch, budget: int) -> torch.Tensor | None:
+        """``budget`` optimizer updates on ``batch`` (the body of :meth:`training_step`)."""
         optimizer = self.optimizers()
         scheduler = self.lr_schedulers()
         batch.stats.update(self.objective.prepare(batch, self.frozen_logprobs))
@@ -267,39 +301,41 @@ class PolicyModule(L.LightningModule):
             return None
         first_gap = None
         applied = 0
-        for _ in range(self.epochs):
-            for rows in minibatch_rows(len(batch), self.minibatches, generator):
-                mini = batch.select(rows.to(batch.input_ids.device))
-                loss, metrics = self.accumulate(
-                    mini, self.global_totals(mini), self.trainer.world_size, self.manual_backward
+        plan = [rows for _ in range(self.epochs) for rows in minibatch_rows(len(batch), self.minibatches, generator)]
+        for rows in plan[:budget]:
+            mini = batch.select(rows.to(batch.input_ids.device))
+            loss, metrics = self.accumulate(
+                mini, self.global_totals(mini), self.trainer.world_size, self.manual_backward
+            )
+            gap = metrics.pop("train/sampler_logprob_gap")  # later updates measure policy drift, not the sampler
+            first_gap = gap if first_gap is None else first_gap
+            norms = grad_norm(self.policy, norm_type=2)
+            metrics["train/grad_norm"] = float(norms.get("grad_2.0_norm_total", 0.0))
+            finite = math.isfinite(float(loss)) and math.isfinite(metrics["train/grad_norm"])
+            if self._all_ranks_sum(torch.tensor(float(not finite), device=self.device)) > 0:
+                optimizer.zero_grad(set_to_none=True)  # never apply a NaN / inf update, on any rank
+                self.skipped_updates += 1
+                self.bad_in_row += 1
+                self.updates_into_batch += 1
+                log.warning(
+                    "step %d: non-finite loss (%s) or gradient norm (%s): update skipped",
+                    self.global_step,
+                    float(loss),
+                    metrics["train/grad_norm"],
                 )
-                gap = metrics.pop("train/sampler_logprob_gap")  # later updates measure policy drift, not the sampler
-                first_gap = gap if first_gap is None else first_gap
-                norms = grad_norm(self.policy, norm_type=2)
-                metrics["train/grad_norm"] = float(norms.get("grad_2.0_norm_total", 0.0))
-                finite = math.isfinite(float(loss)) and math.isfinite(metrics["train/grad_norm"])
-                if self._all_ranks_sum(torch.tensor(float(not finite), device=self.device)) > 0:
-                    optimizer.zero_grad(set_to_none=True)  # never apply a NaN / inf update, on any rank
-                    self.skipped_updates += 1
-                    self.bad_in_row += 1
-                    log.warning(
-                        "step %d: non-finite loss (%s) or gradient norm (%s): update skipped",
-                        self.global_step,
-                        float(loss),
-                        metrics["train/grad_norm"],
-                    )
-                    continue
-                self.bad_in_row = 0
-                if self.max_grad_norm is not None:
-                    self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                if scheduler is not None:
-                    scheduler.step()
-                metrics["train/loss"] = float(loss)
-                applied += 1
-                for k, v in metrics.items():
-                    sums[k] += v
+                continue
+            self.bad_in_row = 0
+            if self.max_grad_norm is not None:
+                self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if scheduler is not None:
+                scheduler.step()
+            self.updates_into_batch += 1
+            metrics["train/loss"] = float(loss)
+            applied += 1
+            for k, v in metrics.items():
+                sums[k] += v
         updates = max(applied, 1)
         metrics = {k: v / updates for k, v in sums.items()}
         metrics["train/skipped_updates"] = float(self.skipped_updates)
@@ -349,6 +385,7 @@ class PolicyModule(L.LightningModule):
         """
         if self.bad_in_row < self.max_bad_steps:
             return
+        self.updates_into_batch = 0  # the batch is done: the checkpoint lies between batches
         path = Path(self.trainer.default_root_dir) / "checkpoints" / "last-good.ckpt"
         self.trainer.save_checkpoint(path)
         for logger in self.loggers:  # this step's self.log values would never be written: the step raises
