@@ -17,6 +17,17 @@ ARITHMETIC = dict(
     min_terms=2, max_terms=2, min_digits=1, max_digits=1, operators=["+"], allow_parentheses=False, allow_negation=False
 )
 
+# the main job at test size: 2 prompts x 4 rollouts per step, responses <= 24 tokens, chunks and
+# corrections of 8 tokens, 4 held-out prompts x 1 sample (add trainer.max_steps and the rest per test)
+TINY_RUN = [
+    "data.prompts_per_step=2",
+    "data.prompts.val_size=4",
+    "data.val_samples_per_prompt=1",
+    "rollout.max_response_tokens=24",
+    "rollout.chunk_size=8",
+    "rollout.continuation_len=8",
+]
+
 
 @pytest.fixture(scope="session")
 def embedded():

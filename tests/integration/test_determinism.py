@@ -10,16 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from conftest import TINY_RUN
+
 from mintrl.eval.tensorboard import load_scalars
 
 SMALL = [
     "trainer.max_steps=2",
-    "data.prompts_per_step=2",
-    "data.prompts.val_size=4",
-    "data.val_samples_per_prompt=1",
-    "rollout.max_response_tokens=24",
-    "rollout.chunk_size=8",
-    "rollout.continuation_len=8",
+    *TINY_RUN,
     "allocation=entropy",
     "allocation.budget_per_step=12",  # 8 initial rollouts + up to 4 branches (rollouts)
     "callbacks.best=null",

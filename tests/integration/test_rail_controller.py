@@ -19,9 +19,9 @@ def _true_gain(z, action):
     return 0.5 * z[action] - 0.1
 
 
-def _run_bandit(rounds, seed=0):
-    rng = random.Random(seed)
-    rail = RailController(
+def _controller(seed: int) -> RailController:
+    """The controller of these tests: 3 features, budgets 1/2/4 at one temperature."""
+    return RailController(
         state_dim=3,
         budgets=(1, 2, 4),
         temperatures=(1.0,),
@@ -34,6 +34,11 @@ def _run_bandit(rounds, seed=0):
         lr=2e-2,
         seed=seed,
     )
+
+
+def _run_bandit(rounds, seed=0):
+    rng = random.Random(seed)
+    rail = _controller(seed)
     torch.manual_seed(seed)
     regret, fixed_regret, curve = 0.0, 0.0, []
     for t in range(rounds):
@@ -66,19 +71,7 @@ def test_checkpoint_round_trip_restores_exact_predictions_and_decisions():
     buffer = io.BytesIO()
     torch.save(rail.state_dict(), buffer)
     buffer.seek(0)
-    restored = RailController(
-        state_dim=3,
-        budgets=(1, 2, 4),
-        temperatures=(1.0,),
-        promote_after=30,
-        window=200,
-        rho0=0.1,
-        rho_steps=200,
-        refit_every=10,
-        fit_steps=40,
-        lr=2e-2,
-        seed=99,
-    )
+    restored = _controller(seed=99)
     restored.load_state_dict(torch.load(buffer, weights_only=False))
     z = [0.3, 0.9, 0.1]
     assert torch.equal(restored.predict(z), rail.predict(z))

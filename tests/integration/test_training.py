@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ARITHMETIC
+from conftest import ARITHMETIC, TINY_RUN
 from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoModelForCausalLM
@@ -83,12 +83,7 @@ def test_one_training_step_changes_weights_and_lowers_the_loss(embedded, fresh_p
 
 TINY = [  # the main job, 2 steps of 2 prompts, 4 held-out prompts
     "trainer.max_steps=2",
-    "data.prompts_per_step=2",
-    "data.prompts.val_size=4",
-    "data.val_samples_per_prompt=1",
-    "rollout.max_response_tokens=24",
-    "rollout.chunk_size=8",
-    "rollout.continuation_len=8",
+    *TINY_RUN,
     "module.optimizer.lr=1e-5",
 ]
 

@@ -23,6 +23,20 @@ class _FixedBatches(L.LightningDataModule):
         return DataLoader([self.batch] * 100, batch_size=None, collate_fn=lambda x: x)
 
 
+def _cpu_trainer(tmp_path, max_steps: int, **kwargs) -> L.Trainer:
+    """A CPU Trainer with no logger, checkpoints, progress bar or model summary (``max_steps``: updates)."""
+    return L.Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        **kwargs,
+    )
+
+
 @pytest.mark.parametrize("objective_name", ["grpo-token-mean-kl-k3", "mintrl-const"])
 def test_several_updates_per_rollout_batch_through_the_trainer(tiny_model, tmp_path, objective_name):
     objective = make_objective(objective_name, tiny_model)
@@ -38,15 +52,7 @@ def test_several_updates_per_rollout_batch_through_the_trainer(tiny_model, tmp_p
         micro_batch_rows=3,
         max_grad_norm=0.5,
     )
-    trainer = L.Trainer(
-        max_steps=8,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-    )
+    trainer = _cpu_trainer(tmp_path, max_steps=8)
     trainer.fit(module, datamodule=_FixedBatches(batch))
     assert trainer.global_step == 8  # optimizer updates
     assert trainer.fit_loop.epoch_loop.batch_progress.total.completed == 2  # rollout batches (2 x 2 updates each)
@@ -92,27 +98,10 @@ def test_real_ddp_update_equals_the_single_process_update(tiny_model, tmp_path):
         )
 
     single = module()
-    trainer = L.Trainer(
-        max_steps=1,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-    )
+    trainer = _cpu_trainer(tmp_path, max_steps=1)
     trainer.fit(single, datamodule=_FixedBatches(batch))
-    ddp = L.Trainer(
-        max_steps=1,
-        accelerator="cpu",
-        devices=2,
-        strategy="ddp_spawn",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-        callbacks=[_SaveWeights(tmp_path / "ddp.pt")],
+    ddp = _cpu_trainer(
+        tmp_path, max_steps=1, devices=2, strategy="ddp_spawn", callbacks=[_SaveWeights(tmp_path / "ddp.pt")]
     )
     ddp.fit(module(), datamodule=_RankBatches(batch))
     ddp_weights = torch.load(tmp_path / "ddp.pt")

@@ -9,6 +9,7 @@ import copy
 
 import pytest
 import torch
+from conftest import TINY_RUN
 from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoModelForCausalLM
@@ -119,12 +120,7 @@ def vllm_run(tmp_path_factory):
         "sampler.enforce_eager=true",
         "sampler.max_model_len=1024",
         "trainer.max_steps=2",
-        "data.prompts_per_step=2",
-        "data.prompts.val_size=4",
-        "data.val_samples_per_prompt=1",
-        "rollout.max_response_tokens=24",
-        "rollout.chunk_size=8",
-        "rollout.continuation_len=8",
+        *TINY_RUN,
         "module.optimizer.lr=1e-5",
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
