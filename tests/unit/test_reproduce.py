@@ -237,8 +237,8 @@ def test_every_row_composes_with_the_hard_task_at_equal_budget(sweep):
         if row == "no_intervention":
             assert cfg.objective._target_.endswith("AdvantageRegression") and cfg.judge._target_.endswith("KeepJudge")
         if row == "math/mentor_cpu":
-            assert cfg.objective.alpha_decay_steps == 24  # alpha decays over the whole run
-    assert budgets == {(4, 24, 8, 64, 128, 2, 8)}
+            assert cfg.objective.alpha_decay_steps == 12  # alpha decays over the whole run
+    assert budgets == {(4, 12, 8, 64, 96, 2, 6)}
 
 
 def test_intensity_sweep_varies_the_three_knobs_around_the_core_setting():

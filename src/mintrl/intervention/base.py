@@ -19,6 +19,8 @@ class InterventionRequest:
         response_ids: the retained response so far (accepted prefix + kept steps of the chunk).
         response_text: its decoded text.
         verdict: the judge's Revise verdict (its ``correction`` may be used).
+        entry: the prompt item's task data (privileged; see :class:`mintrl.judge.base.ReviewRequest`),
+            or None.
     """
 
     question: str
@@ -27,6 +29,7 @@ class InterventionRequest:
     response_ids: list[int]
     response_text: str
     verdict: Verdict
+    entry: dict | None = None
 
 
 @dataclass

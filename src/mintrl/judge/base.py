@@ -38,6 +38,11 @@ class ReviewRequest:
         prefix_text: the accepted response so far (decoded).
         steps: the new chunk split into steps (see :func:`mintrl.text.steps.split_steps`).
         final: True when the chunk ended the response (EOS), so a claim at its very end is complete.
+            In an episode (:mod:`mintrl.rollout.episodes`) the chunk is one action turn and ``final``
+            is True when the action ended its turn.
+        entry: the prompt item's task data (:attr:`mintrl.data.base.PromptItem.entry`), privileged:
+            what an environment's rule judge executes (e.g. the SQL task's table and reference
+            query); None where the caller has no item.
     """
 
     question: str
@@ -45,6 +50,7 @@ class ReviewRequest:
     prefix_text: str
     steps: list[str]
     final: bool = False
+    entry: dict | None = None
 
 
 @dataclass

@@ -1,0 +1,96 @@
+"""The environment contract: many independent episodes served at once (issue 20).
+
+An environment holds one private state per episode (e.g. one in-memory SQLite database). The
+multi-turn rollout (:mod:`mintrl.rollout.episodes`) calls
+
+    observations = env.reset(items)               # one first observation text per episode
+    result = env.step(episodes, actions)          # one action text per listed episode
+    env.close()
+
+``reset`` starts ``len(items)`` episodes, numbered ``0 .. len(items) - 1`` in order; ``step`` acts
+on the listed still-open episodes only (finished ones may not act again). Each item is a
+:class:`mintrl.data.base.PromptItem` whose ``entry`` holds the task as the environment needs it
+(built by the environment's prompt source). Episodes are independent
+and deterministic given their task and their actions, so a state is rebuilt by replaying the actions
+in a fresh environment (:func:`replay`; RAIL's branches from a turn rely on it).
+
+Bad actions (unparseable, unknown tool, too long) never raise: the episode goes on and the
+observation tells the agent what was wrong (``StepResult.invalid``). An error of the environment
+itself ends that episode with no reward (``StepResult.error``), never the run.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Sequence
+
+from mintrl.data.base import PromptItem
+
+
+@dataclass
+class StepResult:
+    """What one ``Environment.step`` call returns, one entry per acting episode (in call order).
+
+    Attributes:
+        observations: the observation text shown to the agent as the next user turn ("" when done
+            and nothing is to be shown).
+        rewards: reward in [0, 1] of each episode that ended at this step (its final reward), 0.0
+            for an episode that goes on, NaN for an episode ended by an environment error (no reward).
+        done: True where the episode ended (final answer committed, error, or the environment's own limit).
+        action_kinds: the parsed kind of each action (e.g. ``"query"``, ``"answer"``, ``"invalid"``).
+        invalid: True where the action was unusable (unparseable, unknown tool, too long): the
+            observation says why, the episode goes on.
+        error: True where the environment failed (the episode ends with NaN reward).
+        seconds: wall time of the whole call (seconds).
+    """
+
+    observations: list[str]
+    rewards: list[float]
+    done: list[bool]
+    action_kinds: list[str]
+    invalid: list[bool]
+    error: list[bool]
+    seconds: float = 0.0
+
+
+class Environment(ABC):
+    """Many episodes at once (``env=`` config group; see module docstring)."""
+
+    @abstractmethod
+    def reset(self, items: Sequence[PromptItem]) -> list[str]:
+        """Start one episode per item (previous episodes are closed): the first observation of
+        each ("" when the instruction says everything)."""
+
+    @abstractmethod
+    def step(self, episodes: Sequence[int], actions: Sequence[str]) -> StepResult:
+        """Apply ``actions[i]`` to episode ``episodes[i]``.
+
+        Raises:
+            ValueError: an unknown or finished episode index, or lengths that differ.
+        """
+
+    def score_final(self, episodes: Sequence[int]) -> list[float]:
+        """Reward of episodes that ran out of turns or tokens without ending (default 0.0 each;
+        an environment that scores the final state, e.g. a table after UPDATEs, overrides it)."""
+        return [0.0] * len(episodes)
+
+    def close(self) -> None:
+        """Free every episode's state."""
+
+
+def replay(env: Environment, item: PromptItem, actions: Sequence[str]) -> tuple[list[str], StepResult | None]:
+    """Rebuild an episode by replaying its actions in ``env`` (reset to this one item).
+
+    Returns:
+        The observations in order (first observation, then one per action) and the last
+        :class:`StepResult` (None when ``actions`` is empty).
+    """
+    observations = env.reset([item])
+    last = None
+    for action in actions:
+        last = env.step([0], [action])
+        observations.append(last.observations[0])
+        if last.done[0]:
+            break
+    return observations, last
