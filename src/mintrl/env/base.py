@@ -55,7 +55,15 @@ class StepResult:
 
 
 class Environment(ABC):
-    """Many episodes at once (``env=`` config group; see module docstring)."""
+    """Many episodes at once (``env=`` config group; see module docstring).
+
+    Attributes:
+        thread_safe: class-level capability; True when ``step`` may be called from several threads
+            at once on disjoint episodes (the multi-turn rollout then steps slices of a turn in
+            parallel, ``rollout.env_workers``).
+    """
+
+    thread_safe: bool = False
 
     @abstractmethod
     def reset(self, items: Sequence[PromptItem]) -> list[str]:
@@ -74,6 +82,11 @@ class Environment(ABC):
         """Reward of episodes that ran out of turns or tokens without ending (default 0.0 each;
         an environment that scores the final state, e.g. a table after UPDATEs, overrides it)."""
         return [0.0] * len(episodes)
+
+    def metrics(self) -> dict[str, float]:
+        """Counters since the last call (e.g. ``env/timeouts``), logged with the step's rollout
+        statistics (default none)."""
+        return {}
 
     def close(self) -> None:
         """Free every episode's state."""

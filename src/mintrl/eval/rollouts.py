@@ -12,6 +12,7 @@ from mintrl.rollout.records import SPLITS, SUFFIX
 
 HIGHLIGHT_ON, HIGHLIGHT_OFF = "\x1b[1;33;44m", "\x1b[0m"  # intervention tokens: bold yellow on blue
 OPEN, CLOSE = "[[", "]]"  # the same without colour
+ENV_OPEN, ENV_CLOSE = "<<env: ", ">>"  # an episode's environment tokens (observation turns)
 
 
 def records_root(run: str | Path) -> Path:
@@ -79,9 +80,11 @@ def filter_records(records: list[dict], intervened: bool = False, reward: float 
 
 
 def highlight(segments: list[dict], color: bool) -> str:
-    """The response text with intervention runs marked: ANSI colour when ``color``, else ``[[...]]``."""
+    """The response text with intervention runs marked (ANSI colour when ``color``, else
+    ``[[...]]``) and an episode's environment runs (observation turns) marked ``<<env: ...>>``."""
     on, off = (HIGHLIGHT_ON, HIGHLIGHT_OFF) if color else (OPEN, CLOSE)
-    return "".join(on + s["text"] + off if s["by"] == "intervention" else s["text"] for s in segments)
+    marks = {"intervention": (on, off), "environment": (ENV_OPEN, ENV_CLOSE)}
+    return "".join(marks.get(s["by"], ("", ""))[0] + s["text"] + marks.get(s["by"], ("", ""))[1] for s in segments)
 
 
 def _fmt(x: float | None, digits: int = 3) -> str:
@@ -116,6 +119,8 @@ def format_record(record: dict, color: bool = False) -> str:
         f"prompt {record['prompt_index']}  {kind}  reward {_fmt(record['reward'])}  "
         f"advantage {_fmt(record['advantage'])}  tokens {tokens['policy']} policy + {tokens['intervention']} intervention"
     )
+    if tokens.get("environment"):
+        head += f" + {tokens['environment']} environment"
     if not record["finished"]:
         head += "  (truncated)"
     lines = [head]
@@ -128,6 +133,12 @@ def format_record(record: dict, color: bool = False) -> str:
     lines.append(f"  question: {record['question']}")
     lines.append("  response: " + highlight(record["segments"], color).replace("\n", "\n            "))
     lines.extend(_review_line(r, color) for r in record["reviews"])
+    for k, turn in enumerate(record.get("turns") or []):
+        flags = "".join((" (invalid)" if turn["invalid"] else "", " (intervened)" if turn["intervened"] else ""))
+        lines.append(
+            f"  turn {k}: {turn['kind']}{flags}, {turn['action_tokens']} action tokens, "
+            f"{turn['observation_tokens']} observation tokens; observation: {turn['observation'][:200]!r}"
+        )
     return "\n".join(lines)
 
 

@@ -57,12 +57,38 @@ class BranchRecord:
 
 
 @dataclass(frozen=True)
+class TurnRecord:
+    """One action turn of an episode (multi-turn rollouts, :mod:`mintrl.rollout.episodes`).
+
+    Attributes:
+        action_start, action_end: the action's response tokens ``[action_start, action_end)``
+            (policy and intervention tokens; response token positions, tokens).
+        observation_end: the environment's tokens are ``[action_end, observation_end)`` (the turn
+            wrapper and the observation; empty when the episode ended at this turn).
+        kind: the environment's parsed kind of the action (e.g. ``"query"``, ``"answer"``, ``"invalid"``).
+        invalid: the action was unusable (the observation says why).
+        intervened: the judge revised this turn and the intervention wrote part of the action.
+        observation: the observation text the environment returned (for the records).
+    """
+
+    action_start: int
+    action_end: int
+    observation_end: int
+    kind: str
+    invalid: bool = False
+    intervened: bool = False
+    observation: str = ""
+
+
+@dataclass(frozen=True)
 class RolloutTrace:
     """What the judge and the allocation did to one rollout: its reviews in order and, for a
-    branched rollout, how it was branched (None for the step's initial rollouts)."""
+    branched rollout, how it was branched (None for the step's initial rollouts); for an episode,
+    its turns in order."""
 
     reviews: tuple[ReviewRecord, ...] = ()
     branch: BranchRecord | None = None
+    turns: tuple[TurnRecord, ...] = ()
 
 
 @dataclass
@@ -73,14 +99,17 @@ class Rollout:
         group: index of its prompt in the step's prompt batch.
         is_control: True for the ``N_c`` pure on-policy control rollouts (MInTRL eq. 8).
         prompt_ids: prompt token ids.
-        response_ids: response token ids (policy and intervention tokens, EOS included if sampled).
+        response_ids: response token ids (policy and intervention tokens, EOS included if sampled;
+            in an episode also the environment's observation turns, see ``environment``).
         logprobs: per response token, log-prob under the policy at rollout time (nats; the
             intervention tokens are filled by a scoring pass at the end of the rollout).
         behaviour: per response token, log-prob under the policy that actually wrote it (nats):
             equal to ``logprobs`` on policy tokens, the intervention's own log-prob on
             intervention tokens (see :class:`mintrl.intervention.base.Correction`).
         intervention: per response token, True if intervention-authored.
-        finished: ended with EOS (else the length limit).
+        environment: per response token, True if written by the environment (an observation turn
+            of an episode: the chat template's turn wrapper and the observation), never trained.
+        finished: ended with EOS (else the length limit); in an episode: the environment ended it.
         reviews, revisions, unparseable, failed: judge counts for this rollout (unparseable and
             failed verdicts count as Keep).
         revision_steps: for each revision, the index of the revised step within its chunk.
@@ -89,6 +118,7 @@ class Rollout:
         review_records: one :class:`ReviewRecord` per review, in order (the rollout records).
         branch: how the allocation branched this rollout, or None.
         row: the rollout's row in its step's batch (set by the rollout engine; -1 before).
+        turns: an episode's action turns (:class:`TurnRecord`), empty for a single-turn rollout.
     """
 
     group: int
@@ -108,6 +138,8 @@ class Rollout:
     review_records: list[ReviewRecord] = field(default_factory=list)
     branch: BranchRecord | None = None
     row: int = -1
+    environment: list[bool] = field(default_factory=list)
+    turns: list[TurnRecord] = field(default_factory=list)
 
     def append(self, ids, logprobs, intervention: bool, behaviour=None) -> None:
         """Append tokens (ids and their log-probs) with one provenance; ``behaviour`` defaults to
@@ -120,10 +152,26 @@ class Rollout:
         self.logprobs += logprobs
         self.behaviour += behaviour
         self.intervention += [intervention] * len(ids)
+        self.environment += [False] * len(ids)
+
+    def observe(self, ids) -> None:
+        """Append environment tokens (an observation turn): log-probs 0.0, never trained."""
+        ids = list(ids)
+        self.response_ids += ids
+        self.logprobs += [0.0] * len(ids)
+        self.behaviour += [0.0] * len(ids)
+        self.intervention += [False] * len(ids)
+        self.environment += [True] * len(ids)
+
+    @property
+    def agent_tokens(self) -> int:
+        """Response tokens written by the policy or the intervention (environment tokens excluded)."""
+        return len(self.response_ids) - sum(self.environment)
 
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` response tokens."""
         del self.response_ids[length:], self.logprobs[length:], self.behaviour[length:], self.intervention[length:]
+        del self.environment[length:]
 
 
 @dataclass
@@ -135,8 +183,13 @@ class RolloutBatch:
 
     Attributes:
         input_ids: ``[N, L]`` int64. attention_mask: ``[N, L]`` int64.
-        response_mask: ``[N, L]`` bool, True on response tokens.
+        response_mask: ``[N, L]`` bool, True on the response tokens the agent wrote (policy and
+            intervention); False on the prompt, on padding and on environment tokens. Every
+            objective's loss, KL, entropy and denominator counts only these positions.
         intervention_mask: ``[N, L]`` bool, True on intervention-authored response tokens.
+        environment_mask: ``[N, L]`` bool, True on environment tokens inside the response (an
+            episode's observation turns: context like the prompt, never trained); all False for
+            single-turn rollouts.
         rollout_logprobs: ``[N, L]`` float32, log pi_t of each response token at rollout time.
         rewards: ``[N]`` float32 (NaN: no reward). group_index: ``[N]`` int64 in ``[0, G)``.
         is_control: ``[N]`` bool.
@@ -177,11 +230,14 @@ class RolloutBatch:
     loss_mask: torch.Tensor | None = None
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
     traces: list[RolloutTrace] | None = None
+    environment_mask: torch.Tensor | None = None
 
     def __post_init__(self):
         n = self.input_ids.shape[0]
         if self.finished is None:
             self.finished = torch.ones(n, dtype=torch.bool, device=self.input_ids.device)
+        if self.environment_mask is None:
+            self.environment_mask = torch.zeros_like(self.response_mask)
         if self.behaviour_logprobs is None:
             self.behaviour_logprobs = self.rollout_logprobs
 
@@ -202,6 +258,7 @@ class RolloutBatch:
         "is_control",
         "finished",
         "behaviour_logprobs",
+        "environment_mask",
     )
     _PREPARED_FIELDS = ("train_rows", "loss_mask")  # set by Objective.prepare; None before
 
@@ -327,13 +384,22 @@ def collate_rollouts(
         behaviour_logprobs=torch.zeros((n, width), dtype=torch.float32),
         prompts=prompts,
         temperature=temperature,
-        traces=[RolloutTrace(tuple(replace(x) for x in r.review_records), r.branch) for r in rollouts],
+        traces=[RolloutTrace(tuple(replace(x) for x in r.review_records), r.branch, tuple(r.turns)) for r in rollouts],
+        environment_mask=torch.zeros((n, width), dtype=torch.bool),
     )
     for i, r in enumerate(rollouts):
         p, t = len(r.prompt_ids), len(r.response_ids)
         batch.input_ids[i, : p + t] = torch.tensor(r.prompt_ids + r.response_ids, dtype=torch.long)
         batch.attention_mask[i, : p + t] = 1
-        batch.response_mask[i, p : p + t] = True
+        env = torch.tensor(r.environment if r.environment else [False] * t, dtype=torch.bool)  # [t]
+        if len(env) != t or len(r.intervention) != t:
+            raise ValueError(
+                f"rollout row {i} (group {r.group}): provenance flags do not match its {t} response tokens"
+            )
+        if bool((env & torch.tensor(r.intervention, dtype=torch.bool)).any()):
+            raise ValueError(f"rollout row {i} (group {r.group}): a token is both environment and intervention")
+        batch.response_mask[i, p : p + t] = ~env
+        batch.environment_mask[i, p : p + t] = env
         batch.intervention_mask[i, p : p + t] = torch.tensor(r.intervention, dtype=torch.bool)
         batch.rollout_logprobs[i, p : p + t] = torch.tensor(r.logprobs, dtype=torch.float32)
         batch.behaviour_logprobs[i, p : p + t] = torch.tensor(r.behaviour, dtype=torch.float32)

@@ -8,10 +8,11 @@ order (groups of a prompt together, control rollouts first), with the keys:
 - ``prompt_index`` (the prompt's index in its split), ``question``, ``reference``;
 - ``control``: true for a pure on-policy control rollout, false for a semi-on-policy one;
 - ``response``: the response decoded as the reward saw it (special tokens skipped);
-- ``segments``: the response as runs of one provenance, ``[{"by": "policy" | "intervention",
-  "text": ...}]`` (each run decoded on its own, for display only);
-- ``tokens``: ``{"policy": n, "intervention": m}``, response tokens by provenance, counted on the
-  batch's ``response_mask`` / ``intervention_mask`` (never re-tokenized);
+- ``segments``: the response as runs of one provenance, ``[{"by": "policy" | "intervention" |
+  "environment", "text": ...}]`` (each run decoded on its own, for display only);
+- ``tokens``: ``{"policy": n, "intervention": m, "environment": e}``, response tokens by provenance,
+  counted on the batch's ``response_mask`` / ``intervention_mask`` / ``environment_mask`` (never
+  re-tokenized; ``environment`` is 0 for single-turn rollouts);
 - ``finished``: the response ended with EOS (false: cut at the length limit);
 - ``reward``: the reward (null: none); ``advantage``: the objective's advantage of the row (null
   when the objective computes none, e.g. distillation, and for validation); ``trains``: the row is
@@ -20,7 +21,10 @@ order (groups of a prompt together, control rollouts first), with the keys:
   "at_token", "written", "written_text"}`` (see :class:`mintrl.rollout.batch.ReviewRecord`;
   ``written_text`` decodes the intervention tokens written after the verdict);
 - ``branch``: null, or how the allocation branched the rollout ``{"kind", "anchor", "parent",
-  "temperature"}`` (see :class:`mintrl.rollout.batch.BranchRecord`).
+  "temperature"}`` (see :class:`mintrl.rollout.batch.BranchRecord`);
+- ``turns``: an episode's action turns in order (empty for single-turn rollouts), ``{"kind",
+  "invalid", "intervened", "action", "observation", "action_tokens", "observation_tokens"}``
+  (see :class:`mintrl.rollout.batch.TurnRecord`; ``action`` decodes the action's tokens).
 
 :class:`RecordWriter` writes them with the standard library (gzip + json) under a size cap;
 :mod:`mintrl.eval.rollouts` reads and prints them (``mintrl-rollouts``).
@@ -54,16 +58,33 @@ def _number(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _segments(tokenizer, ids: list[int], flags: list[bool]) -> list[dict]:
-    """Runs of equal provenance, each decoded on its own (special tokens skipped; empty runs dropped)."""
+def _segments(tokenizer, ids: list[int], by: list[str]) -> list[dict]:
+    """Runs of equal provenance (``by[k]`` of token ``k``), each decoded on its own (special tokens
+    skipped; empty runs dropped)."""
     runs, start = [], 0
     for k in range(1, len(ids) + 1):
-        if k == len(ids) or flags[k] != flags[start]:
+        if k == len(ids) or by[k] != by[start]:
             text = tokenizer.decode(ids[start:k], skip_special_tokens=True)
             if text:
-                runs.append({"by": "intervention" if flags[start] else "policy", "text": text})
+                runs.append({"by": by[start], "text": text})
             start = k
     return runs
+
+
+def _turns(tokenizer, ids: list[int], turns) -> list[dict]:
+    """The records of an episode's turns (:class:`mintrl.rollout.batch.TurnRecord`)."""
+    return [
+        {
+            "kind": t.kind,
+            "invalid": t.invalid,
+            "intervened": t.intervened,
+            "action": tokenizer.decode(ids[t.action_start : t.action_end], skip_special_tokens=True),
+            "observation": t.observation,
+            "action_tokens": t.action_end - t.action_start,
+            "observation_tokens": t.observation_end - t.action_end,
+        }
+        for t in turns
+    ]
 
 
 def batch_records(batch: RolloutBatch, tokenizer, split: str, step: int) -> list[dict]:
@@ -83,8 +104,9 @@ def batch_records(batch: RolloutBatch, tokenizer, split: str, step: int) -> list
     """
     if split not in SPLITS:
         raise ValueError(f"rollout records: split {split!r} is not one of {SPLITS}")
-    input_ids, response, intervention = (
-        t.detach().cpu() for t in (batch.input_ids, batch.response_mask, batch.intervention_mask)
+    input_ids, agent, intervention, environment = (
+        t.detach().cpu()
+        for t in (batch.input_ids, batch.response_mask, batch.intervention_mask, batch.environment_mask)
     )
     rewards, groups = batch.rewards.detach().cpu().tolist(), batch.group_index.detach().cpu().tolist()
     control, finished = batch.is_control.detach().cpu().tolist(), batch.finished.detach().cpu().tolist()
@@ -93,10 +115,14 @@ def batch_records(batch: RolloutBatch, tokenizer, split: str, step: int) -> list
     trains = None if batch.train_rows is None else batch.train_rows.detach().cpu().tolist()
     records = []
     for i in range(len(batch)):
-        mask = response[i]
+        mask = agent[i] | environment[i]  # [L] the whole response, observation turns included
         ids = input_ids[i][mask].tolist()
-        flags = intervention[i][mask].tolist()
-        n_iv = int(torch.count_nonzero(intervention[i] & mask))
+        by = [
+            "environment" if e else ("intervention" if v else "policy")
+            for v, e in zip(intervention[i][mask].tolist(), environment[i][mask].tolist())
+        ]
+        n_iv = int(torch.count_nonzero(intervention[i] & agent[i]))
+        n_env = int(torch.count_nonzero(environment[i]))
         item = batch.prompts[groups[i]] if batch.prompts is not None else None
         trace = batch.traces[i] if batch.traces is not None else RolloutTrace()
         records.append(
@@ -110,8 +136,8 @@ def batch_records(batch: RolloutBatch, tokenizer, split: str, step: int) -> list
                 "reference": item.reference if item is not None else None,
                 "control": bool(control[i]),
                 "response": tokenizer.decode(ids, skip_special_tokens=True),
-                "segments": _segments(tokenizer, ids, flags),
-                "tokens": {"policy": len(ids) - n_iv, "intervention": n_iv},
+                "segments": _segments(tokenizer, ids, by),
+                "tokens": {"policy": len(ids) - n_iv - n_env, "intervention": n_iv, "environment": n_env},
                 "finished": bool(finished[i]),
                 "reward": _number(rewards[i]),
                 "advantage": None if advantages is None else _number(advantages[i]),
@@ -141,6 +167,7 @@ def batch_records(batch: RolloutBatch, tokenizer, split: str, step: int) -> list
                     "parent": trace.branch.parent,
                     "temperature": trace.branch.temperature,
                 },
+                "turns": _turns(tokenizer, ids, trace.turns),
             }
         )
     return records

@@ -21,12 +21,16 @@ def rollout_stats(rollouts: list[Rollout], gen_seconds: float, white_box: bool =
     log-probs are real), the forward KL ``KL(pi_JI || pi_t)`` on intervention tokens, estimated as
     the mean of ``log pi_JI(y) - log pi_t(y)`` over the tokens ``pi_JI`` wrote.
 
+    Token counts, the response length and every fraction count the tokens the agent wrote (policy
+    and intervention); an episode's environment tokens are left out (:mod:`mintrl.rollout.episodes`
+    logs them as ``episode/observation_tokens``).
+
     Keys of quantities undefined for the step (e.g. the semi reward when there are no semi
     rollouts) are omitted rather than logged as NaN.
     """
     control = [r for r in rollouts if r.is_control]
     semi = [r for r in rollouts if not r.is_control]
-    tokens = sum(len(r.response_ids) for r in rollouts)
+    tokens = sum(r.agent_tokens for r in rollouts)  # policy + intervention tokens (environment tokens excluded)
     off = sum(sum(r.intervention) for r in rollouts)
     stats = {
         "reward/all": _mean(r.reward for r in rollouts),
@@ -49,7 +53,7 @@ def rollout_stats(rollouts: list[Rollout], gen_seconds: float, white_box: bool =
         stats["judge/unparseable"] = float(sum(r.unparseable for r in semi))
         stats["judge/failed"] = float(sum(r.failed for r in semi))
         stats["judge/revision_step_index"] = _mean(float(k) for r in semi for k in r.revision_steps)
-        semi_tokens = sum(len(r.response_ids) for r in semi)
+        semi_tokens = sum(r.agent_tokens for r in semi)
         stats["rollout/offpolicy_frac_semi"] = off / max(semi_tokens, 1)
         iv = [lp for r in semi for lp, f in zip(r.logprobs, r.intervention) if f and math.isfinite(lp)]
         if iv:

@@ -92,7 +92,8 @@ def check_config(cfg: DictConfig) -> None:
             cannot run on sharded weights (``Sampler.runs_sharded``); code problems
             (``PromptSource.serves_code``) scored by a reward without ``Reward.handles_code``, or
             the reverse; a ``module.val_pass_at_k`` above ``data.val_samples_per_prompt`` (pass@k
-            needs ``k <= n``).
+            needs ``k <= n``); ``env=`` without ``rollout=episodes`` or the reverse (an environment
+            is driven only by the multi-turn rollout, which needs one).
     """
     top_p = (cfg.get("rollout") or {}).get("top_p", 1.0)
     if cfg.get("train", True) and isinstance(top_p, (int, float)) and top_p < 1:
@@ -126,6 +127,7 @@ def check_config(cfg: DictConfig) -> None:
             f"module.val_pass_at_k={list(ks)} has k={max(int(k) for k in ks)} > data.val_samples_per_prompt={samples}: "
             "pass@k needs k <= n samples per validation prompt"
         )
+    check_env_rollout(cfg)
     prompts, reward = component_class(cfg, "data.prompts"), component_class(cfg, "reward")
     if prompts is not None and reward is not None:
         code_prompts = prompts.serves_code(OmegaConf.select(cfg, "data.prompts"))
@@ -134,6 +136,24 @@ def check_config(cfg: DictConfig) -> None:
                 f"data.prompts ({prompts.__name__}) and reward ({reward.__name__}) do not match: "
                 "code problems need reward=code (e.g. `data=humaneval reward=code`), other tasks another reward"
             )
+
+
+def check_env_rollout(cfg: DictConfig) -> None:
+    """``env=`` and ``rollout=episodes`` come together.
+
+    Raises:
+        ValueError: an environment with a single-turn rollout engine, or the episode engine without
+            an environment.
+    """
+    from mintrl.rollout.episodes import EpisodeRollout
+
+    rollout = component_class(cfg, "rollout")
+    episodes = rollout is not None and issubclass(rollout, EpisodeRollout)
+    has_env = OmegaConf.select(cfg, "env") is not None
+    if has_env and rollout is not None and not episodes:
+        raise ValueError(f"env= is set but rollout={rollout.__name__} is single-turn: add rollout=episodes")
+    if episodes and not has_env:
+        raise ValueError("rollout=episodes needs an environment: add env=<name> (e.g. env=sql)")
 
 
 def component_class(cfg: DictConfig, key: str) -> type | None:

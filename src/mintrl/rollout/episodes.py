@@ -1,0 +1,352 @@
+"""Multi-turn rollouts: an agent acting in an environment, token in / token out (issue 20).
+
+An episode is one rollout whose response alternates action turns and observation turns::
+
+    prompt | action_0 | obs_wrapper(observation_0) | action_1 | ... | action_k
+
+The policy writes each action turn until its end-of-turn id (the sampler's EOS) or the turn's
+token budget; the action's text (decoded for the environment only) goes to
+:meth:`mintrl.env.base.Environment.step`; the observation comes back as the next user turn of the
+chat template, appended as **ids**: the template's turn wrapper is tokenized once
+(:func:`turn_wrapper`), the observation text is tokenized on its own and capped, and nothing the
+policy sampled is ever decoded and re-encoded for training. Every response token carries its
+provenance (:class:`mintrl.rollout.batch.Rollout`: policy, intervention, environment); the
+environment's tokens are out of the loss, the KL, the entropy and every denominator because they
+are not in ``RolloutBatch.response_mask`` (see its docstring).
+
+MInTRL in episodes: in the intervention phase, each semi-on-policy episode's action turns are
+reviewed by the judge (a turn is one chunk, split into steps as today; the judge gets the task's
+data as privileged ``ReviewRequest.entry``), at most ``max_reviews`` turns per episode. On Revise
+the action is cut before the earliest wrong step, the intervention writes the corrected action (at
+most ``continuation_len`` tokens) and its end-of-turn id (intervention tokens too), the environment
+executes the corrected action and the policy continues with the next turn. Control episodes are
+never reviewed. The control / semi-on-policy split, the rewards (the environment's) and the
+objectives are unchanged.
+
+Generation is batched across episodes per turn; the HF sampler's per-rollout KV cache carries over
+between turns (``cache_keys`` name the episode); environment steps of one turn run in a bounded
+thread pool when the environment declares :attr:`mintrl.env.base.Environment.thread_safe`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import torch
+
+from mintrl.data.base import PromptItem
+from mintrl.env.base import Environment, StepResult
+from mintrl.judge.base import ReviewRequest
+from mintrl.rollout.batch import Rollout, RolloutBatch, TurnRecord, collate_rollouts
+from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout, apply_verdict
+from mintrl.rollout.stats import rollout_stats
+from mintrl.text.steps import split_steps
+from mintrl.training.checks import check_int
+
+
+@dataclass(frozen=True)
+class TurnWrapper:
+    """The chat template's tokens around an observation turn, tokenized once.
+
+    Attributes:
+        after_eos: ids between an action that ended with its end-of-turn id and the observation
+            text (e.g. ChatML ``"\\n<|im_start|>user\\n"``).
+        after_cut: the same for an action cut at its token budget: the end-of-turn token first
+            (e.g. ``"<|im_end|>\\n<|im_start|>user\\n"``), written by the environment.
+        before_action: ids between the observation text and the next action (e.g.
+            ``"<|im_end|>\\n<|im_start|>assistant\\n"``).
+    """
+
+    after_eos: tuple[int, ...]
+    after_cut: tuple[int, ...]
+    before_action: tuple[int, ...]
+
+    def observation_ids(self, observation_ids: list[int], action_ended: bool) -> list[int]:
+        """The environment's ids of one observation turn: wrapper + observation + wrapper."""
+        head = self.after_eos if action_ended else self.after_cut
+        return [*head, *observation_ids, *self.before_action]
+
+
+_ACTION, _OBSERVATION = "\x00ACTION\x00", "\x00OBSERVATION\x00"
+
+
+def turn_wrapper(tokenizer) -> TurnWrapper:
+    """Read the observation turn's wrapper off the tokenizer's chat template.
+
+    Renders ``[user, assistant, user]`` with sentinel texts once and cuts the text between the
+    assistant's sentinel and the second user's sentinel (``after_cut``) and after it, up to the end
+    of the generation prompt (``before_action``); ``after_eos`` drops the end-of-turn token from
+    the front of ``after_cut`` when the template ends an assistant turn with the EOS token.
+
+    Raises:
+        ValueError: the template does not render the sentinels in order (no usable chat template).
+    """
+    messages = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": _ACTION},
+        {"role": "user", "content": _OBSERVATION},
+    ]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    a, o = text.find(_ACTION), text.find(_OBSERVATION)
+    if a < 0 or o < a:
+        raise ValueError("turn_wrapper: the tokenizer's chat template does not render a user / assistant / user turn")
+    between, after = text[a + len(_ACTION) : o], text[o + len(_OBSERVATION) :]
+    eos = tokenizer.eos_token or ""
+    after_eos = between[len(eos) :] if eos and between.startswith(eos) else between
+
+    def encode(s: str) -> tuple[int, ...]:
+        return tuple(tokenizer.encode(s, add_special_tokens=False))
+
+    return TurnWrapper(encode(after_eos), encode(between), encode(after))
+
+
+def merge_results(parts: list[StepResult]) -> StepResult:
+    """One :class:`StepResult` from the results of consecutive slices of one call (in order);
+    ``seconds`` is the longest part's (the parts ran concurrently)."""
+    out = StepResult([], [], [], [], [], [], 0.0)
+    for p in parts:
+        for name in ("observations", "rewards", "done", "action_kinds", "invalid", "error"):
+            getattr(out, name).extend(getattr(p, name))
+        out.seconds = max(out.seconds, p.seconds)
+    return out
+
+
+class EpisodeRollout(SemiOnPolicyRollout):
+    """Generates one step's episodes (see module docstring); ``rollout=episodes``.
+
+    Args:
+        env: the :class:`mintrl.env.base.Environment` (``env=`` config group).
+        max_turns: action turns per episode (turns).
+        max_action_tokens: tokens per action turn, an intervention's included (tokens).
+        max_observation_tokens: tokens of one observation's text; longer ones are cut (tokens; the
+            turn wrapper comes on top).
+        max_response_tokens: the episode's whole token budget: actions, interventions and
+            observation turns (tokens). An observation that would leave no room for one more
+            action token ends the episode (scored by ``env.score_final``).
+        env_workers: threads stepping the environment within one turn (1: the calling thread;
+            more only when the environment is ``thread_safe``).
+        reward: unused (the environment scores episodes; ``reward=null`` in the agent experiments);
+            any value is accepted and ignored.
+        other arguments: as :class:`mintrl.rollout.semi_on_policy.SemiOnPolicyRollout`
+            (``chunk_size`` is unused: a turn is one chunk).
+
+    Raises:
+        ValueError: a non-positive size, naming the ``rollout.*`` field; an allocation that
+            branches extra rollouts (RAIL at turn anchors is not built yet).
+    """
+
+    def __init__(
+        self,
+        env: Environment,
+        max_turns: int = 4,
+        max_action_tokens: int = 48,
+        max_observation_tokens: int = 64,
+        env_workers: int = 2,
+        **kwargs,
+    ):
+        if not isinstance(env, Environment):
+            raise ValueError(f"rollout.env must be an Environment (set env=...), got {type(env).__name__}")
+        for name, value in (
+            ("max_turns", max_turns),
+            ("max_action_tokens", max_action_tokens),
+            ("max_observation_tokens", max_observation_tokens),
+            ("env_workers", env_workers),
+        ):
+            check_int(f"rollout.{name}", value, 1)
+        super().__init__(**kwargs)
+        if self.allocation is not None and self.allocation.budget_per_step:
+            raise ValueError("rollout=episodes: allocation branching (budget_per_step) in episodes is not built yet")
+        self.env = env
+        self.max_turns, self.max_action_tokens = max_turns, max_action_tokens
+        self.max_observation_tokens, self.env_workers = max_observation_tokens, env_workers
+        self.wrapper = turn_wrapper(self.tokenizer)
+        self.end_of_turn = self.tokenizer.eos_token_id
+        self._pool = ThreadPoolExecutor(env_workers) if env_workers > 1 and env.thread_safe else None
+
+    # the environment scores episodes: a configured reward component is kept but never called
+    @property
+    def reward(self):
+        """Unused in episodes (the environment's rewards are the rollouts' rewards); as given."""
+        return self._reward
+
+    @reward.setter
+    def reward(self, reward) -> None:
+        self._reward = reward
+
+    # ------------------------------------------------------------------ environment
+    def _step_env(self, episodes: list[int], actions: list[str]) -> StepResult:
+        """``env.step`` over the acting episodes, split over the pool's threads when there is one."""
+        if self._pool is None or len(episodes) < 2:
+            return self.env.step(episodes, actions)
+        k = min(self.env_workers, len(episodes))
+        bounds = [round(i * len(episodes) / k) for i in range(k + 1)]
+        parts = self._pool.map(
+            lambda j: self.env.step(episodes[bounds[j] : bounds[j + 1]], actions[bounds[j] : bounds[j + 1]]), range(k)
+        )
+        return merge_results(list(parts))
+
+    # ------------------------------------------------------------------ one turn
+    def _action_turn(self, active: list[Rollout], items: list[PromptItem], review: set[int]) -> list[int]:
+        """Sample one action for every active episode; review the turns of ``review`` (rollout
+        ids) and intervene on Revise. Returns each episode's action start (response tokens)."""
+        starts = [len(r.response_ids) for r in active]
+        budgets = [min(self.max_action_tokens, self._remaining(r)) for r in active]
+        samples = self._sample(active, budgets)
+        requests, pending = [], []
+        for r, (ids, lps, finished) in zip(active, samples):
+            if id(r) not in review:
+                r.append(ids.tolist(), lps.tolist(), intervention=False)
+                continue
+            item = items[r.group]
+            steps = split_steps(self.tokenizer.decode(ids.tolist()), self.step_delimiters)
+            requests.append(
+                ReviewRequest(item.question, item.reference, "", [s.text for s in steps], finished, entry=item.entry)
+            )
+            pending.append((r, ids.tolist(), lps.tolist(), finished, steps))
+        fixes = []
+        for verdict, (r, ids, lps, finished, steps) in zip(self.judge.review(requests) if requests else [], pending):
+            fix = apply_verdict(r, ids, lps, finished, steps, verdict, items[r.group], self.tokenizer)
+            r.finished = False  # the episode goes on; apply_verdict's flag is the turn's
+            if fix is not None:
+                fix.entry = items[r.group].entry
+                fixes.append((r, fix))
+        if fixes:
+            start_of = {id(r): s for r, s in zip(active, starts)}
+            # the correction and its end-of-turn id fit in the turn's budget
+            by_room = {}
+            for r, fix in fixes:
+                room = self.max_action_tokens - (len(r.response_ids) - start_of[id(r)]) - 1
+                by_room.setdefault(min(room, self.continuation_len), []).append((r, fix))
+            for room, group in by_room.items():
+                if room > 0:
+                    self._intervene(group, room)
+            for r, _ in fixes:
+                if self._remaining(r) > 0 and self.end_of_turn is not None:
+                    r.append([self.end_of_turn], [math.nan], intervention=True, behaviour=[0.0])
+                    r.review_records[-1].written += 1
+        return starts
+
+    # ------------------------------------------------------------------ public
+    @torch.no_grad()
+    def generate(
+        self,
+        items: list[PromptItem],
+        step: int = 0,
+        n_control: int | None = None,
+        n_semi: int | None = None,
+        allocate: bool = True,
+    ) -> RolloutBatch:
+        """All episodes for one optimizer step (one per rollout; same arguments and batch layout as
+        :meth:`SemiOnPolicyRollout.generate`).
+
+        Raises:
+            ValueError: the environment returned a first observation (the instruction must hold it).
+        """
+        n_control = self.n_control if n_control is None else n_control
+        n_semi = self.n_semi if n_semi is None else n_semi
+        start = time.perf_counter()
+        intervene = n_semi > 0 and self.schedule.active(step)
+        if not intervene:
+            n_control, n_semi = n_control + n_semi, 0
+        rollouts = [
+            Rollout(group=g, is_control=k < n_control, prompt_ids=list(item.prompt_ids))
+            for g, item in enumerate(items)
+            for k in range(n_control + n_semi)
+        ]
+        for row, r in enumerate(rollouts):
+            r.row = row
+        first = self.env.reset([items[r.group] for r in rollouts])
+        if any(first):
+            raise ValueError(
+                f"{type(self.env).__name__}.reset returned a first observation; rollout=episodes needs the "
+                "task's instruction (the prompt) to hold it"
+            )
+        done = [False] * len(rollouts)
+        env_seconds, kinds, invalid, errors = 0.0, Counter(), 0, 0
+        for _ in range(self.max_turns):
+            active = [i for i, r in enumerate(rollouts) if not done[i] and self._remaining(r) > 0]
+            if not active:
+                break
+            review = {
+                id(rollouts[i]) for i in active if not rollouts[i].is_control and rollouts[i].reviews < self.max_reviews
+            }
+            episodes = [rollouts[i] for i in active]
+            starts = self._action_turn(episodes, items, review if intervene else set())
+            actions, ended = [], []
+            for r, s in zip(episodes, starts):
+                ids = r.response_ids[s:]
+                ended.append(bool(ids) and ids[-1] in self.sampler.eos_token_ids)
+                actions.append(self.tokenizer.decode(ids, skip_special_tokens=True))
+            result = self._step_env(active, actions)
+            env_seconds += result.seconds
+            for j, (i, r, s) in enumerate(zip(active, episodes, starts)):
+                kinds[result.action_kinds[j]] += 1
+                invalid += result.invalid[j]
+                errors += result.error[j]
+                action_end = len(r.response_ids)
+                intervened = any(r.intervention[s:action_end])
+                observation = result.observations[j]
+                if result.done[j]:
+                    done[i], r.finished, r.reward = True, True, float(result.rewards[j])
+                else:
+                    obs = self.tokenizer.encode(observation, add_special_tokens=False)[: self.max_observation_tokens]
+                    ids = self.wrapper.observation_ids(obs, ended[j])
+                    if len(ids) < self._remaining(r):
+                        r.observe(ids)
+                    else:  # no room for another action: the episode ends here, scored on its state
+                        observation = ""
+                r.turns.append(
+                    TurnRecord(
+                        s,
+                        action_end,
+                        len(r.response_ids),
+                        result.action_kinds[j],
+                        bool(result.invalid[j]),
+                        intervened,
+                        observation,
+                    )
+                )
+        unfinished = [i for i in range(len(rollouts)) if not done[i]]
+        if unfinished:
+            for i, value in zip(unfinished, self.env.score_final(unfinished)):
+                rollouts[i].reward = float(value)
+        self._score_interventions([r for r in rollouts if not r.is_control])
+        gen_seconds = time.perf_counter() - start
+        batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature, prompts=list(items))
+        batch.stats = rollout_stats(rollouts, gen_seconds - env_seconds, white_box=self.intervention.white_box)
+        batch.stats.update(episode_stats(rollouts, kinds, invalid, errors, env_seconds))
+        batch.stats.update(self.env.metrics())
+        batch.stats.update(self.judge.metrics())
+        batch.stats.update(self.sampler.metrics())
+        batch.stats["rollout/intervention_phase"] = float(intervene)
+        if intervene and "reward/gap" in batch.stats:
+            if self.schedule.update(step, batch.stats["reward/gap"]):
+                batch.stats["rollout/adaptive_stop"] = float(step)
+            batch.stats["rollout/gap_smoothed"] = self.schedule.smoothed_gap
+        batch.step = step
+        return batch
+
+
+def episode_stats(rollouts: list[Rollout], kinds: Counter, invalid: int, errors: int, env_seconds: float) -> dict:
+    """The per-step episode metrics: success rate (reward 1, over episodes with a reward), turns per
+    episode, actions per kind (count), invalid actions (count), environment errors (count),
+    environment seconds (seconds), observation tokens per episode (tokens), the episodes the
+    environment ended (fraction) and intervened turns per episode (turns)."""
+    n = max(len(rollouts), 1)
+    scored = [r.reward for r in rollouts if math.isfinite(r.reward)]
+    stats = {
+        "episode/success": sum(x >= 1.0 for x in scored) / len(scored) if scored else float("nan"),
+        "episode/turns": sum(len(r.turns) for r in rollouts) / n,
+        "episode/invalid_actions": float(invalid),
+        "episode/env_errors": float(errors),
+        "episode/env_seconds": env_seconds,
+        "episode/observation_tokens": sum(sum(r.environment) for r in rollouts) / n,
+        "episode/ended_frac": sum(r.finished for r in rollouts) / n,
+        "episode/interventions": sum(t.intervened for r in rollouts for t in r.turns) / n,
+    }
+    stats.update({f"episode/actions_{kind}": float(count) for kind, count in sorted(kinds.items())})
+    return {k: float(v) for k, v in stats.items() if not math.isnan(v)}
