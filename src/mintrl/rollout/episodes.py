@@ -139,6 +139,8 @@ class EpisodeRollout(SemiOnPolicyRollout):
             branches extra rollouts (RAIL at turn anchors is not built yet).
     """
 
+    multi_turn = True
+
     def __init__(
         self,
         env: Environment,

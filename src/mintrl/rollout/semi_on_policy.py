@@ -109,9 +109,15 @@ class SemiOnPolicyRollout:
             garbage gives its rows a "failed" verdict (Keep) or no reward, counted in the step's
             ``judge/{errors,timeouts,garbage}`` and ``reward/{failed,timeout}``.
 
+    Attributes:
+        multi_turn: class-level capability; True for engines that drive an environment over several
+            turns (:class:`mintrl.rollout.episodes.EpisodeRollout`), which ``env=`` requires.
+
     Raises:
         ValueError: a non-positive size or length, naming the ``rollout.*`` field.
     """
+
+    multi_turn: bool = False
 
     def __init__(
         self,

@@ -139,20 +139,21 @@ def check_config(cfg: DictConfig) -> None:
 
 
 def check_env_rollout(cfg: DictConfig) -> None:
-    """``env=`` and ``rollout=episodes`` come together.
+    """``env=`` and ``rollout=episodes`` come together (the rollout engine declares
+    ``multi_turn``; the single-turn default without an environment needs no import).
 
     Raises:
         ValueError: an environment with a single-turn rollout engine, or the episode engine without
             an environment.
     """
-    from mintrl.rollout.episodes import EpisodeRollout
-
-    rollout = component_class(cfg, "rollout")
-    episodes = rollout is not None and issubclass(rollout, EpisodeRollout)
     has_env = OmegaConf.select(cfg, "env") is not None
-    if has_env and rollout is not None and not episodes:
+    target = str(OmegaConf.select(cfg, "rollout._target_") or "")
+    if not has_env and target in ("", "mintrl.rollout.semi_on_policy.SemiOnPolicyRollout"):
+        return
+    rollout = component_class(cfg, "rollout")
+    if has_env and not rollout.multi_turn:
         raise ValueError(f"env= is set but rollout={rollout.__name__} is single-turn: add rollout=episodes")
-    if episodes and not has_env:
+    if rollout.multi_turn and not has_env:
         raise ValueError("rollout=episodes needs an environment: add env=<name> (e.g. env=sql)")
 
 
