@@ -1,0 +1,231 @@
+"""``env=sql``: an agent answers questions about a table, or changes it, by running SQL (issue 20).
+
+Each episode owns a private in-memory SQLite database built from its task entry
+(:mod:`mintrl.env.sql.tasks`), behind the limits of :mod:`mintrl.env.sql.database`. An action
+(:mod:`mintrl.env.sql.protocol`) is
+
+- a ```sql block: the statement runs and its result (or ``Error: ...``) is the next observation;
+  a failed statement is a valid action of kind ``query_error`` (the agent learns from the error),
+  the episode goes on;
+- an ``<answer>`` tag: the episode ends with its reward: a SELECT task 1.0 when the answer holds
+  the label's values (any order, numbers by value) else 0.0; a change task (INSERT, UPDATE,
+  DELETE) 1.0 when the table now equals the table the reference statement makes from the initial
+  one (rows compared as a multiset), else 0.0: the answer text is ignored;
+- anything else: ``invalid``; the observation states the protocol, the episode goes on.
+
+An episode that reaches ``max_turns`` actions ends with :meth:`SqlEnvironment.score_final`'s
+reward. A task entry that cannot be built fails at its first step (reward NaN, ``error``), as does
+any unexpected exception inside one episode: the others go on, the run never stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from mintrl.data.base import PromptItem
+from mintrl.env.base import Environment, StepResult
+from mintrl.env.sql.database import TaskDatabase
+from mintrl.env.sql.protocol import answers_match, parse_action
+from mintrl.env.sql.tasks import check_entry, expected_table
+from mintrl.training.checks import check_int, check_range
+
+log = logging.getLogger(__name__)
+
+COUNTERS = ("invalid_actions", "queries", "query_errors", "timeouts", "errors", "seconds")
+
+
+@dataclass
+class _Episode:
+    entry: Any
+    db: TaskDatabase | None = None
+    failure: str | None = None  # why the episode could not start (raised at its first step)
+    done: bool = False
+    turns: int = 0
+    expected: list[tuple] | None = None  # the reference table of a change task (built once)
+
+
+class SqlEnvironment(Environment):
+    """Many SQL episodes at once (see the module docstring).
+
+    Args:
+        query_timeout_s: time limit of one statement (seconds, > 0).
+        max_result_rows: most rows of a result shown to the agent (rows, >= 1).
+        max_result_chars: most characters of a result shown to the agent (characters, >= 1).
+        max_action_chars: longer actions are invalid (characters, >= 1).
+        max_turns: actions after which an episode ends and is scored by :meth:`score_final`
+            (actions, >= 1), or None for no limit of its own (the rollout's turn limit applies).
+
+    Raises:
+        ValueError: a field out of its range (named ``env.<field>``).
+    """
+
+    def __init__(
+        self,
+        query_timeout_s: float = 1.0,
+        max_result_rows: int = 20,
+        max_result_chars: int = 500,
+        max_action_chars: int = 1000,
+        max_turns: int | None = None,
+    ):
+        check_range("env.query_timeout_s", query_timeout_s, 0.0, low_open=True)
+        check_int("env.max_result_rows", max_result_rows)
+        check_int("env.max_result_chars", max_result_chars)
+        check_int("env.max_action_chars", max_action_chars)
+        check_int("env.max_turns", max_turns, none_ok=True)
+        self.query_timeout_s, self.max_result_rows = query_timeout_s, max_result_rows
+        self.max_result_chars, self.max_action_chars, self.max_turns = max_result_chars, max_action_chars, max_turns
+        self.episodes: list[_Episode] = []
+        self.counts = dict.fromkeys(COUNTERS, 0.0)
+
+    # -- episodes ---------------------------------------------------------------------------------
+
+    def _open(self, entry: Any) -> _Episode:
+        """One episode's state; a bad entry is remembered, not raised (it fails at the first step)."""
+        try:
+            check_entry(entry)
+            db = TaskDatabase(entry, self.query_timeout_s, self.max_result_rows, self.max_result_chars)
+        except Exception as err:  # noqa: BLE001 - an environment error never stops the run
+            return _Episode(entry, failure=f"bad task entry: {err}")
+        return _Episode(entry, db)
+
+    def reset(self, items: Sequence[PromptItem]) -> list[str]:
+        """Start one episode per item from ``item.entry`` (previous episodes are closed).
+
+        Returns:
+            One "" per item: the instruction (the prompt) already shows the table and the question.
+        """
+        start = time.perf_counter()
+        self.close()
+        self.episodes = [self._open(item.entry) for item in items]
+        self.counts["seconds"] += time.perf_counter() - start
+        return [""] * len(items)
+
+    def _check_open(self, episodes: Sequence[int]) -> None:
+        seen = set()
+        for e in episodes:
+            if not isinstance(e, int) or isinstance(e, bool) or not 0 <= e < len(self.episodes):
+                raise ValueError(f"episode index {e!r} is unknown (episodes 0..{len(self.episodes) - 1})")
+            if self.episodes[e].done:
+                raise ValueError(f"episode {e} has finished and cannot act again")
+            if e in seen:
+                raise ValueError(f"episode {e} is listed twice in one call")
+            seen.add(e)
+
+    def _finish(self, ep: _Episode) -> None:
+        ep.done = True
+        if ep.db is not None:
+            ep.db.close()
+            ep.db = None
+
+    def _table_reward(self, ep: _Episode) -> float:
+        """1.0 when the episode's table equals the reference table (rows as a multiset), else 0.0."""
+        if ep.expected is None:
+            ep.expected = expected_table(ep.entry)
+        return 1.0 if ep.db.snapshot() == ep.expected else 0.0
+
+    def _final_reward(self, ep: _Episode) -> float:
+        """The reward of an episode that ends without an answer: a change task's table, else 0.0."""
+        return self._table_reward(ep) if ep.entry["kind"] != "select" else 0.0
+
+    def _act(self, ep: _Episode, text: str) -> tuple[str, float, bool, str, bool]:
+        """One action: (observation, reward, done, kind, invalid)."""
+        if ep.failure is not None:
+            raise RuntimeError(ep.failure)
+        ep.turns += 1
+        action = parse_action(text, self.max_action_chars)
+        if action.kind == "answer":
+            kind = ep.entry["kind"]
+            reward = (
+                self._table_reward(ep) if kind != "select" else float(answers_match(action.text, ep.entry["label"]))
+            )
+            return "", reward, True, "answer", False
+        if action.kind == "invalid":
+            self.counts["invalid_actions"] += 1
+            observation, kind = action.text, "invalid"
+        else:
+            result = ep.db.execute(action.text)
+            self.counts["queries"] += 1
+            self.counts["query_errors"] += not result.ok
+            self.counts["timeouts"] += result.timed_out
+            observation, kind = result.text, "query" if result.ok else "query_error"
+        if self.max_turns is not None and ep.turns >= self.max_turns:
+            return "", self._final_reward(ep), True, kind, kind == "invalid"
+        return observation, 0.0, False, kind, kind == "invalid"
+
+    def step(self, episodes: Sequence[int], actions: Sequence[str]) -> StepResult:
+        """Apply ``actions[i]`` to episode ``episodes[i]`` (see the module docstring).
+
+        Raises:
+            ValueError: lengths that differ, an unknown, repeated or finished episode index.
+        """
+        start = time.perf_counter()
+        if len(episodes) != len(actions):
+            raise ValueError(f"step got {len(episodes)} episodes and {len(actions)} actions")
+        self._check_open(episodes)
+        out = StepResult([], [], [], [], [], [])
+        for e, text in zip(episodes, actions):
+            ep = self.episodes[e]
+            try:
+                observation, reward, done, kind, invalid = self._act(ep, text)
+                error = False
+            except Exception as err:  # noqa: BLE001 - one episode's failure never stops the run
+                log.warning("SQL episode %d failed: %s: %s", e, type(err).__name__, err)
+                self.counts["errors"] += 1
+                observation, reward, done, kind, invalid, error = "", math.nan, True, "error", False, True
+            if done:
+                self._finish(ep)
+            for column, value in zip(
+                (out.observations, out.rewards, out.done, out.action_kinds, out.invalid, out.error),
+                (observation, reward, done, kind, invalid, error),
+            ):
+                column.append(value)
+        out.seconds = time.perf_counter() - start
+        self.counts["seconds"] += out.seconds
+        return out
+
+    def score_final(self, episodes: Sequence[int]) -> list[float]:
+        """End episodes that ran out of turns or tokens without an answer: a change task is scored on
+        its current table (1.0 or 0.0), a SELECT task gets 0.0, an episode whose environment failed
+        NaN (counted in ``env/errors``).
+
+        Raises:
+            ValueError: an unknown, repeated or finished episode index.
+        """
+        start = time.perf_counter()
+        self._check_open(episodes)
+        rewards = []
+        for e in episodes:
+            ep = self.episodes[e]
+            try:
+                if ep.failure is not None:
+                    raise RuntimeError(ep.failure)
+                rewards.append(self._final_reward(ep))
+            except Exception as err:  # noqa: BLE001
+                log.warning("SQL episode %d failed: %s: %s", e, type(err).__name__, err)
+                self.counts["errors"] += 1
+                rewards.append(math.nan)
+            self._finish(ep)
+        self.counts["seconds"] += time.perf_counter() - start
+        return rewards
+
+    def close(self) -> None:
+        """Free every episode's database."""
+        for ep in self.episodes:
+            if ep.db is not None:
+                ep.db.close()
+                ep.db = None
+        self.episodes = []
+
+    def metrics(self) -> dict[str, float]:
+        """Counters since the last call (then reset): ``env/invalid_actions`` (unusable actions),
+        ``env/queries`` (statements run), ``env/query_errors`` (statements that failed, timeouts
+        included), ``env/timeouts`` (statements stopped at the time limit), ``env/errors``
+        (episodes ended by an environment error) and ``env/seconds`` (wall time in reset, step and
+        score_final, seconds)."""
+        out = {f"env/{k}": float(v) for k, v in self.counts.items()}
+        self.counts = dict.fromkeys(COUNTERS, 0.0)
+        return out

@@ -1,0 +1,126 @@
+"""The SQL environment's action protocol: read one action text, and compare a final answer with a label.
+
+An action is, in this order of precedence:
+
+- ``answer``: it holds an ``<answer>...</answer>`` tag (the last one counts);
+- ``query``: it holds a fenced block ```` ```sql ... ``` ```` (the first one counts; a block without
+  a language counts when its text starts with SELECT, INSERT, UPDATE, DELETE or WITH; a block left
+  open at the very end of the action counts when ``allow_open``: the turn ended inside it);
+- ``invalid``: anything else, an empty block, or an action longer than ``max_chars``; the action's
+  ``text`` is then the observation that tells the agent the protocol.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+_FENCE = "```"
+_LANGUAGE = re.compile(r"[ \t]*(?:sql|sqlite)\b[ \t]*\n?", re.I)
+_STATEMENT = re.compile(r"(?:select|insert|update|delete|with)\b", re.I)
+_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
+
+NO_ACTION = (
+    "Your message has no ```sql block and no <answer></answer> tag. To run SQL, write one statement in a "
+    "```sql block; when you know the answer, write it inside <answer></answer> tags."
+)
+EMPTY_QUERY = "Your ```sql block is empty. Write one SQL statement inside it."
+
+
+@dataclass(frozen=True)
+class Action:
+    """One parsed action.
+
+    Attributes:
+        kind: ``"query"``, ``"answer"`` or ``"invalid"``.
+        text: the SQL statement, the answer (stripped), or for ``invalid`` the observation to show.
+        start: character offset in the action of the block's opening fence or of the ``<answer>``
+            tag (-1 for ``invalid``).
+        end: character offset just past the block's closing fence or the ``</answer>`` tag (-1
+            for ``invalid``).
+    """
+
+    kind: str
+    text: str
+    start: int = -1
+    end: int = -1
+
+
+def too_long(length: int, max_chars: int) -> str:
+    """The observation for an action over the limit (characters)."""
+    return (
+        f"Your message is too long ({length} characters; at most {max_chars} are read). "
+        "Write one short ```sql block or an <answer></answer> tag."
+    )
+
+
+def _statement(body: str) -> str | None:
+    """The SQL of a fenced block's body, or None when the block is not SQL."""
+    lang = _LANGUAGE.match(body)
+    if lang:
+        return body[lang.end() :].strip()
+    stripped = body.strip()
+    return stripped if _STATEMENT.match(stripped) else None
+
+
+def find_query(text: str, allow_open: bool = True) -> Action | None:
+    """The first SQL block of ``text`` as a ``query`` action (its ``text`` may be ""), or None.
+
+    Args:
+        allow_open: also accept a block opened by the last fence and never closed.
+    """
+    fences = [m.start() for m in re.finditer(_FENCE, text)]
+    for k in range(0, len(fences), 2):
+        start = fences[k]
+        closed = k + 1 < len(fences)
+        if not closed and not allow_open:
+            break
+        stop = fences[k + 1] if closed else len(text)
+        statement = _statement(text[start + len(_FENCE) : stop])
+        if statement is not None:
+            return Action("query", statement, start, stop + len(_FENCE) if closed else len(text))
+    return None
+
+
+def parse_action(text: str, max_chars: int = 1000, allow_open: bool = True) -> Action:
+    """Read one action (see the module docstring); never raises.
+
+    Args:
+        text: the agent's whole turn.
+        max_chars: longer actions are invalid (characters).
+        allow_open: accept a ```sql block left open at the end (the turn ended inside it).
+    """
+    if len(text) > max_chars:
+        return Action("invalid", too_long(len(text), max_chars))
+    answers = list(ANSWER.finditer(text))
+    if answers:
+        last = answers[-1]
+        return Action("answer", last.group(1).strip(), last.start(), last.end())
+    query = find_query(text, allow_open)
+    if query is None:
+        return Action("invalid", NO_ACTION)
+    if not query.text:
+        return Action("invalid", EMPTY_QUERY)
+    return query
+
+
+def _value_key(part: str) -> tuple[str, str]:
+    part = part.strip().strip("'\"`").strip().lower()
+    if _NUMBER.match(part):
+        number = float(part)
+        return ("number", format(number if number else 0.0, ".9g"))
+    return ("text", part[:-1].rstrip() if part.endswith(".") else part)
+
+
+def answer_values(text: str) -> Counter:
+    """The multiset of an answer's values: split on commas, each stripped of spaces and quotes and
+    lower-cased; numbers compared by value to 9 significant digits (``34.0`` equals ``34``); text
+    without one trailing period; empty parts dropped."""
+    return Counter(_value_key(p) for p in text.split(",") if p.strip().strip("'\"`").strip())
+
+
+def answers_match(answer: str, label: str) -> bool:
+    """True when ``answer`` and ``label`` hold the same values in any order (:func:`answer_values`)."""
+    return answer_values(answer) == answer_values(label)

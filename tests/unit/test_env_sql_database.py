@@ -1,0 +1,125 @@
+"""env=sql: the contained per-episode database (hostile SQL, limits, snapshots)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from sql_helpers import task
+
+from mintrl.env.sql.database import TaskDatabase, render_value
+
+HOSTILE = [
+    (
+        "ATTACH DATABASE '/tmp/mintrl_sql_attack.db' AS x",
+        "Error: not authorized: ATTACH, DETACH and VACUUM are refused.",
+    ),
+    ("VACUUM INTO '/tmp/mintrl_sql_attack.db'", "Error: not authorized: ATTACH, DETACH and VACUUM are refused."),
+    ("PRAGMA table_info(people)", "Error: not authorized: PRAGMA is refused."),
+    (
+        "SELECT * FROM sqlite_master",
+        "Error: not authorized: sqlite_master is refused (the table is shown in the instruction).",
+    ),
+    (
+        "SELECT * FROM pragma_table_info('people')",
+        "Error: not authorized: changing the schema (CREATE, DROP, ALTER, ANALYZE) is refused.",
+    ),
+    ("CREATE TABLE other (x)", "Error: not authorized: changing the schema (CREATE, DROP, ALTER, ANALYZE) is refused."),
+    ("DROP TABLE people", "Error: not authorized: changing the schema (CREATE, DROP, ALTER, ANALYZE) is refused."),
+    (
+        "ALTER TABLE people ADD COLUMN z",
+        "Error: not authorized: changing the schema (CREATE, DROP, ALTER, ANALYZE) is refused.",
+    ),
+    ("BEGIN", "Error: not authorized: transactions are refused (each statement commits itself)."),
+    ("SELECT load_extension('/tmp/evil.so')", "Error: not authorized: the function load_extension() is refused."),
+    ("SELECT random()", "Error: not authorized: the function random() is refused."),
+    ("SELECT date('now')", "Error: not authorized: the function date() is refused."),
+    ("SELECT printf('%.*c', 1000000000, 'x')", "Error: not authorized: the function printf() is refused."),
+    ("SELECT 1; DROP TABLE people", "Error: only one statement may run at a time."),
+    ("SELECT * FROM nowhere", "Error: no such table: nowhere."),
+    ("SELECT zeroblob(1000000000)", "Error: string or blob too big."),
+    (
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 100000) INSERT INTO people SELECT 'a', x, "
+        "'aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa' FROM c",
+        "Error: database or disk is full.",
+    ),
+]
+SLOW = [
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c a, c b",
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c",
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT * FROM c a, c b",
+]
+
+
+@pytest.fixture()
+def db():
+    database = TaskDatabase(task(), timeout_s=0.5, max_rows=20, max_chars=500)
+    yield database
+    database.close()
+
+
+@pytest.mark.parametrize("sql,text", HOSTILE)
+def test_hostile_statements_are_refused_and_the_table_survives(db, sql, text):
+    start = time.monotonic()
+    result = db.execute(sql)
+    assert time.monotonic() - start < 3
+    assert (result.ok, result.text) == (False, text)
+    assert db.snapshot() == [("Ann", 34, "Rome"), ("Ben", 21, "Oslo"), ("Cara", 34, "Lima")]
+    assert db.execute("SELECT count(*) FROM people").text == "count(*)\n3"  # the database still answers
+
+
+@pytest.mark.parametrize("sql", SLOW)
+def test_endless_statements_stop_at_the_time_limit(db, sql):
+    start = time.monotonic()
+    result = db.execute(sql)
+    assert 0.5 <= time.monotonic() - start < 3
+    assert result.timed_out and result.text == "Error: the statement ran longer than 0.5 s and was stopped."
+
+
+def test_a_result_is_cut_at_the_row_and_character_caps():
+    db = TaskDatabase(task(), max_rows=2, max_chars=500)
+    endless = db.execute("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c")
+    assert endless.ok and endless.truncated and endless.rows == [(1,), (2,)]
+    assert endless.text == "x\n1\n2\n... (only the first 2 rows are shown)"
+    db.close()
+    db = TaskDatabase(task(), max_rows=20, max_chars=10)
+    wide = db.execute("SELECT name, city FROM people")
+    assert wide.text == "name | cit\n... (result cut at 10 characters)" and wide.truncated
+    db.close()
+
+
+def test_rows_changes_and_snapshot(db):
+    assert db.execute("SELECT name, age FROM people WHERE age = 34").text == "name | age\nAnn | 34\nCara | 34"
+    assert db.execute("SELECT name FROM people WHERE age > 99").text == "name\n(no rows)"
+    assert db.execute("UPDATE people SET age = 35 WHERE age = 34").text == "OK, 2 rows changed."
+    assert db.execute("INSERT INTO people VALUES ('Abe', 1, 'Rome')").text == "OK, 1 rows changed."
+    assert db.snapshot() == [("Abe", 1, "Rome"), ("Ann", 35, "Rome"), ("Ben", 21, "Oslo"), ("Cara", 35, "Lima")]
+    assert db.execute("SELECT ROUND(AVG(age), 2) FROM people").rows == [(23.0,)]
+
+
+def test_render_value():
+    assert [render_value(v) for v in (None, 34, 12.0, 2.5, 1 / 3, "Rome", b"\x01")] == [
+        "NULL",
+        "34",
+        "12",
+        "2.5",
+        "0.333333333333333",
+        "Rome",
+        "x'01'",
+    ]
+
+
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        ({"table": ""}, "field 'table': missing, empty or not a string"),
+        ({"columns": []}, "field 'columns': missing or empty"),
+        ({"columns": [{"name": "a", "type": "TEXT); DROP TABLE x; --"}]}, "is not a plain SQL type name"),
+        ({"rows": [["Ann", 34]]}, "field 'rows' [0]: not a list of 3 values"),
+        ({"rows": [["Ann", 34, {"x": 1}]]}, "field 'rows' [0]: value {'x': 1} is not a string, number or null"),
+    ],
+)
+def test_bad_tables_name_the_field(change, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        TaskDatabase(task(**change))
