@@ -88,7 +88,7 @@ def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
     sampler = instantiate(cfg.sampler, model=context.policy, tokenizer=tokenizer)
     judge = instantiate(cfg.judge, context=context)
     intervention = instantiate(cfg.intervention, context=context)
-    reward = instantiate(cfg.reward)
+    reward = instantiate(cfg.reward) if cfg.get("reward") else None  # None: the environment scores (env=)
     allocation = instantiate(cfg.allocation) if cfg.get("allocation") else None
     rollout = instantiate(
         cfg.rollout,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -49,7 +50,8 @@ class _Episode:
 
 
 class SqlEnvironment(Environment):
-    """Many SQL episodes at once (see the module docstring).
+    """Many SQL episodes at once (see the module docstring). Thread-safe for disjoint episodes:
+    each episode has its own connection (``check_same_thread=False``), the counters a lock.
 
     Args:
         query_timeout_s: time limit of one statement (seconds, > 0).
@@ -62,6 +64,8 @@ class SqlEnvironment(Environment):
     Raises:
         ValueError: a field out of its range (named ``env.<field>``).
     """
+
+    thread_safe = True
 
     def __init__(
         self,
@@ -80,6 +84,12 @@ class SqlEnvironment(Environment):
         self.max_result_chars, self.max_action_chars, self.max_turns = max_result_chars, max_action_chars, max_turns
         self.episodes: list[_Episode] = []
         self.counts = dict.fromkeys(COUNTERS, 0.0)
+        self._lock = threading.Lock()
+
+    def _count(self, key: str, value: float) -> None:
+        """Add to a counter (steps of disjoint episodes may run in several threads)."""
+        with self._lock:
+            self.counts[key] += value
 
     # -- episodes ---------------------------------------------------------------------------------
 
@@ -101,7 +111,7 @@ class SqlEnvironment(Environment):
         start = time.perf_counter()
         self.close()
         self.episodes = [self._open(item.entry) for item in items]
-        self.counts["seconds"] += time.perf_counter() - start
+        self._count("seconds", time.perf_counter() - start)
         return [""] * len(items)
 
     def _check_open(self, episodes: Sequence[int]) -> None:
@@ -144,13 +154,13 @@ class SqlEnvironment(Environment):
             )
             return "", reward, True, "answer", False
         if action.kind == "invalid":
-            self.counts["invalid_actions"] += 1
+            self._count("invalid_actions", 1)
             observation, kind = action.text, "invalid"
         else:
             result = ep.db.execute(action.text)
-            self.counts["queries"] += 1
-            self.counts["query_errors"] += not result.ok
-            self.counts["timeouts"] += result.timed_out
+            self._count("queries", 1)
+            self._count("query_errors", not result.ok)
+            self._count("timeouts", result.timed_out)
             observation, kind = result.text, "query" if result.ok else "query_error"
         if self.max_turns is not None and ep.turns >= self.max_turns:
             return "", self._final_reward(ep), True, kind, kind == "invalid"
@@ -174,7 +184,7 @@ class SqlEnvironment(Environment):
                 error = False
             except Exception as err:  # noqa: BLE001 - one episode's failure never stops the run
                 log.warning("SQL episode %d failed: %s: %s", e, type(err).__name__, err)
-                self.counts["errors"] += 1
+                self._count("errors", 1)
                 observation, reward, done, kind, invalid, error = "", math.nan, True, "error", False, True
             if done:
                 self._finish(ep)
@@ -184,7 +194,7 @@ class SqlEnvironment(Environment):
             ):
                 column.append(value)
         out.seconds = time.perf_counter() - start
-        self.counts["seconds"] += out.seconds
+        self._count("seconds", out.seconds)
         return out
 
     def score_final(self, episodes: Sequence[int]) -> list[float]:
@@ -206,10 +216,10 @@ class SqlEnvironment(Environment):
                 rewards.append(self._final_reward(ep))
             except Exception as err:  # noqa: BLE001
                 log.warning("SQL episode %d failed: %s: %s", e, type(err).__name__, err)
-                self.counts["errors"] += 1
+                self._count("errors", 1)
                 rewards.append(math.nan)
             self._finish(ep)
-        self.counts["seconds"] += time.perf_counter() - start
+        self._count("seconds", time.perf_counter() - start)
         return rewards
 
     def close(self) -> None:
@@ -226,6 +236,7 @@ class SqlEnvironment(Environment):
         included), ``env/timeouts`` (statements stopped at the time limit), ``env/errors``
         (episodes ended by an environment error) and ``env/seconds`` (wall time in reset, step and
         score_final, seconds)."""
-        out = {f"env/{k}": float(v) for k, v in self.counts.items()}
-        self.counts = dict.fromkeys(COUNTERS, 0.0)
+        with self._lock:
+            out = {f"env/{k}": float(v) for k, v in self.counts.items()}
+            self.counts = dict.fromkeys(COUNTERS, 0.0)
         return out
