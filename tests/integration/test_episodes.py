@@ -2,7 +2,6 @@
 ids are the sampled action ids plus the observation turns' ids, provenance masks partition the
 response, and the rewards are the environment's."""
 
-import pytest
 import torch
 
 from mintrl.env.sql.environment import SqlEnvironment
