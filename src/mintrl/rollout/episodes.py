@@ -248,19 +248,8 @@ class EpisodeRollout(SemiOnPolicyRollout):
         Raises:
             ValueError: the environment returned a first observation (the instruction must hold it).
         """
-        n_control = self.n_control if n_control is None else n_control
-        n_semi = self.n_semi if n_semi is None else n_semi
         start = time.perf_counter()
-        intervene = n_semi > 0 and self.schedule.active(step)
-        if not intervene:
-            n_control, n_semi = n_control + n_semi, 0
-        rollouts = [
-            Rollout(group=g, is_control=k < n_control, prompt_ids=list(item.prompt_ids))
-            for g, item in enumerate(items)
-            for k in range(n_control + n_semi)
-        ]
-        for row, r in enumerate(rollouts):
-            r.row = row
+        rollouts, intervene = self._new_rollouts(items, step, n_control, n_semi)
         first = self.env.reset([items[r.group] for r in rollouts])
         if any(first):
             raise ValueError(
@@ -324,12 +313,7 @@ class EpisodeRollout(SemiOnPolicyRollout):
         batch.stats.update(self.env.metrics())
         batch.stats.update(self.judge.metrics())
         batch.stats.update(self.sampler.metrics())
-        batch.stats["rollout/intervention_phase"] = float(intervene)
-        if intervene and "reward/gap" in batch.stats:
-            if self.schedule.update(step, batch.stats["reward/gap"]):
-                batch.stats["rollout/adaptive_stop"] = float(step)
-            batch.stats["rollout/gap_smoothed"] = self.schedule.smoothed_gap
-        batch.step = step
+        self._end_step(batch, step, intervene)
         return batch
 
 

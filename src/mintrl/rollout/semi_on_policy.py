@@ -353,6 +353,36 @@ class SemiOnPolicyRollout:
         if self.allocation is not None and state.get("allocation"):
             self.allocation.load_state_dict(state["allocation"])
 
+    def _new_rollouts(
+        self, items: list[PromptItem], step: int, n_control: int | None, n_semi: int | None
+    ) -> tuple[list[Rollout], bool]:
+        """The step's empty rollouts (``G * (n_control + n_semi)``, grouped by prompt, control
+        first, rows numbered) and whether this step intervenes; outside the intervention phase
+        every rollout is a control rollout (early stopping)."""
+        n_control = self.n_control if n_control is None else n_control
+        n_semi = self.n_semi if n_semi is None else n_semi
+        intervene = n_semi > 0 and self.schedule.active(step)
+        if not intervene:
+            n_control, n_semi = n_control + n_semi, 0
+        rollouts = [
+            Rollout(group=g, is_control=k < n_control, prompt_ids=list(item.prompt_ids))
+            for g, item in enumerate(items)
+            for k in range(n_control + n_semi)
+        ]
+        for row, r in enumerate(rollouts):
+            r.row = row
+        return rollouts, intervene
+
+    def _end_step(self, batch: RolloutBatch, step: int, intervene: bool) -> None:
+        """Log the intervention phase, feed the step's reward gap to the adaptive stop and stamp
+        the batch with its step."""
+        batch.stats["rollout/intervention_phase"] = float(intervene)
+        if intervene and "reward/gap" in batch.stats:
+            if self.schedule.update(step, batch.stats["reward/gap"]):
+                batch.stats["rollout/adaptive_stop"] = float(step)
+            batch.stats["rollout/gap_smoothed"] = self.schedule.smoothed_gap
+        batch.step = step
+
     # ------------------------------------------------------------------ public
     @torch.no_grad()
     def generate(
@@ -375,19 +405,8 @@ class SemiOnPolicyRollout:
             :class:`RolloutBatch` with ``G * (n_control + n_semi)`` rows, grouped by prompt,
             control rollouts first in each group; ``stats`` holds the logged rollout metrics.
         """
-        n_control = self.n_control if n_control is None else n_control
-        n_semi = self.n_semi if n_semi is None else n_semi
         start = time.perf_counter()
-        intervene = n_semi > 0 and self.schedule.active(step)
-        if not intervene:  # early stopping: all rollouts are on-policy control rollouts
-            n_control, n_semi = n_control + n_semi, 0
-        rollouts = [
-            Rollout(group=g, is_control=k < n_control, prompt_ids=list(item.prompt_ids))
-            for g, item in enumerate(items)
-            for k in range(n_control + n_semi)
-        ]
-        for row, r in enumerate(rollouts):
-            r.row = row
+        rollouts, intervene = self._new_rollouts(items, step, n_control, n_semi)
         semi = [r for r in rollouts if not r.is_control]
         bar = tqdm(
             total=(self.max_reviews if semi else 0) + 1,
@@ -417,10 +436,5 @@ class SemiOnPolicyRollout:
         batch.stats.update(self.judge.metrics())  # judge/{errors,timeouts,garbage}
         batch.stats.update(self.sampler.metrics())  # e.g. vLLM weight syncs
         batch.stats.update(allocation_stats)
-        batch.stats["rollout/intervention_phase"] = float(intervene)
-        if intervene and "reward/gap" in batch.stats:
-            if self.schedule.update(step, batch.stats["reward/gap"]):
-                batch.stats["rollout/adaptive_stop"] = float(step)
-            batch.stats["rollout/gap_smoothed"] = self.schedule.smoothed_gap
-        batch.step = step
+        self._end_step(batch, step, intervene)
         return batch
