@@ -10,7 +10,7 @@ from sql_helpers import item, sql, task
 
 from mintrl.env.base import replay
 from mintrl.env.sql.environment import SqlEnvironment
-from mintrl.env.sql.protocol import NO_ACTION, too_long
+from mintrl.env.sql.protocol import NO_ACTION, result_observation, too_long
 
 INSERT = task("insert", "INSERT INTO people VALUES ('Dan', 50, 'Rome')")
 UPDATE = task("update", "UPDATE people SET age = 35 WHERE name = 'Ann'")
@@ -67,7 +67,11 @@ def test_rewards(entry, actions, reward):
 
 def test_a_query_shows_its_result_and_the_episode_goes_on():
     _, out = run(task(), [sql("SELECT name, age FROM people WHERE city = 'Rome'"), sql("SELECT nope FROM people")])
-    assert out[0].observations == ["name | age\nAnn | 34"] and out[0].action_kinds == ["query"]
+    assert out[0].observations == [
+        "Result:\nname | age\nAnn | 34\nIf this answers the question, write the answer inside <answer></answer> tags; "
+        "if not, run another statement."
+    ]
+    assert out[0].action_kinds == ["query"]
     assert out[1].observations == ["Error: no such column: nope."] and out[1].action_kinds == ["query_error"]
     assert out[1].done == [False] and out[1].invalid == [False] and out[1].rewards == [0.0]
 
@@ -176,8 +180,8 @@ def test_replay_repeats_observations_and_reward():
         == second[0]
         == [
             "",
-            "name | age | city\nAnn | 34 | Rome\nBen | 21 | Oslo\nCara | 34 | Lima",
-            "OK, 2 rows changed.",
+            result_observation("name | age | city\nAnn | 34 | Rome\nBen | 21 | Oslo\nCara | 34 | Lima"),
+            result_observation("OK, 2 rows changed."),
             NO_ACTION,
             "",
         ]
@@ -190,4 +194,4 @@ def test_episodes_are_private():
     env.reset([item(task()), item(task(), 1)])
     env.step([0], [sql("DELETE FROM people")])
     result = env.step([0, 1], [sql("SELECT count(*) FROM people")] * 2)
-    assert result.observations == ["count(*)\n0", "count(*)\n3"]
+    assert result.observations == [result_observation("count(*)\n0"), result_observation("count(*)\n3")]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from mintrl.model.tokens import chat_ids
 
@@ -89,16 +89,23 @@ def read_json_rows(path: str) -> list[dict[str, Any]]:
 
 
 def prompt_ids(
-    tokenizer, instruction: str, question: str, max_prompt_tokens: int, where: str, **chat_template_kwargs
+    tokenizer,
+    instruction: str,
+    question: str,
+    max_prompt_tokens: int,
+    where: str,
+    history: Sequence[Mapping[str, str]] = (),
+    **chat_template_kwargs,
 ) -> list[int]:
-    """Token ids of the chat-templated user message ``instruction.format(question=question)``.
+    """Token ids of the chat-templated user message ``instruction.format(question=question)``,
+    after the chat messages of ``history`` (``{"role", "content"}`` dicts, e.g. a worked example
+    exchange; none by default).
 
     Raises:
         InvalidRow: the prompt is longer than ``max_prompt_tokens`` (``where`` names the row).
     """
-    ids = chat_ids(
-        tokenizer, [{"role": "user", "content": instruction.format(question=question)}], **chat_template_kwargs
-    )
+    messages = [*map(dict, history), {"role": "user", "content": instruction.format(question=question)}]
+    ids = chat_ids(tokenizer, messages, **chat_template_kwargs)
     if len(ids) > max_prompt_tokens:
         raise InvalidRow(
             f"{where}: field 'question': prompt has {len(ids)} tokens > max_prompt_tokens={max_prompt_tokens}"

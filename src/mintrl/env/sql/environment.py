@@ -30,7 +30,7 @@ from typing import Any, Sequence
 from mintrl.data.base import PromptItem
 from mintrl.env.base import Environment, StepResult
 from mintrl.env.sql.database import TaskDatabase
-from mintrl.env.sql.protocol import answers_match, parse_action
+from mintrl.env.sql.protocol import answers_match, parse_action, result_observation
 from mintrl.env.sql.tasks import check_entry, expected_table
 from mintrl.training.checks import check_int, check_range
 
@@ -161,7 +161,8 @@ class SqlEnvironment(Environment):
             self._count("queries", 1)
             self._count("query_errors", not result.ok)
             self._count("timeouts", result.timed_out)
-            observation, kind = result.text, "query" if result.ok else "query_error"
+            observation = result_observation(result.text) if result.ok else result.text
+            kind = "query" if result.ok else "query_error"
         if self.max_turns is not None and ep.turns >= self.max_turns:
             return "", self._final_reward(ep), True, kind, kind == "invalid"
         return observation, 0.0, False, kind, kind == "invalid"

@@ -27,6 +27,15 @@ NO_ACTION = (
     "```sql block; when you know the answer, write it inside <answer></answer> tags."
 )
 EMPTY_QUERY = "Your ```sql block is empty. Write one SQL statement inside it."
+RESULT_HINT = (
+    "If this answers the question, write the answer inside <answer></answer> tags; if not, run another statement."
+)
+
+
+def result_observation(result: str) -> str:
+    """The observation after a statement ran: ``"Result:"``, its result text, then
+    :data:`RESULT_HINT` (what to do next; a small model otherwise keeps querying or stops)."""
+    return f"Result:\n{result}\n{RESULT_HINT}"
 
 
 @dataclass(frozen=True)

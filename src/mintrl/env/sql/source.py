@@ -8,7 +8,7 @@ from typing import Any
 
 from mintrl.data.base import PromptItem, PromptSource, RowFilter, prompt_ids
 from mintrl.env.sql.loader import load_dbbench
-from mintrl.env.sql.tasks import Difficulty, generate_task, render_instruction
+from mintrl.env.sql.tasks import Difficulty, example_messages, generate_task, render_instruction
 from mintrl.training.checks import check_int
 
 TASK = "sql"
@@ -36,6 +36,8 @@ class SqlTasks(PromptSource):
             aggregate_prob, mutation_fraction: the generator's difficulty
             (:class:`~mintrl.env.sql.tasks.Difficulty`, units there).
         max_prompt_tokens: longer prompts are rejected (tokens).
+        example: put a worked example episode before each task, as earlier chat turns
+            (:func:`~mintrl.env.sql.tasks.example_messages`, about 150 tokens of the prompt).
         chat_template_kwargs: extra arguments of ``apply_chat_template``.
 
     Raises:
@@ -61,6 +63,7 @@ class SqlTasks(PromptSource):
         mutation_fraction: float = 0.0,
         max_prompt_tokens: int = 512,
         chat_template_kwargs: dict | None = None,
+        example: bool = True,
     ):
         check_int("data.prompts.train_size", train_size, none_ok=path is not None)
         check_int("data.prompts.val_size", val_size)
@@ -84,6 +87,7 @@ class SqlTasks(PromptSource):
         self.seeds = {"train": train_seed, "val": val_seed}
         self.split_seed, self.max_prompt_tokens = split_seed, max_prompt_tokens
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.example = bool(example)
 
     def _generated(self, split: str) -> list[dict[str, Any]]:
         if split == "val":
@@ -132,7 +136,13 @@ class SqlTasks(PromptSource):
             where = f"sql {split} task {entry['index']} ({entry['source']})"
             ids = rows(
                 lambda: prompt_ids(
-                    tokenizer, "{question}", instruction, self.max_prompt_tokens, where, **self.chat_template_kwargs
+                    tokenizer,
+                    "{question}",
+                    instruction,
+                    self.max_prompt_tokens,
+                    where,
+                    history=example_messages() if self.example else (),
+                    **self.chat_template_kwargs,
                 )
             )
             if ids is not None:

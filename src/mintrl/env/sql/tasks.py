@@ -144,6 +144,28 @@ def render_instruction(entry: Mapping[str, Any]) -> str:
     return f"Table {sql_name(entry['table'])} ({schema}):\n{table}\nQuestion: {entry['question']}\n{PROTOCOL}"
 
 
+EXAMPLE_TASK = {
+    "table": "pets",
+    "columns": [{"name": "name", "type": "TEXT"}, {"name": "age", "type": "INTEGER"}],
+    "rows": [["Rex", 4], ["Bo", 7]],
+    "question": "What is the age of Bo?",
+}
+
+
+def example_messages() -> list[dict[str, str]]:
+    """A worked example episode as chat messages (about 150 tokens), put before a task's prompt by
+    ``SqlTasks(example=True)``: the instruction of :data:`EXAMPLE_TASK`, a query, the environment's
+    observation of its result (:func:`~mintrl.env.sql.protocol.result_observation`), the answer."""
+    from mintrl.env.sql.protocol import result_observation
+
+    return [
+        {"role": "user", "content": render_instruction(EXAMPLE_TASK)},
+        {"role": "assistant", "content": "```sql\nSELECT age FROM pets WHERE name = 'Bo';\n```"},
+        {"role": "user", "content": result_observation("age\n7")},
+        {"role": "assistant", "content": "<answer>7</answer>"},
+    ]
+
+
 def run_reference(entry: Mapping[str, Any]) -> TaskDatabase:
     """A fresh database of the task after its reference statement (the caller closes it).
 
