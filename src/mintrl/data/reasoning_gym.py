@@ -77,6 +77,10 @@ class ReasoningGymPrompts(PromptSource):
                 items.append(item)
         return items
 
+    def history(self) -> list[dict[str, str]]:
+        """Chat messages put before every prompt (none here; a subclass may add a worked example)."""
+        return []
+
     def _item(self, i: int, entry: dict, split: str, tokenizer) -> PromptItem:
         for key in ("question", "answer"):
             if not isinstance(entry.get(key), str) or not entry[key].strip():
@@ -87,6 +91,7 @@ class ReasoningGymPrompts(PromptSource):
             entry["question"],
             self.max_prompt_tokens,
             f"{self.task} {split} row {i}",
+            history=self.history(),
             **self.chat_template_kwargs,
         )
         return PromptItem(i, entry["question"], entry["answer"], ids, entry, self.task)

@@ -1,0 +1,118 @@
+"""The Python-tool environment's action protocol and the texts the agent sees.
+
+An action is, in this order of precedence:
+
+- ``answer``: it holds an ``<answer>...</answer>`` tag (the last one counts);
+- ``run``: it holds a fenced block opened by ```` ```python ```` (also ```` ```py ```` or
+  ```` ```python3 ````; the first such block counts; a block left open at the very end of the
+  action counts when ``allow_open``: the turn ended inside it); its code is the block's text,
+  dedented, without leading blank lines or trailing space;
+- ``invalid``: anything else, an empty block, or an action longer than ``max_chars``; the action's
+  ``text`` is then the observation that tells the agent the protocol.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from dataclasses import dataclass
+
+ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+_FENCE = "```"
+_LANGUAGE = re.compile(r"(?:python3?|py)[ \t]*(?:\n|$)", re.I)
+
+NO_ACTION = (
+    "Your message has no ```python block and no <answer></answer> tag. To run Python, write code in a "
+    "```python block that prints what you need; when you know the answer, write it inside <answer></answer> tags."
+)
+EMPTY_CODE = "Your ```python block is empty. Write Python code inside it that prints the result."
+OUTPUT_HINT = "If this answers the question, write the answer inside <answer></answer> tags; if not, run more code."
+ERROR_HINT = "Fix the code and run it again, or write the answer inside <answer></answer> tags."
+NO_OUTPUT = "(nothing was printed: use print() to see a value)"
+
+
+def output_observation(text: str, ok: bool = True) -> str:
+    """The observation after code ran: ``"Output:"``, what it printed (or its error), then what to
+    do next (a small model otherwise keeps running code or stops): :data:`OUTPUT_HINT` after code
+    that ran to the end (``ok``), else :data:`ERROR_HINT`."""
+    return f"Output:\n{text if text else NO_OUTPUT}\n{OUTPUT_HINT if ok else ERROR_HINT}"
+
+
+def too_long(length: int, max_chars: int) -> str:
+    """The observation for an action over the limit (``length`` and ``max_chars`` in characters)."""
+    return (
+        f"Your message is too long ({length} characters; at most {max_chars} are read). "
+        "Write one short ```python block or an <answer></answer> tag."
+    )
+
+
+@dataclass(frozen=True)
+class Action:
+    """One parsed action.
+
+    Attributes:
+        kind: ``"run"``, ``"answer"`` or ``"invalid"``.
+        text: the code, the answer (stripped), or for ``invalid`` the observation to show.
+        start: character offset in the action of the block's opening fence or of the ``<answer>``
+            tag (-1 for ``invalid``).
+        end: character offset just past the block's closing fence (the action's end for an open
+            block) or the ``</answer>`` tag (-1 for ``invalid``).
+    """
+
+    kind: str
+    text: str
+    start: int = -1
+    end: int = -1
+
+
+def _code(body: str) -> str:
+    """A block body's code: dedented, leading blank lines and trailing space removed."""
+    lines = textwrap.dedent(body).rstrip().split("\n")
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    return "\n".join(lines)
+
+
+def find_code(text: str, allow_open: bool = True) -> Action | None:
+    """The first ```python block of ``text`` as a ``run`` action (its ``text`` may be ""), or None.
+
+    Fences pair up in order (1st opens, 2nd closes, ...); a pair whose opening fence has no Python
+    language tag is skipped.
+
+    Args:
+        allow_open: also accept a block opened by the last fence and never closed.
+    """
+    fences = [m.start() for m in re.finditer(_FENCE, text)]
+    for k in range(0, len(fences), 2):
+        start = fences[k]
+        closed = k + 1 < len(fences)
+        if not closed and not allow_open:
+            break
+        stop = fences[k + 1] if closed else len(text)
+        body = text[start + len(_FENCE) : stop]
+        lang = _LANGUAGE.match(body)
+        if lang:
+            return Action("run", _code(body[lang.end() :]), start, stop + len(_FENCE) if closed else len(text))
+    return None
+
+
+def parse_action(text: str, max_chars: int = 1000, allow_open: bool = True) -> Action:
+    """Read one action (see the module docstring); never raises.
+
+    Args:
+        text: the agent's whole turn.
+        max_chars: longer actions are invalid (characters).
+        allow_open: accept a ```python block left open at the end (the turn ended inside it).
+    """
+    if len(text) > max_chars:
+        return Action("invalid", too_long(len(text), max_chars))
+    answers = list(ANSWER.finditer(text))
+    if answers:
+        last = answers[-1]
+        return Action("answer", last.group(1).strip(), last.start(), last.end())
+    code = find_code(text, allow_open)
+    if code is None:
+        return Action("invalid", NO_ACTION)
+    if not code.text:
+        return Action("invalid", EMPTY_CODE)
+    return code
