@@ -325,6 +325,12 @@ def test_the_prompt_source_adds_the_protocol_and_a_worked_example():
     _, out = run([messages[1]["content"], messages[3]["content"]], item=example)
     assert out[0].observations == [messages[2]["content"]] and out[1].rewards == [1.0]
     for a, b in zip(plain, shown):
+        alone = tok.apply_chat_template(
+            [{"role": "user", "content": TOOL_INSTRUCTION.format(question=a.question)}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        assert a.prompt_ids == tok(alone, add_special_tokens=False)["input_ids"]  # no history without the example
         assert a.question == b.question == b.entry["question"] and b.reference == b.entry["answer"]
         assert b.entry["metadata"]["source_dataset"] == "basic_arithmetic"
         whole = tok.apply_chat_template(
