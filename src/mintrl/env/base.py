@@ -61,9 +61,12 @@ class Environment(ABC):
         thread_safe: class-level capability; True when ``step`` may be called from several threads
             at once on disjoint episodes (the multi-turn rollout then steps slices of a turn in
             parallel, ``rollout.env_workers``).
+        action_kinds: class-level; every ``StepResult.action_kinds`` value the environment can
+            return (the rollout logs ``episode/actions_<kind>`` for each, 0 on steps without it).
     """
 
     thread_safe: bool = False
+    action_kinds: tuple[str, ...] = ()
 
     @abstractmethod
     def reset(self, items: Sequence[PromptItem]) -> list[str]:

@@ -35,6 +35,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -309,7 +310,7 @@ class EpisodeRollout(SemiOnPolicyRollout):
         gen_seconds = time.perf_counter() - start
         batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature, prompts=list(items))
         batch.stats = rollout_stats(rollouts, gen_seconds - env_seconds, white_box=self.intervention.white_box)
-        batch.stats.update(episode_stats(rollouts, kinds, invalid, errors, env_seconds))
+        batch.stats.update(episode_stats(rollouts, kinds, invalid, errors, env_seconds, type(self.env).action_kinds))
         batch.stats.update(self.env.metrics())
         batch.stats.update(self.judge.metrics())
         batch.stats.update(self.sampler.metrics())
@@ -317,11 +318,20 @@ class EpisodeRollout(SemiOnPolicyRollout):
         return batch
 
 
-def episode_stats(rollouts: list[Rollout], kinds: Counter, invalid: int, errors: int, env_seconds: float) -> dict:
+def episode_stats(
+    rollouts: list[Rollout],
+    kinds: Counter,
+    invalid: int,
+    errors: int,
+    env_seconds: float,
+    declared_kinds: Sequence[str] = (),
+) -> dict:
     """The per-step episode metrics: success rate (reward 1, over episodes with a reward), turns per
-    episode, actions per kind (count), invalid actions (count), environment errors (count),
-    environment seconds (seconds), observation tokens per episode (tokens), the episodes the
-    environment ended (fraction) and intervened turns per episode (turns)."""
+    episode, actions per kind (count; every kind of ``declared_kinds``, the environment's
+    ``action_kinds``, is present, 0 when absent: Lightning would log an omitted key's last value),
+    invalid actions (count), environment errors (count), environment seconds (seconds),
+    observation tokens per episode (tokens), the episodes the environment ended (fraction) and
+    intervened turns per episode (turns)."""
     n = max(len(rollouts), 1)
     scored = [r.reward for r in rollouts if math.isfinite(r.reward)]
     stats = {
@@ -334,5 +344,6 @@ def episode_stats(rollouts: list[Rollout], kinds: Counter, invalid: int, errors:
         "episode/ended_frac": sum(r.finished for r in rollouts) / n,
         "episode/interventions": sum(t.intervened for r in rollouts for t in r.turns) / n,
     }
-    stats.update({f"episode/actions_{kind}": float(count) for kind, count in sorted(kinds.items())})
+    counts = {kind: 0 for kind in declared_kinds} | dict(kinds)
+    stats.update({f"episode/actions_{kind}": float(count) for kind, count in counts.items()})
     return {k: float(v) for k, v in stats.items() if not math.isnan(v)}

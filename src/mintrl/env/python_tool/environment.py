@@ -77,6 +77,7 @@ class PythonToolEnvironment(Environment):
     """
 
     thread_safe = True
+    action_kinds = ("run", "run_error", "answer", "invalid", "error")
 
     def __init__(
         self,

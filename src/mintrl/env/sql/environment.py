@@ -66,6 +66,7 @@ class SqlEnvironment(Environment):
     """
 
     thread_safe = True
+    action_kinds = ("query", "query_error", "answer", "invalid", "error")
 
     def __init__(
         self,
