@@ -48,7 +48,7 @@ def main() -> None:
         f"experiment={args.experiment}",
         f"trainer.max_steps={args.steps}",
         "validate_at_start=false",
-        "trainer.limit_val_batches=0",  # no validation
+        "+trainer.limit_val_batches=0",  # no validation
         "callbacks=sweep",
         "callbacks.hf_export=null",
         "rollout.progress=false",
@@ -69,7 +69,7 @@ def main() -> None:
         (
             name,
             median(v) / step_median,
-            f"median {median(v):.2f} s of {step_median:.2f} s; first step {series[name][0]:.2f} s",
+            f"median {median(v):.3f} s of {step_median:.2f} s; first step {series[name][0]:.3f} s",
         )
         for name, v in parts.items()
     ]
