@@ -25,6 +25,7 @@ from mintrl.objective.aggregation import StepTotals, step_totals
 from mintrl.rollout.batch import RolloutBatch
 from mintrl.sampler.weights import is_sharded
 from mintrl.training.checks import check_int, check_range
+from mintrl.training.step_logging import log_step
 
 log = logging.getLogger(__name__)
 
@@ -291,12 +292,7 @@ class PolicyModule(L.LightningModule):
                 "step %d: no usable rollout in the batch (every reward missing or failed): not trained on",
                 self.global_step,
             )
-            self.log_dict(
-                {**batch.stats, "train/skipped_batches": float(self.skipped_batches)},
-                on_step=True,
-                on_epoch=False,
-                batch_size=len(batch),
-            )
+            log_step(self, {**batch.stats, "train/skipped_batches": float(self.skipped_batches)})
             self._stop_if_too_many_bad("a rollout batch without a usable rollout")
             return None
         first_gap = None
@@ -341,14 +337,14 @@ class PolicyModule(L.LightningModule):
         metrics["train/skipped_updates"] = float(self.skipped_updates)
         metrics["train/skipped_batches"] = float(self.skipped_batches)
         if not applied:  # every update of the batch was skipped
-            self.log_dict({**batch.stats, **metrics}, on_step=True, on_epoch=False, batch_size=len(batch))
+            log_step(self, {**batch.stats, **metrics})
             self._stop_if_too_many_bad("an update with a non-finite loss or gradient")
             return None
         if first_gap is not None:
             metrics["train/sampler_logprob_gap"] = first_gap
         metrics["rollout/generated_at_step"] = float(batch.step)
         metrics.update(batch.stats)
-        self.log_dict(metrics, on_step=True, on_epoch=False, batch_size=len(batch))
+        log_step(self, metrics)  # only this step's keys (see training/step_logging.py)
         if "reward/control" in batch.stats:
             self.log(
                 "reward",

@@ -6,6 +6,8 @@ import time
 
 import lightning.pytorch as L
 
+from mintrl.training.step_logging import log_step
+
 
 class StepTimer(L.Callback):
     """Logs ``perf/step_seconds`` (seconds between the ends of consecutive training steps, so it
@@ -27,4 +29,4 @@ class StepTimer(L.Callback):
         if self._last_end is not None:
             metrics["perf/step_seconds"] = now - self._last_end
         self._last_end = now
-        module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=1)
+        log_step(module, metrics)
