@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import re
 import textwrap
-from dataclasses import dataclass
 
-ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
-_FENCE = "```"
+from mintrl.env.protocol import ANSWER, Action, fenced_blocks, parse_tagged_action
+
+__all__ = ["ANSWER", "Action", "find_code", "output_observation", "parse_action", "too_long"]
 _LANGUAGE = re.compile(r"(?:python3?|py)[ \t]*(?:\n|$)", re.I)
 
 NO_ACTION = (
@@ -46,25 +46,6 @@ def too_long(length: int, max_chars: int) -> str:
     )
 
 
-@dataclass(frozen=True)
-class Action:
-    """One parsed action.
-
-    Attributes:
-        kind: ``"run"``, ``"answer"`` or ``"invalid"``.
-        text: the code, the answer (stripped), or for ``invalid`` the observation to show.
-        start: character offset in the action of the block's opening fence or of the ``<answer>``
-            tag (-1 for ``invalid``).
-        end: character offset just past the block's closing fence (the action's end for an open
-            block) or the ``</answer>`` tag (-1 for ``invalid``).
-    """
-
-    kind: str
-    text: str
-    start: int = -1
-    end: int = -1
-
-
 def _code(body: str) -> str:
     """A block body's code: dedented, leading blank lines and trailing space removed."""
     lines = textwrap.dedent(body).rstrip().split("\n")
@@ -82,17 +63,10 @@ def find_code(text: str, allow_open: bool = True) -> Action | None:
     Args:
         allow_open: also accept a block opened by the last fence and never closed.
     """
-    fences = [m.start() for m in re.finditer(_FENCE, text)]
-    for k in range(0, len(fences), 2):
-        start = fences[k]
-        closed = k + 1 < len(fences)
-        if not closed and not allow_open:
-            break
-        stop = fences[k + 1] if closed else len(text)
-        body = text[start + len(_FENCE) : stop]
+    for body, start, end in fenced_blocks(text, allow_open):
         lang = _LANGUAGE.match(body)
         if lang:
-            return Action("run", _code(body[lang.end() :]), start, stop + len(_FENCE) if closed else len(text))
+            return Action("run", _code(body[lang.end() :]), start, end)
     return None
 
 
@@ -104,15 +78,4 @@ def parse_action(text: str, max_chars: int = 1000, allow_open: bool = True) -> A
         max_chars: longer actions are invalid (characters).
         allow_open: accept a ```python block left open at the end (the turn ended inside it).
     """
-    if len(text) > max_chars:
-        return Action("invalid", too_long(len(text), max_chars))
-    answers = list(ANSWER.finditer(text))
-    if answers:
-        last = answers[-1]
-        return Action("answer", last.group(1).strip(), last.start(), last.end())
-    code = find_code(text, allow_open)
-    if code is None:
-        return Action("invalid", NO_ACTION)
-    if not code.text:
-        return Action("invalid", EMPTY_CODE)
-    return code
+    return parse_tagged_action(text, max_chars, lambda t: find_code(t, allow_open), NO_ACTION, EMPTY_CODE, too_long)

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
 
-ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
-_FENCE = "```"
+from mintrl.env.protocol import ANSWER, Action, fenced_blocks, parse_tagged_action
+
+__all__ = ["ANSWER", "Action", "answers_match", "find_query", "parse_action", "result_observation", "too_long"]
 _LANGUAGE = re.compile(r"[ \t]*(?:sql|sqlite)\b[ \t]*\n?", re.I)
 _STATEMENT = re.compile(r"(?:select|insert|update|delete|with)\b", re.I)
 _NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
@@ -36,25 +36,6 @@ def result_observation(result: str) -> str:
     """The observation after a statement ran: ``"Result:"``, its result text, then
     :data:`RESULT_HINT` (what to do next; a small model otherwise keeps querying or stops)."""
     return f"Result:\n{result}\n{RESULT_HINT}"
-
-
-@dataclass(frozen=True)
-class Action:
-    """One parsed action.
-
-    Attributes:
-        kind: ``"query"``, ``"answer"`` or ``"invalid"``.
-        text: the SQL statement, the answer (stripped), or for ``invalid`` the observation to show.
-        start: character offset in the action of the block's opening fence or of the ``<answer>``
-            tag (-1 for ``invalid``).
-        end: character offset just past the block's closing fence or the ``</answer>`` tag (-1
-            for ``invalid``).
-    """
-
-    kind: str
-    text: str
-    start: int = -1
-    end: int = -1
 
 
 def too_long(length: int, max_chars: int) -> str:
@@ -80,16 +61,10 @@ def find_query(text: str, allow_open: bool = True) -> Action | None:
     Args:
         allow_open: also accept a block opened by the last fence and never closed.
     """
-    fences = [m.start() for m in re.finditer(_FENCE, text)]
-    for k in range(0, len(fences), 2):
-        start = fences[k]
-        closed = k + 1 < len(fences)
-        if not closed and not allow_open:
-            break
-        stop = fences[k + 1] if closed else len(text)
-        statement = _statement(text[start + len(_FENCE) : stop])
+    for body, start, end in fenced_blocks(text, allow_open):
+        statement = _statement(body)
         if statement is not None:
-            return Action("query", statement, start, stop + len(_FENCE) if closed else len(text))
+            return Action("query", statement, start, end)
     return None
 
 
@@ -101,18 +76,7 @@ def parse_action(text: str, max_chars: int = 1000, allow_open: bool = True) -> A
         max_chars: longer actions are invalid (characters).
         allow_open: accept a ```sql block left open at the end (the turn ended inside it).
     """
-    if len(text) > max_chars:
-        return Action("invalid", too_long(len(text), max_chars))
-    answers = list(ANSWER.finditer(text))
-    if answers:
-        last = answers[-1]
-        return Action("answer", last.group(1).strip(), last.start(), last.end())
-    query = find_query(text, allow_open)
-    if query is None:
-        return Action("invalid", NO_ACTION)
-    if not query.text:
-        return Action("invalid", EMPTY_QUERY)
-    return query
+    return parse_tagged_action(text, max_chars, lambda t: find_query(t, allow_open), NO_ACTION, EMPTY_QUERY, too_long)
 
 
 def _value_key(part: str) -> tuple[str, str]:

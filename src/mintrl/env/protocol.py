@@ -1,0 +1,80 @@
+"""What the text environments' action protocols share (``env/sql``, ``env/python_tool``): a final
+answer in ``<answer>...</answer>`` tags (the last one counts), else the first fenced block of the
+environment's language, else an invalid action whose text tells the agent the protocol."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+FENCE = "```"
+
+
+@dataclass(frozen=True)
+class Action:
+    """One parsed action.
+
+    Attributes:
+        kind: ``"answer"``, ``"invalid"`` or the environment's block kind (``"query"``, ``"run"``).
+        text: the block's content (statement, code), the answer (stripped), or for ``invalid`` the
+            observation to show.
+        start: character offset in the action of the block's opening fence or of the ``<answer>``
+            tag (-1 for ``invalid``).
+        end: character offset just past the block's closing fence (the action's end for an open
+            block) or the ``</answer>`` tag (-1 for ``invalid``).
+    """
+
+    kind: str
+    text: str
+    start: int = -1
+    end: int = -1
+
+
+def fenced_blocks(text: str, allow_open: bool = True) -> Iterator[tuple[str, int, int]]:
+    """The fenced blocks of ``text`` in order as ``(body, start, end)``: fences pair up in order
+    (1st opens, 2nd closes, ...); ``body`` is the text between them (the language tag included),
+    ``start`` the opening fence's offset, ``end`` just past the closing fence (characters). With
+    ``allow_open`` a block opened by the last fence and never closed comes last, ending at the
+    end of ``text``."""
+    fences = [m.start() for m in re.finditer(FENCE, text)]
+    for k in range(0, len(fences), 2):
+        start, closed = fences[k], k + 1 < len(fences)
+        if not closed and not allow_open:
+            return
+        stop = fences[k + 1] if closed else len(text)
+        yield text[start + len(FENCE) : stop], start, stop + len(FENCE) if closed else len(text)
+
+
+def parse_tagged_action(
+    text: str,
+    max_chars: int,
+    find_block: Callable[[str], Action | None],
+    no_action: str,
+    empty_block: str,
+    too_long: Callable[[int, int], str],
+) -> Action:
+    """Read one action; never raises.
+
+    Args:
+        text: the agent's whole turn.
+        max_chars: longer actions are invalid (characters).
+        find_block: the environment's first block of ``text`` as an action (its text may be ""),
+            or None.
+        no_action, empty_block: the observations for an action with neither a block nor an
+            answer, and for an empty block.
+        too_long: the observation for an action over the limit, from (length, max_chars).
+    """
+    if len(text) > max_chars:
+        return Action("invalid", too_long(len(text), max_chars))
+    answers = list(ANSWER.finditer(text))
+    if answers:
+        last = answers[-1]
+        return Action("answer", last.group(1).strip(), last.start(), last.end())
+    block = find_block(text)
+    if block is None:
+        return Action("invalid", no_action)
+    if not block.text:
+        return Action("invalid", empty_block)
+    return block
