@@ -21,9 +21,10 @@ itself ends that episode with no reward (``StepResult.error``), never the run.
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from mintrl.data.base import PromptItem
 
@@ -93,6 +94,47 @@ class Environment(ABC):
 
     def close(self) -> None:
         """Free every episode's state."""
+
+
+class Counters:
+    """An environment's event counters (counts, seconds), safe to add to from several threads
+    (steps of disjoint episodes); :meth:`take` reads them for ``Environment.metrics`` and resets."""
+
+    def __init__(self, names: Iterable[str]):
+        self.names = tuple(names)
+        self._lock = threading.Lock()
+        self._values = dict.fromkeys(self.names, 0.0)
+
+    def add(self, name: str, value: float) -> None:
+        """Add ``value`` to counter ``name`` (KeyError for a name not declared)."""
+        with self._lock:
+            self._values[name] += value
+
+    def take(self) -> dict[str, float]:
+        """``{"env/<name>": value}`` since the last call, then every counter back to 0."""
+        with self._lock:
+            out = {f"env/{k}": float(v) for k, v in self._values.items()}
+            self._values = dict.fromkeys(self.names, 0.0)
+        return out
+
+
+def check_episodes(episodes: Sequence[int], opened: Sequence) -> None:
+    """Check the episode indices of one ``step`` or ``score_final`` call against the open
+    episodes ``opened`` (objects with a ``done`` flag).
+
+    Raises:
+        ValueError: an index that is not an int in ``0 .. len(opened) - 1``, a finished episode, or
+            an index listed twice.
+    """
+    seen = set()
+    for e in episodes:
+        if not isinstance(e, int) or isinstance(e, bool) or not 0 <= e < len(opened):
+            raise ValueError(f"episode index {e!r} is unknown (episodes 0..{len(opened) - 1})")
+        if opened[e].done:
+            raise ValueError(f"episode {e} has finished and cannot act again")
+        if e in seen:
+            raise ValueError(f"episode {e} is listed twice in one call")
+        seen.add(e)
 
 
 def replay(env: Environment, item: PromptItem, actions: Sequence[str]) -> tuple[list[str], StepResult | None]:

@@ -33,7 +33,7 @@ from typing import Sequence
 import reasoning_gym
 
 from mintrl.data.base import PromptItem
-from mintrl.env.base import Environment, StepResult
+from mintrl.env.base import Counters, Environment, StepResult, check_episodes
 from mintrl.env.python_tool.program import program_source, result_text
 from mintrl.env.python_tool.protocol import output_observation, parse_action
 from mintrl.reward.reasoning_gym import ReasoningGymReward
@@ -114,13 +114,8 @@ class PythonToolEnvironment(Environment):
         )
         self.reward = ReasoningGymReward()
         self.episodes: list[_Episode] = []
-        self.counts = dict.fromkeys(COUNTERS, 0.0)
-        self._lock, self._ready = threading.Lock(), threading.Lock()
-
-    def _count(self, key: str, value: float) -> None:
-        """Add to a counter (steps of disjoint episodes may run in several threads)."""
-        with self._lock:
-            self.counts[key] += value
+        self.counters = Counters(COUNTERS)
+        self._ready = threading.Lock()
 
     # -- episodes ---------------------------------------------------------------------------------
 
@@ -142,19 +137,8 @@ class PythonToolEnvironment(Environment):
         start = time.perf_counter()
         self.close()
         self.episodes = [self._open(item) for item in items]
-        self._count("seconds", time.perf_counter() - start)
+        self.counters.add("seconds", time.perf_counter() - start)
         return [""] * len(items)
-
-    def _check_open(self, episodes: Sequence[int]) -> None:
-        seen = set()
-        for e in episodes:
-            if not isinstance(e, int) or isinstance(e, bool) or not 0 <= e < len(self.episodes):
-                raise ValueError(f"episode index {e!r} is unknown (episodes 0..{len(self.episodes) - 1})")
-            if self.episodes[e].done:
-                raise ValueError(f"episode {e} has finished and cannot act again")
-            if e in seen:
-                raise ValueError(f"episode {e} is listed twice in one call")
-            seen.add(e)
 
     def _run(self, calls: list[tuple[_Episode, str]]) -> list[tuple[str, bool] | Exception]:
         """Run each (episode, code) call in the sandbox, all at once: for each, the text it shows the
@@ -174,9 +158,9 @@ class PythonToolEnvironment(Environment):
             except Exception as err:  # noqa: BLE001
                 out.append(err)
                 continue
-            self._count("tool_calls", 1)
-            self._count("tool_errors", result.outcome is not Outcome.PASSED)
-            self._count("timeouts", result.outcome is Outcome.TIMEOUT)
+            self.counters.add("tool_calls", 1)
+            self.counters.add("tool_errors", result.outcome is not Outcome.PASSED)
+            self.counters.add("timeouts", result.outcome is Outcome.TIMEOUT)
             if result.outcome is Outcome.PASSED:
                 ep.cells.append(code)
             out.append((text, result.outcome is Outcome.PASSED))
@@ -199,7 +183,7 @@ class PythonToolEnvironment(Environment):
         start = time.perf_counter()
         if len(episodes) != len(actions):
             raise ValueError(f"step got {len(episodes)} episodes and {len(actions)} actions")
-        self._check_open(episodes)
+        check_episodes(episodes, self.episodes)
         rows: list[tuple | Exception | None] = [None] * len(episodes)
         calls: list[tuple[int, _Episode, str]] = []
         for pos, (e, text) in enumerate(zip(episodes, actions)):
@@ -213,7 +197,7 @@ class PythonToolEnvironment(Environment):
                     reward = self.reward.score(f"<answer>{action.text}</answer>", ep.item)
                     rows[pos] = ("", reward, True, "answer", False)
                 elif action.kind == "invalid":
-                    self._count("invalid_actions", 1)
+                    self.counters.add("invalid_actions", 1)
                     rows[pos] = self._limit(ep, action.text, "invalid")
                 else:
                     calls.append((pos, ep, action.text))
@@ -231,7 +215,7 @@ class PythonToolEnvironment(Environment):
             row = rows[pos]
             if isinstance(row, Exception):
                 log.warning("python_tool episode %d failed: %s: %s", e, type(row).__name__, row)
-                self._count("errors", 1)
+                self.counters.add("errors", 1)
                 row = ("", math.nan, True, "error", False)
             observation, reward, done, kind, invalid = row
             self.episodes[e].done = done
@@ -241,7 +225,7 @@ class PythonToolEnvironment(Environment):
             ):
                 column.append(value)
         out.seconds = time.perf_counter() - start
-        self._count("seconds", out.seconds)
+        self.counters.add("seconds", out.seconds)
         return out
 
     def score_final(self, episodes: Sequence[int]) -> list[float]:
@@ -251,13 +235,13 @@ class PythonToolEnvironment(Environment):
         Raises:
             ValueError: an unknown, repeated or finished episode index.
         """
-        self._check_open(episodes)
+        check_episodes(episodes, self.episodes)
         rewards = []
         for e in episodes:
             ep = self.episodes[e]
             if ep.failure is not None:
                 log.warning("python_tool episode %d failed: %s", e, ep.failure)
-                self._count("errors", 1)
+                self.counters.add("errors", 1)
             rewards.append(math.nan if ep.failure is not None else 0.0)
             ep.done = True
         return rewards
@@ -271,7 +255,4 @@ class PythonToolEnvironment(Environment):
         ``env/tool_errors`` (runs that raised, timed out or crashed), ``env/timeouts`` (runs stopped
         at the time limit), ``env/invalid_actions`` (unusable actions), ``env/errors`` (episodes
         ended by an environment error) and ``env/seconds`` (wall time in reset and step, seconds)."""
-        with self._lock:
-            out = {f"env/{k}": float(v) for k, v in self.counts.items()}
-            self.counts = dict.fromkeys(COUNTERS, 0.0)
-        return out
+        return self.counters.take()

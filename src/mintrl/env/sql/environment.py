@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from mintrl.data.base import PromptItem
-from mintrl.env.base import Environment, StepResult
+from mintrl.env.base import Counters, Environment, StepResult, check_episodes
 from mintrl.env.sql.database import TaskDatabase
 from mintrl.env.sql.protocol import answers_match, parse_action, result_observation
 from mintrl.env.sql.tasks import check_entry, expected_table
@@ -84,13 +83,7 @@ class SqlEnvironment(Environment):
         self.query_timeout_s, self.max_result_rows = query_timeout_s, max_result_rows
         self.max_result_chars, self.max_action_chars, self.max_turns = max_result_chars, max_action_chars, max_turns
         self.episodes: list[_Episode] = []
-        self.counts = dict.fromkeys(COUNTERS, 0.0)
-        self._lock = threading.Lock()
-
-    def _count(self, key: str, value: float) -> None:
-        """Add to a counter (steps of disjoint episodes may run in several threads)."""
-        with self._lock:
-            self.counts[key] += value
+        self.counters = Counters(COUNTERS)
 
     # -- episodes ---------------------------------------------------------------------------------
 
@@ -112,19 +105,8 @@ class SqlEnvironment(Environment):
         start = time.perf_counter()
         self.close()
         self.episodes = [self._open(item.entry) for item in items]
-        self._count("seconds", time.perf_counter() - start)
+        self.counters.add("seconds", time.perf_counter() - start)
         return [""] * len(items)
-
-    def _check_open(self, episodes: Sequence[int]) -> None:
-        seen = set()
-        for e in episodes:
-            if not isinstance(e, int) or isinstance(e, bool) or not 0 <= e < len(self.episodes):
-                raise ValueError(f"episode index {e!r} is unknown (episodes 0..{len(self.episodes) - 1})")
-            if self.episodes[e].done:
-                raise ValueError(f"episode {e} has finished and cannot act again")
-            if e in seen:
-                raise ValueError(f"episode {e} is listed twice in one call")
-            seen.add(e)
 
     def _finish(self, ep: _Episode) -> None:
         ep.done = True
@@ -155,13 +137,13 @@ class SqlEnvironment(Environment):
             )
             return "", reward, True, "answer", False
         if action.kind == "invalid":
-            self._count("invalid_actions", 1)
+            self.counters.add("invalid_actions", 1)
             observation, kind = action.text, "invalid"
         else:
             result = ep.db.execute(action.text)
-            self._count("queries", 1)
-            self._count("query_errors", not result.ok)
-            self._count("timeouts", result.timed_out)
+            self.counters.add("queries", 1)
+            self.counters.add("query_errors", not result.ok)
+            self.counters.add("timeouts", result.timed_out)
             observation = result_observation(result.text) if result.ok else result.text
             kind = "query" if result.ok else "query_error"
         if self.max_turns is not None and ep.turns >= self.max_turns:
@@ -177,7 +159,7 @@ class SqlEnvironment(Environment):
         start = time.perf_counter()
         if len(episodes) != len(actions):
             raise ValueError(f"step got {len(episodes)} episodes and {len(actions)} actions")
-        self._check_open(episodes)
+        check_episodes(episodes, self.episodes)
         out = StepResult([], [], [], [], [], [])
         for e, text in zip(episodes, actions):
             ep = self.episodes[e]
@@ -186,7 +168,7 @@ class SqlEnvironment(Environment):
                 error = False
             except Exception as err:  # noqa: BLE001 - one episode's failure never stops the run
                 log.warning("SQL episode %d failed: %s: %s", e, type(err).__name__, err)
-                self._count("errors", 1)
+                self.counters.add("errors", 1)
                 observation, reward, done, kind, invalid, error = "", math.nan, True, "error", False, True
             if done:
                 self._finish(ep)
@@ -196,7 +178,7 @@ class SqlEnvironment(Environment):
             ):
                 column.append(value)
         out.seconds = time.perf_counter() - start
-        self._count("seconds", out.seconds)
+        self.counters.add("seconds", out.seconds)
         return out
 
     def score_final(self, episodes: Sequence[int]) -> list[float]:
@@ -208,7 +190,7 @@ class SqlEnvironment(Environment):
             ValueError: an unknown, repeated or finished episode index.
         """
         start = time.perf_counter()
-        self._check_open(episodes)
+        check_episodes(episodes, self.episodes)
         rewards = []
         for e in episodes:
             ep = self.episodes[e]
@@ -218,10 +200,10 @@ class SqlEnvironment(Environment):
                 rewards.append(self._final_reward(ep))
             except Exception as err:  # noqa: BLE001
                 log.warning("SQL episode %d failed: %s: %s", e, type(err).__name__, err)
-                self._count("errors", 1)
+                self.counters.add("errors", 1)
                 rewards.append(math.nan)
             self._finish(ep)
-        self._count("seconds", time.perf_counter() - start)
+        self.counters.add("seconds", time.perf_counter() - start)
         return rewards
 
     def close(self) -> None:
@@ -238,7 +220,4 @@ class SqlEnvironment(Environment):
         included), ``env/timeouts`` (statements stopped at the time limit), ``env/errors``
         (episodes ended by an environment error) and ``env/seconds`` (wall time in reset, step and
         score_final, seconds)."""
-        with self._lock:
-            out = {f"env/{k}": float(v) for k, v in self.counts.items()}
-            self.counts = dict.fromkeys(COUNTERS, 0.0)
-        return out
+        return self.counters.take()
