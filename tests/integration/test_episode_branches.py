@@ -33,7 +33,9 @@ ENTRY = {  # a hand-made reasoning-gym basic_arithmetic task
 @pytest.fixture(scope="module")
 def item(tokenizer):
     text = TOOL_INSTRUCTION.format(question=ENTRY["question"])
-    chat = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False)
+    chat = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=False
+    )
     ids = tokenizer(chat, add_special_tokens=False)["input_ids"]
     return PromptItem(0, ENTRY["question"], ENTRY["answer"], list(ids), ENTRY, "basic_arithmetic")
 
@@ -124,3 +126,61 @@ def test_intervene_action_corrects_the_action_at_a_turn_anchor(engine, tokenizer
     # an action the judge keeps: no branch
     good = hand_episode(engine, tokenizer, item, ["```python\nprint(4 + 3)\n```", "<answer>7</answer>"])
     assert good.reward == 1.0 and brancher.intervene(good, good.turns[1].action_start, 16, item) == []
+
+
+@pytest.mark.slow  # 10 minutes on the shared 2-core machine under load (about 1.5 s per sampled token there)
+def test_two_step_python_tool_rail_run(tmp_path):
+    """``experiment=agent/python_tool_rail_cpu``, 2 steps of 1 task x 4 episodes and a budget of 8:
+    step 0's shadow trial branches from a turn anchor and promotes the controller (after 1 trace); the
+    rollout counts, replay mismatches and the controller's stats are logged; branch records name a
+    control parent, one of its turn starts, and share its turns up to there."""
+    from hydra import compose, initialize_config_dir
+
+    from mintrl.eval.rollouts import read_records, record_files
+    from mintrl.eval.tensorboard import load_scalars
+    from mintrl.training.config import CONFIG_DIR
+    from mintrl.training.run import run
+
+    overrides = [
+        "experiment=agent/python_tool_rail_cpu",
+        "trainer.max_steps=2",
+        "callbacks=sweep",
+        "callbacks.hf_export=null",
+        f"paths.output_dir={tmp_path}",
+        "data.prompts_per_step=1",  # budget_per_step = 1 x 8
+        "data.prompts.val_size=1",
+        "data.val_samples_per_prompt=1",
+        "rollout.max_turns=2",
+        "rollout.max_action_tokens=16",
+        "rollout.max_response_tokens=128",
+        "rollout.progress=false",
+        f"env.uid_base={UID_BASE}",
+        "env.workers=2",
+        "allocation.promote_after=1",
+        "allocation.refit_every=1",
+        "allocation.fit_steps=5",
+        "seed=0",
+    ]
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=overrides)
+    assert cfg.allocation.budget_per_step == 8
+    assert run(cfg)["steps"] == 2
+    values = {tag: [v for _, v in points] for tag, points in load_scalars(tmp_path).items()}
+    assert values["allocation/live"] == [1.0, 1.0] and values["allocation/traces"][0] == 1.0  # live after 1 trace
+    assert values["allocation/branches"][0] >= 1 and values["allocation/replay_mismatches"] == [0.0, 0.0]
+    assert all(4 <= u <= 8 for u in values["allocation/budget_used"])  # 4 initial episodes, the cap 8
+    assert values["allocation/generated_per_prompt"] == values["allocation/budget_used"]  # 1 prompt
+    assert all(4 <= p <= u for p, u in zip(values["allocation/rollouts_per_prompt"], values["allocation/budget_used"]))
+    assert 0.0 <= values["allocation/gate_pass_rate"][0] <= 1.0 and len(values["allocation/gate_pass_rate"]) == 1
+    assert len(values["allocation/realized_gain"]) >= 1 and len(values["train/loss"]) == 2
+    for step, path in record_files(tmp_path, "train"):
+        records = read_records(path)
+        kept = values["allocation/rollouts_per_prompt"][step]
+        assert len(records) == kept and all(r["control"] for r in records)
+        for r in records[4:]:  # the branches, after the 4 initial episodes
+            parent = records[r["branch"]["parent"]]
+            assert r["branch"]["kind"] == "resample" and r["branch"]["parent"] < 4 and parent["branch"] is None
+            starts = [0] + [t["action_tokens"] + t["observation_tokens"] for t in parent["turns"][:1]]
+            assert r["branch"]["anchor"] in starts[: len(parent["turns"])]  # a turn start of the parent
+            if r["branch"]["anchor"] > 0:  # branched at turn 1: the replayed first turn is the parent's
+                assert r["turns"][0] == parent["turns"][0]

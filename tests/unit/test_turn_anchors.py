@@ -127,4 +127,6 @@ def test_uniform_grpo_rows_of_rails_table(row, n):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("train", overrides=["paths.output_dir=/tmp/mintrl-test", f"experiment=agent/{row}"])
     check_config(cfg)
-    assert (cfg.rollout.n_control, cfg.rollout.n_semi) == (n, 0) and cfg.allocation._target_.endswith("Uniform" + "Allocation")
+    assert (cfg.rollout.n_control, cfg.rollout.n_semi) == (n, 0) and cfg.allocation._target_.endswith(
+        "Uniform" + "Allocation"
+    )

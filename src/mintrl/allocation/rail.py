@@ -91,12 +91,13 @@ class RailAllocation(Allocation):
                         else brancher.branch(parent, k, m, act.temperature, item)
                     )
                     gain = realized_gain([r.reward for r in group], [c.reward for c in children])
+                    shadow = self.rail.phase == "shadow"  # before record(): the trace may promote it
                     self.rail.record(z, action, gain)
                     predicted.append(guess)
                     realized.append(gain)
                     actions[action] += 1
                     log["branches"] += 1
-                    if gain > 0 or self.rail.phase == "live":
+                    if gain > 0 or not shadow:  # a shadow trial is kept only when it raised the variance
                         group += children
                         kept += children
                     if gain <= 0:
