@@ -102,6 +102,7 @@ def test_rail_pool_entropy_feature_counts_response_tokens_only(tokenizer):
     response tokens, 3 and 2 here, whatever the padding of the batch around them."""
     from types import SimpleNamespace
 
+    from mintrl.allocation.branching import Brancher
     from mintrl.allocation.budget import RolloutBudget
     from mintrl.allocation.features import FEATURES
     from mintrl.allocation.rail import RailAllocation
@@ -114,7 +115,8 @@ def test_rail_pool_entropy_feature_counts_response_tokens_only(tokenizer):
     b.append([13], [0.0], intervention=True)  # the corrector's token: not the policy's
     a.reward, b.reward = 1.0, 0.0
     rail = RailAllocation(budget_per_step=8)
-    z = rail._state(0.7, 1, 2, RolloutBudget(8), [a, b], SimpleNamespace(question="q"), tokenizer)
+    brancher = Brancher(None, tokenizer, None, 1.0, 1.0, 8)
+    z = rail._state(0.7, 1, 2, RolloutBudget(8), [a, b], SimpleNamespace(question="q"), brancher)
     assert z[FEATURES.index("pool_entropy")] == pytest.approx((0.5 + 1.0 + 1.5 + 2.0 + 4.0) / 5)
     assert z[FEATURES.index("anchor_entropy")] == pytest.approx(0.7)
 

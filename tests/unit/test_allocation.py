@@ -13,6 +13,7 @@ from mintrl.allocation import (
     RailController,
     RolloutBudget,
     anchor_features,
+    answer_diversity,
     realized_gain,
     recency_huber_loss,
     reward_variance,
@@ -34,7 +35,8 @@ def test_recency_huber_loss_by_hand():
 
 
 def test_anchor_features():
-    z = anchor_features(1.5, 2, 8, 0.25, [1.0, 0.0, math.nan, 0.0], 1, 0.9, ["7", "7", None, "3"])
+    diversity = answer_diversity(["7", "7", None, "3"])  # 3 distinct answers (None is one) in 4
+    z = anchor_features(1.5, 2, 8, 0.25, [1.0, 0.0, math.nan, 0.0], 1, 0.9, diversity)
     assert z == pytest.approx([1.5, 2.0, 0.25, 0.25, 1 / 3, math.sqrt(2 / 9), 1 / 6, 1.0, 0.9, 0.75])
 
 

@@ -2,7 +2,8 @@
 
 ``allocation=`` components (``uniform``, ``entropy``, ``rail``) get the step's scored rollouts, a
 :class:`Brancher` and the per-step :class:`RolloutBudget`, and return extra scored rollouts that
-join their prompts' groups. Underneath: the reward-variance gain (eq. 2), anchor state features,
+join their prompts' groups (single-turn rollouts, or episodes branched at turn anchors,
+:mod:`mintrl.rollout.episode_branches`). Underneath: the reward-variance gain (eq. 2), anchor state features,
 the gain controller with its recency-weighted Huber loss (eq. 6), and the shadow/live decision rule
 with gate and exploration (eq. 10).
 """
@@ -11,10 +12,17 @@ from mintrl.allocation.branching import Brancher, anchors
 from mintrl.allocation.budget import RolloutBudget
 from mintrl.allocation.controller import GainController, recency_huber_loss, recency_weights
 from mintrl.allocation.entropy import EntropyAllocation
-from mintrl.allocation.features import FEATURES, anchor_features
+from mintrl.allocation.features import (
+    FEATURES,
+    anchor_features,
+    answer_diversity,
+    pool_entropy,
+    tool_sequence_diversity,
+)
 from mintrl.allocation.gain import realized_gain, reward_variance
 from mintrl.allocation.rail import RailAllocation
 from mintrl.allocation.rail_controller import BranchAction, RailController
+from mintrl.allocation.turns import kind_sequence, turn_anchors, turn_at
 from mintrl.allocation.uniform import UniformAllocation
 
 __all__ = [
@@ -29,6 +37,12 @@ __all__ = [
     "RailController",
     "RolloutBudget",
     "anchor_features",
+    "answer_diversity",
+    "kind_sequence",
+    "pool_entropy",
+    "tool_sequence_diversity",
+    "turn_anchors",
+    "turn_at",
     "realized_gain",
     "recency_huber_loss",
     "recency_weights",

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from mintrl.allocation.features import answer_diversity
 from mintrl.reward.base import score_rewards
 from mintrl.rollout.batch import BranchRecord, Rollout
+from mintrl.text.answer import extract_answer
 from mintrl.text.steps import split_steps, token_index_of_char
 
 
@@ -29,7 +31,10 @@ def anchors(rollout: Rollout, tokenizer, delimiters: Sequence[str]) -> list[tupl
 
 
 class Brancher:
-    """Writes and scores branches with the rollout engine's sampler and reward.
+    """Writes and scores branches with the rollout engine's sampler and reward; says where a
+    rollout's anchors are and how diverse a group is (the allocations ask it, so that one
+    allocation serves single-turn rollouts and episodes,
+    :class:`mintrl.rollout.episode_branches.EpisodeBrancher`).
 
     Args:
         sampler, tokenizer, reward: the rollout engine's. temperature: the policy temperature of
@@ -44,6 +49,19 @@ class Brancher:
         self.sampler, self.tokenizer, self.reward = sampler, tokenizer, reward
         self.temperature, self.top_p, self.max_response_tokens = temperature, top_p, max_response_tokens
         self.intervene = intervene  # (parent, anchor, length, item) -> [semi-on-policy rollout] | []
+
+    def anchors(self, rollout: Rollout, delimiters: Sequence[str]) -> list[tuple[int, int, int, float]]:
+        """Candidate anchors of ``rollout``: its step boundaries (:func:`anchors`)."""
+        return anchors(rollout, self.tokenizer, delimiters)
+
+    def metrics(self) -> dict[str, float]:
+        """The brancher's own counters of the step, logged with the allocation's (default none)."""
+        return {}
+
+    def diversity(self, group: Sequence[Rollout]) -> float:
+        """The group's answer diversity (distinct extracted final answers / group size)."""
+        texts = self.tokenizer.batch_decode([r.response_ids for r in group], skip_special_tokens=True)
+        return answer_diversity([extract_answer(t) for t in texts])
 
     def branch(self, parent: Rollout, anchor: int, m: int, temperature: float, item) -> list[Rollout]:
         """``m`` on-policy rollouts that share ``parent``'s first ``anchor`` response tokens and

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from mintrl.allocation.base import Allocation
-from mintrl.allocation.branching import anchors
+from mintrl.allocation.gain import realized_gain
 
 
 class EntropyAllocation(Allocation):
@@ -30,24 +32,34 @@ class EntropyAllocation(Allocation):
         self.branch_budget, self.temperature = branch_budget, temperature
 
     def allocate(self, rollouts, items, brancher, budget, delimiters):
-        """Branches (scored rollouts) and stats ``allocation/branches``."""
+        """Branches (scored rollouts) and stats ``allocation/branches`` and, when it branched,
+        ``allocation/realized_gain`` (mean reward-variance gain of its branches, RAIL eq. 2: the
+        quantity RAIL's controller predicts, logged here for comparison)."""
         pool = [
             (surprisal, r, k)
             for r in rollouts
             if r.is_control
-            for k, _, _, surprisal in anchors(r, brancher.tokenizer, delimiters)
+            for k, _, _, surprisal in brancher.anchors(r, delimiters)
         ]
         if not pool:
             return [], {"allocation/branches": 0.0}
+        rewards = defaultdict(list)  # group -> rewards so far (branches join their group)
+        for r in rollouts:
+            rewards[r.group].append(r.reward)
         values = sorted(s for s, _, _ in pool)
         threshold = values[min(int(self.percentile * len(values)), len(values) - 1)]
-        new, branches = [], 0
+        new, gains = [], []
         for surprisal, r, k in sorted(pool, key=lambda x: -x[0]):
             if surprisal < threshold:
                 break
             m = budget.take(self.branch_budget)
             if m == 0:
                 break
-            new += brancher.branch(r, k, m, self.temperature, items[r.group])
-            branches += 1
-        return new, {"allocation/branches": float(branches)}
+            children = brancher.branch(r, k, m, self.temperature, items[r.group])
+            gains.append(realized_gain(rewards[r.group], [c.reward for c in children]))
+            rewards[r.group] += [c.reward for c in children]
+            new += children
+        stats = {"allocation/branches": float(len(gains))}
+        if gains:
+            stats["allocation/realized_gain"] = sum(gains) / len(gains)
+        return new, stats

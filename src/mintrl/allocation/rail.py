@@ -6,11 +6,9 @@ import math
 from collections import Counter, defaultdict
 
 from mintrl.allocation.base import Allocation
-from mintrl.allocation.branching import anchors
-from mintrl.allocation.features import FEATURES, anchor_features
+from mintrl.allocation.features import FEATURES, anchor_features, pool_entropy
 from mintrl.allocation.gain import realized_gain
 from mintrl.allocation.rail_controller import RailController
-from mintrl.text.answer import extract_answer
 
 
 def _mean(values):
@@ -42,11 +40,9 @@ class RailAllocation(Allocation):
         self.rail = RailController(len(FEATURES), **controller)
         self.failed: Counter = Counter()  # failed anchors per prompt (keyed by question)
 
-    def _state(self, surprisal, step, steps, budget, group, item, tokenizer):
-        answers = [
-            extract_answer(t) for t in tokenizer.batch_decode([r.response_ids for r in group], skip_special_tokens=True)
-        ]
-        pool_entropy = _mean([-lp for r in group for lp, iv in zip(r.logprobs, r.intervention) if not iv])
+    def _state(self, surprisal, step, steps, budget, group, item, brancher):
+        """The anchor's state ``z`` (:func:`mintrl.allocation.features.anchor_features`); the
+        brancher gives the group's diversity (answers for text, action-kind sequences for episodes)."""
         return anchor_features(
             surprisal,
             step,
@@ -54,8 +50,8 @@ class RailAllocation(Allocation):
             budget.used_fraction,
             [r.reward for r in group],
             self.failed[item.question],
-            0.0 if math.isnan(pool_entropy) else pool_entropy,
-            answers,
+            pool_entropy(group),
+            brancher.diversity(group),
         )
 
     def allocate(self, rollouts, items, brancher, budget, delimiters):
@@ -68,16 +64,11 @@ class RailAllocation(Allocation):
         for g, group in sorted(groups.items()):
             item = items[g]
             candidates = sorted(
-                (
-                    (s, r, k, i, n)
-                    for r in group
-                    if r.is_control
-                    for k, i, n, s in anchors(r, brancher.tokenizer, delimiters)
-                ),
+                ((s, r, k, i, n) for r in group if r.is_control for k, i, n, s in brancher.anchors(r, delimiters)),
                 key=lambda c: -c[0],
             )[: self.anchors_per_prompt]
             for surprisal, parent, k, step, steps in candidates:
-                z = self._state(surprisal, step, steps, budget, group, item, brancher.tokenizer)
+                z = self._state(surprisal, step, steps, budget, group, item, brancher)
                 if self.rail.phase == "shadow":
                     hard = not any(r.reward >= 1.0 for r in group)
                     trials = self.rail.shadow_plan(hard)
@@ -100,24 +91,22 @@ class RailAllocation(Allocation):
                         else brancher.branch(parent, k, m, act.temperature, item)
                     )
                     gain = realized_gain([r.reward for r in group], [c.reward for c in children])
+                    shadow = self.rail.phase == "shadow"  # before record(): the trace may promote it
                     self.rail.record(z, action, gain)
                     predicted.append(guess)
                     realized.append(gain)
                     actions[action] += 1
                     log["branches"] += 1
-                    if gain > 0 or self.rail.phase == "live":
+                    if gain > 0 or not shadow:  # a shadow trial is kept only when it raised the variance
                         group += children
                         kept += children
                     if gain <= 0:
                         self.failed[item.question] += 1
                         break  # accept-or-stop
-                    z = self._state(
-                        surprisal, step, steps, budget, group, item, brancher.tokenizer
-                    )  # the next trial's state
+                    z = self._state(surprisal, step, steps, budget, group, item, brancher)  # the next trial's state
         stats = {
             "allocation/branches": float(log["branches"]),
             "allocation/live": float(self.rail.phase == "live"),
-            "allocation/rollouts_per_prompt": (len(rollouts) + len(kept)) / max(len(groups), 1),
             "allocation/traces": float(self.rail.recorded),
         }
         if log["decisions"]:

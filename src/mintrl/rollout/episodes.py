@@ -34,7 +34,7 @@ import math
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import torch
@@ -116,6 +116,17 @@ def merge_results(parts: list[StepResult]) -> StepResult:
     return out
 
 
+@dataclass
+class EpisodeTally:
+    """One step's environment counters over its episodes (branches included): actions per kind
+    (count), invalid actions (count), environment errors (count) and environment time (seconds)."""
+
+    kinds: Counter = field(default_factory=Counter)
+    invalid: int = 0
+    errors: int = 0
+    env_seconds: float = 0.0
+
+
 class EpisodeRollout(SemiOnPolicyRollout):
     """Generates one step's episodes (see module docstring); ``rollout=episodes``.
 
@@ -136,8 +147,7 @@ class EpisodeRollout(SemiOnPolicyRollout):
             (``chunk_size`` is unused: a turn is one chunk).
 
     Raises:
-        ValueError: a non-positive size, naming the ``rollout.*`` field; an allocation that
-            branches extra rollouts (RAIL at turn anchors is not built yet).
+        ValueError: a non-positive size, naming the ``rollout.*`` field.
     """
 
     multi_turn = True
@@ -161,14 +171,13 @@ class EpisodeRollout(SemiOnPolicyRollout):
         ):
             check_int(f"rollout.{name}", value, 1)
         super().__init__(**kwargs)
-        if self.allocation is not None and self.allocation.budget_per_step:
-            raise ValueError("rollout=episodes: allocation branching (budget_per_step) in episodes is not built yet")
         self.env = env
         self.max_turns, self.max_action_tokens = max_turns, max_action_tokens
         self.max_observation_tokens, self.env_workers = max_observation_tokens, env_workers
         self.wrapper = turn_wrapper(self.tokenizer)
         self.end_of_turn = self.tokenizer.eos_token_id
         self._pool = ThreadPoolExecutor(env_workers) if env_workers > 1 and env.thread_safe else None
+        self.tally = EpisodeTally()  # the current step's counters (branches add to them)
 
     # the environment scores episodes: a configured reward component is kept but never called
     @property
@@ -193,12 +202,27 @@ class EpisodeRollout(SemiOnPolicyRollout):
         return merge_results(list(parts))
 
     # ------------------------------------------------------------------ one turn
-    def _action_turn(self, active: list[Rollout], items: list[PromptItem], review: set[int]) -> list[int]:
-        """Sample one action for every active episode; review the turns of ``review`` (rollout
-        ids) and intervene on Revise. Returns each episode's action start (response tokens)."""
+    def _action_turn(
+        self,
+        active: list[Rollout],
+        items: list[PromptItem],
+        review: set[int],
+        temperature: float | None = None,
+        forced: dict[int, tuple] | None = None,
+        correction_len: int | None = None,
+    ) -> list[int]:
+        """Sample one action for every active episode (at ``temperature``, None: the rollout's);
+        review the turns of ``review`` (rollout ids) and intervene on Revise. ``forced`` maps a
+        rollout id to an action already written, ``(ids [n], log-probs [n], ended)`` tensors and
+        flag, used instead of sampling (an intervene branch re-reviews its parent's action).
+        ``correction_len``: most tokens of a correction (None: ``continuation_len``). Returns each
+        episode's action start (response tokens)."""
+        forced = forced or {}
         starts = [len(r.response_ids) for r in active]
-        budgets = [min(self.max_action_tokens, self._remaining(r)) for r in active]
-        samples = self._sample(active, budgets)
+        to_sample = [r for r in active if id(r) not in forced]
+        budgets = [min(self.max_action_tokens, self._remaining(r)) for r in to_sample]
+        sampled = iter(self._sample(to_sample, budgets, temperature))
+        samples = [forced[id(r)] if id(r) in forced else next(sampled) for r in active]
         requests, pending = [], []
         for r, (ids, lps, finished) in zip(active, samples):
             if id(r) not in review:
@@ -223,7 +247,7 @@ class EpisodeRollout(SemiOnPolicyRollout):
             by_room = {}
             for r, fix in fixes:
                 room = self.max_action_tokens - (len(r.response_ids) - start_of[id(r)]) - 1
-                by_room.setdefault(min(room, self.continuation_len), []).append((r, fix))
+                by_room.setdefault(min(room, correction_len or self.continuation_len), []).append((r, fix))
             for room, group in by_room.items():
                 if room > 0:
                     self._intervene(group, room)
@@ -232,6 +256,107 @@ class EpisodeRollout(SemiOnPolicyRollout):
                     r.append([self.end_of_turn], [math.nan], intervention=True, behaviour=[0.0])
                     r.review_records[-1].written += 1
         return starts
+
+    # ------------------------------------------------------------------ episodes
+    def _env_turn(
+        self, episodes: list[Rollout], slots: list[int], starts: list[int], tally: EpisodeTally
+    ) -> list[bool]:
+        """Send each episode's new action (response tokens from ``starts``) to its environment
+        episode ``slots[j]``, append the observation turn (ids) and the :class:`TurnRecord`; an
+        episode the environment ends gets its reward and ``finished``. Returns, per episode, whether
+        it is over: ended by the environment, or out of room for another action after its
+        observation (then it is left unobserved, for ``env.score_final``)."""
+        actions, ended = [], []
+        for r, s in zip(episodes, starts):
+            ids = r.response_ids[s:]
+            ended.append(bool(ids) and ids[-1] in self.sampler.eos_token_ids)
+            actions.append(self.tokenizer.decode(ids, skip_special_tokens=True))
+        result = self._step_env(slots, actions)
+        tally.env_seconds += result.seconds
+        over = []
+        for j, (r, s) in enumerate(zip(episodes, starts)):
+            tally.kinds[result.action_kinds[j]] += 1
+            tally.invalid += result.invalid[j]
+            tally.errors += result.error[j]
+            action_end = len(r.response_ids)
+            intervened = any(r.intervention[s:action_end])
+            observation = result.observations[j]
+            stop = bool(result.done[j])
+            if stop:
+                r.finished, r.reward = True, float(result.rewards[j])
+            else:
+                obs = self.tokenizer.encode(observation, add_special_tokens=False)[: self.max_observation_tokens]
+                ids = self.wrapper.observation_ids(obs, ended[j])
+                if len(ids) < self._remaining(r):
+                    r.observe(ids)
+                else:  # no room for another action: the episode ends here, scored on its state
+                    observation, stop = "", True
+            over.append(stop)
+            r.turns.append(
+                TurnRecord(
+                    s,
+                    action_end,
+                    len(r.response_ids),
+                    result.action_kinds[j],
+                    bool(result.invalid[j]),
+                    intervened,
+                    observation,
+                )
+            )
+        return over
+
+    def _play(
+        self,
+        rollouts: list[Rollout],
+        items: list[PromptItem],
+        slots: list[int],
+        tally: EpisodeTally,
+        reviewed: bool,
+        temperature: float | None = None,
+    ) -> None:
+        """Run episodes to their end: action turns (batched across episodes) and environment steps
+        until each is ended by the environment, out of tokens or at ``max_turns`` actions (turns it
+        already has count: a branch continues its parent's); then ``env.score_final`` scores the
+        episodes the environment did not end. ``rollouts[i]`` acts in environment episode
+        ``slots[i]``. ``reviewed``: the judge reviews the semi-on-policy episodes' turns (up to
+        ``max_reviews`` each). ``temperature``: sampling temperature (None: the rollout's)."""
+        over = [False] * len(rollouts)
+        while True:
+            active = [
+                i
+                for i, r in enumerate(rollouts)
+                if not over[i] and not r.finished and self._remaining(r) > 0 and len(r.turns) < self.max_turns
+            ]
+            if not active:
+                break
+            episodes = [rollouts[i] for i in active]
+            review = {id(r) for r in episodes if reviewed and not r.is_control and r.reviews < self.max_reviews}
+            starts = self._action_turn(episodes, items, review, temperature)
+            for i, stop in zip(active, self._env_turn(episodes, [slots[i] for i in active], starts, tally)):
+                over[i] = stop
+        unfinished = [i for i, r in enumerate(rollouts) if not r.finished]
+        if unfinished:
+            for i, value in zip(unfinished, self.env.score_final([slots[i] for i in unfinished])):
+                rollouts[i].reward = float(value)
+
+    def _reset(self, items: list[PromptItem]) -> None:
+        """``env.reset`` for one episode per item.
+
+        Raises:
+            ValueError: the environment returned a first observation (the instruction must hold it).
+        """
+        if any(self.env.reset(items)):
+            raise ValueError(
+                f"{type(self.env).__name__}.reset returned a first observation; rollout=episodes needs the "
+                "task's instruction (the prompt) to hold it"
+            )
+
+    def _brancher(self):
+        """RAIL at turn anchors: the allocation's brancher for episodes
+        (:class:`mintrl.rollout.episode_branches.EpisodeBrancher`)."""
+        from mintrl.rollout.episode_branches import EpisodeBrancher
+
+        return EpisodeBrancher(self)
 
     # ------------------------------------------------------------------ public
     @torch.no_grad()
@@ -244,76 +369,37 @@ class EpisodeRollout(SemiOnPolicyRollout):
         allocate: bool = True,
     ) -> RolloutBatch:
         """All episodes for one optimizer step (one per rollout; same arguments and batch layout as
-        :meth:`SemiOnPolicyRollout.generate`).
+        :meth:`SemiOnPolicyRollout.generate`). With a branching allocation (``allocate``), once every
+        episode of the step has ended and been scored, the allocation branches more episodes from
+        turn anchors (:class:`mintrl.rollout.episode_branches.EpisodeBrancher`); they join their
+        prompts' groups after the initial rows.
 
         Raises:
             ValueError: the environment returned a first observation (the instruction must hold it).
         """
         start = time.perf_counter()
         rollouts, intervene = self._new_rollouts(items, step, n_control, n_semi)
-        first = self.env.reset([items[r.group] for r in rollouts])
-        if any(first):
-            raise ValueError(
-                f"{type(self.env).__name__}.reset returned a first observation; rollout=episodes needs the "
-                "task's instruction (the prompt) to hold it"
-            )
-        done = [False] * len(rollouts)
-        env_seconds, kinds, invalid, errors = 0.0, Counter(), 0, 0
-        for _ in range(self.max_turns):
-            active = [i for i, r in enumerate(rollouts) if not done[i] and self._remaining(r) > 0]
-            if not active:
-                break
-            review = {
-                id(rollouts[i]) for i in active if not rollouts[i].is_control and rollouts[i].reviews < self.max_reviews
-            }
-            episodes = [rollouts[i] for i in active]
-            starts = self._action_turn(episodes, items, review if intervene else set())
-            actions, ended = [], []
-            for r, s in zip(episodes, starts):
-                ids = r.response_ids[s:]
-                ended.append(bool(ids) and ids[-1] in self.sampler.eos_token_ids)
-                actions.append(self.tokenizer.decode(ids, skip_special_tokens=True))
-            result = self._step_env(active, actions)
-            env_seconds += result.seconds
-            for j, (i, r, s) in enumerate(zip(active, episodes, starts)):
-                kinds[result.action_kinds[j]] += 1
-                invalid += result.invalid[j]
-                errors += result.error[j]
-                action_end = len(r.response_ids)
-                intervened = any(r.intervention[s:action_end])
-                observation = result.observations[j]
-                if result.done[j]:
-                    done[i], r.finished, r.reward = True, True, float(result.rewards[j])
-                else:
-                    obs = self.tokenizer.encode(observation, add_special_tokens=False)[: self.max_observation_tokens]
-                    ids = self.wrapper.observation_ids(obs, ended[j])
-                    if len(ids) < self._remaining(r):
-                        r.observe(ids)
-                    else:  # no room for another action: the episode ends here, scored on its state
-                        observation = ""
-                r.turns.append(
-                    TurnRecord(
-                        s,
-                        action_end,
-                        len(r.response_ids),
-                        result.action_kinds[j],
-                        bool(result.invalid[j]),
-                        intervened,
-                        observation,
-                    )
-                )
-        unfinished = [i for i in range(len(rollouts)) if not done[i]]
-        if unfinished:
-            for i, value in zip(unfinished, self.env.score_final(unfinished)):
-                rollouts[i].reward = float(value)
+        self._reset([items[r.group] for r in rollouts])
+        tally = EpisodeTally()
+        self._play(rollouts, items, list(range(len(rollouts))), tally, reviewed=intervene)
         self._score_interventions([r for r in rollouts if not r.is_control])
+        self.tally = tally  # the branches' turns add to it (EpisodeBrancher)
+        extra, allocation_stats = self._allocate(rollouts, items) if allocate else ([], {})
+        for row, r in enumerate(extra, start=len(rollouts)):
+            r.row = row
+        rollouts += extra
         gen_seconds = time.perf_counter() - start
         batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature, prompts=list(items))
-        batch.stats = rollout_stats(rollouts, gen_seconds - env_seconds, white_box=self.intervention.white_box)
-        batch.stats.update(episode_stats(rollouts, kinds, invalid, errors, env_seconds, type(self.env).action_kinds))
+        batch.stats = rollout_stats(rollouts, gen_seconds - tally.env_seconds, white_box=self.intervention.white_box)
+        batch.stats.update(
+            episode_stats(
+                rollouts, tally.kinds, tally.invalid, tally.errors, tally.env_seconds, type(self.env).action_kinds
+            )
+        )
         batch.stats.update(self.env.metrics())
         batch.stats.update(self.judge.metrics())
         batch.stats.update(self.sampler.metrics())
+        batch.stats.update(allocation_stats)
         self._end_step(batch, step, intervene)
         return batch
 

@@ -82,6 +82,17 @@ def apply_verdict(
     )
 
 
+def rollout_counts(kept: int, generated: int, prompts: int) -> dict[str, float]:
+    """A step's rollout counts: ``allocation/rollouts_per_prompt`` (rollouts in the batch / prompts),
+    ``allocation/budget_used`` (rollouts generated, count) and ``allocation/generated_per_prompt``
+    (generated / prompts); the x axis of RAIL's performance-vs-rollouts comparison (RAIL sec. 4)."""
+    return {
+        "allocation/rollouts_per_prompt": kept / max(prompts, 1),
+        "allocation/budget_used": float(generated),
+        "allocation/generated_per_prompt": generated / max(prompts, 1),
+    }
+
+
 class SemiOnPolicyRollout:
     """Generates one step's rollouts (see module docstring).
 
@@ -193,17 +204,18 @@ class SemiOnPolicyRollout:
         self._reward = reward if isinstance(reward, GuardedReward) else GuardedReward(reward, self.reward_timeout_s)
 
     # ------------------------------------------------------------------ generation
-    def _sample(self, rollouts: list[Rollout], budgets: list[int]) -> list:
+    def _sample(self, rollouts: list[Rollout], budgets: list[int], temperature: float | None = None) -> list:
         """Continue each rollout by up to its own budget (tokens), in one ``generate`` call with the
         largest budget: a row is cut to its budget afterwards (and is then unfinished unless its EOS
         fell within it). One batched call decodes all rows together, which costs far less than one
-        call per distinct budget; the tokens past a row's budget are discarded."""
+        call per distinct budget; the tokens past a row's budget are discarded. ``temperature``:
+        the sampling temperature (None: ``rollout.temperature``; a branch's own otherwise)."""
         if not rollouts:
             return []
         gen = self.sampler.generate(
             [r.prompt_ids + r.response_ids for r in rollouts],
             max(budgets),
-            self.temperature,
+            self.temperature if temperature is None else temperature,
             self.top_p,
             cache_keys=[id(r) for r in rollouts],
         )
@@ -279,19 +291,9 @@ class SemiOnPolicyRollout:
                 float(lp[k]) if flag else old for k, (flag, old) in enumerate(zip(r.intervention, r.logprobs))
             ]
 
-    def _allocate(self, rollouts: list[Rollout], items: list[PromptItem]) -> tuple[list[Rollout], dict]:
-        """Branch extra rollouts within ``allocation.budget_per_step`` (RAIL): the new scored
-        rollouts and the allocation stats."""
-        total = self.allocation.budget_per_step if self.allocation is not None else None
-        if not total:
-            return [], {}
-        budget = RolloutBudget(total)
-        if budget.take(len(rollouts)) < len(rollouts):
-            raise ValueError(
-                f"allocation.budget_per_step={total} is below this step's {len(rollouts)} initial rollouts "
-                "(data.prompts_per_step x (rollout.n_control + rollout.n_semi))"
-            )
-        brancher = Brancher(
+    def _brancher(self) -> Brancher:
+        """The allocation's :class:`Brancher` for this engine's rollouts."""
+        return Brancher(
             self.sampler,
             self.tokenizer,
             self.reward,
@@ -300,8 +302,29 @@ class SemiOnPolicyRollout:
             self.max_response_tokens,
             intervene=self.intervene_at,
         )
+
+    def _allocate(self, rollouts: list[Rollout], items: list[PromptItem]) -> tuple[list[Rollout], dict]:
+        """Branch extra rollouts within ``allocation.budget_per_step`` (RAIL): the new scored
+        rollouts and the allocation stats. Every training step logs its rollout count, branching or
+        not (RAIL's performance-vs-rollouts axis): ``allocation/rollouts_per_prompt`` (the batch's
+        rollouts / prompts), ``allocation/budget_used`` (rollouts generated, discarded shadow
+        branches included) and ``allocation/generated_per_prompt`` (that / prompts)."""
+        total = self.allocation.budget_per_step if self.allocation is not None else None
+        if not total:
+            return [], rollout_counts(len(rollouts), len(rollouts), len(items))
+        budget = RolloutBudget(total)
+        if budget.take(len(rollouts)) < len(rollouts):
+            raise ValueError(
+                f"allocation.budget_per_step={total} is below this step's {len(rollouts)} initial rollouts "
+                "(data.prompts_per_step x (rollout.n_control + rollout.n_semi))"
+            )
+        brancher = self._brancher()
         extra, stats = self.allocation.allocate(rollouts, items, brancher, budget, self.step_delimiters)
-        return extra, {**stats, "allocation/budget_used": float(budget.used)}
+        return extra, {
+            **stats,
+            **brancher.metrics(),
+            **rollout_counts(len(rollouts) + len(extra), budget.used, len(items)),
+        }
 
     def intervene_at(self, parent: Rollout, anchor: int, length: int, item: PromptItem) -> list[Rollout]:
         """An "intervene" branch (the allocation's intervene actions): the judge reviews the chunk of

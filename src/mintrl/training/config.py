@@ -21,3 +21,13 @@ def rollout_batches(max_steps: int, epochs: int, minibatches: int) -> int:
 
 if not OmegaConf.has_resolver("rollout_batches"):
     OmegaConf.register_new_resolver("rollout_batches", rollout_batches)
+
+
+def rollouts_per_step(prompts_per_step: int, rollouts_per_prompt: int) -> int:
+    """A step's rollout budget: ``prompts_per_step x rollouts_per_prompt`` (rollouts;
+    ``${rollouts_per_step:...}`` in the allocation rows' ``allocation.budget_per_step``)."""
+    return int(prompts_per_step) * int(rollouts_per_prompt)
+
+
+if not OmegaConf.has_resolver("rollouts_per_step"):
+    OmegaConf.register_new_resolver("rollouts_per_step", rollouts_per_step)
