@@ -120,7 +120,10 @@ def test_every_benchmark_config_composes():
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         for name in names:
             # an environment benchmark: the training run's data, no reward
-            agent = {"sql_heldout": ("sql_lookup", "SqlEnvironment"), "shell_heldout": ("shell_files", "ShellEnvironment")}
+            agent = {
+                "sql_heldout": ("sql_lookup", "SqlEnvironment"),
+                "shell_heldout": ("shell_files", "ShellEnvironment"),
+            }
             agent = agent.get(name)
             extra = [f"data@train_data={agent[0]}"] if agent else []
             cfg = compose("eval", overrides=[f"benchmark={name}", "ckpt_path=base", *extra])

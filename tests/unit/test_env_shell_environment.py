@@ -68,7 +68,9 @@ def test_commands_share_one_shell_and_the_answer_is_scored(runs):
     }
 
 
-@pytest.mark.parametrize("answer,reward", [("<answer>3</answer>", 0.0), ("<answer>two</answer>", 0.0), ("<answer>02</answer>", 1.0)])
+@pytest.mark.parametrize(
+    "answer,reward", [("<answer>3</answer>", 0.0), ("<answer>two</answer>", 0.0), ("<answer>02</answer>", 1.0)]
+)
 def test_answers_without_any_command_need_no_shell(runs, answer, reward):
     env = make(runs)
     [step] = episode(env, [answer])

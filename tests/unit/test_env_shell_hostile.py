@@ -90,7 +90,13 @@ def test_hostile_commands_are_contained(tmp_path):
     assert "forked" in obs["fork bomb"] or timeout_note(2.0) in obs["fork bomb"]
     assert obs["memory bomb"] == out("MemoryError")  # 3 GiB refused under the 256 MiB address-space limit
     assert canary.read_text() == "keep me" and sorted(os.listdir(outside)) == ["canary"]
-    for path in ("/etc/mintrl-hostile-marker", "/usr/mintrl-hostile-marker", "/root/inside", "/home/inside", "/tmp/inside"):
+    for path in (
+        "/etc/mintrl-hostile-marker",
+        "/usr/mintrl-hostile-marker",
+        "/root/inside",
+        "/home/inside",
+        "/tmp/inside",
+    ):
         assert not os.path.exists(path), path
     assert "Read-only file system" in obs["writes outside"] and obs["writes outside"].count("\ninside\n") == 3
     assert not accepted and obs["network"].startswith("Output:\n") and "done" in obs["network"]

@@ -35,7 +35,9 @@ NO_ACTION = (
     "block; when you know the answer, write it inside <answer></answer> tags."
 )
 EMPTY_COMMAND = "Your ```bash block is empty. Write a command inside it."
-OUTPUT_HINT = "If this answers the question, write the answer inside <answer></answer> tags; if not, run another command."
+OUTPUT_HINT = (
+    "If this answers the question, write the answer inside <answer></answer> tags; if not, run another command."
+)
 NO_OUTPUT = "(no output)"
 
 

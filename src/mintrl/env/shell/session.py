@@ -200,9 +200,7 @@ class ShellSession:
             raise RuntimeError("the shell session has ended")
         self._count += 1
         marker = f"__mintrl_{self._nonce}_{self._count}__"
-        line = (
-            f"__mintrl_c={ansi_c_quote(command)}; eval \"$__mintrl_c\" </dev/null; printf '\\n{marker}:%d\\n' \"$?\"\n"
-        )
+        line = f'__mintrl_c={ansi_c_quote(command)}; eval "$__mintrl_c" </dev/null; printf \'\\n{marker}:%d\\n\' "$?"\n'
         start = time.monotonic()
         try:
             self._proc.stdin.write(line.encode())

@@ -141,7 +141,10 @@ def _layout(rng: random.Random, d: Difficulty) -> Layout:
             path = posixpath.join(rng.choice([""] + folders), name).lstrip("/")
             if path not in files:
                 break
-        lines = [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(d.min_lines, d.max_lines))]
+        lines = [
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4)))
+            for _ in range(rng.randint(d.min_lines, d.max_lines))
+        ]
         files[path] = "\n".join(lines) + "\n"
     return Layout(tuple(folders), files)
 
