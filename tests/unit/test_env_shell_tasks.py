@@ -88,7 +88,7 @@ def test_generated_tasks_are_deterministic_and_their_labels_are_what_the_referen
     assert set(picked) == set(KINDS)  # every kind among the first 30
     for kind, t in picked.items():
         result = run_script(t["init"], t["reference"], LOADER_UID, LIMITS, 5.0)
-        assert result.exit_code == 0 and result.output.strip() == t["label"], kind
+        assert result.finished and result.output.strip() == t["label"], kind  # (grep -c exits 1 on 0 lines)
         assert answers_match(t["label"], t["label"], t["check"])
     assert sandbox_processes() == []
 
