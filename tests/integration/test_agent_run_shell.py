@@ -2,6 +2,7 @@
 `experiment=agent/shell_mintrl_const_cpu` (episodes in sandboxed shells, shell judge, rule intervention,
 environment rewards), and no sandbox process left behind."""
 
+import pytest
 from hydra import compose, initialize_config_dir
 from shell_helpers import sandbox_processes
 
@@ -13,6 +14,7 @@ from mintrl.training.run import run
 UIDS = range(65300, 65310)  # the run's shell slots and judge uid (not the defaults: other runs use 64000+)
 
 
+@pytest.mark.slow  # 12.7 min measured on the shared 2-core machine at load 8 (the model dominates)
 def test_two_step_shell_mintrl_const_run(tmp_path):
     overrides = [
         "experiment=agent/shell_mintrl_const_cpu",
