@@ -114,20 +114,24 @@ def test_every_benchmark_config_composes():
         "mbpp_plus",
         "sql_heldout",
         "python_tool_heldout",
+        "shell_heldout",
     } <= set(names)
     from mintrl.training.checks import check_config
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         for name in names:
-            # an environment benchmark: the training run's data, no reward; its environment class
-            agents = {"sql_heldout": ("sql_lookup", "SqlEnvironment"), "python_tool_heldout": ("python_tool_arithmetic", "PythonToolEnvironment")}
-            agent = name in agents
-            extra = [f"data@train_data={agents[name][0]}"] if agent else []
+            # an environment benchmark: the training run's data, no reward
+            agent = {
+                "sql_heldout": ("sql_lookup", "SqlEnvironment"),
+                "python_tool_heldout": ("python_tool_arithmetic", "PythonToolEnvironment"),
+                "shell_heldout": ("shell_files", "ShellEnvironment"),
+            }.get(name)
+            extra = [f"data@train_data={agent[0]}"] if agent else []
             cfg = compose("eval", overrides=[f"benchmark={name}", "ckpt_path=base", *extra])
             check_config(cfg)
             assert cfg.benchmark.name and cfg.data.prompts.source._target_
             if agent:
-                assert cfg.reward is None and cfg.env._target_.endswith(agents[name][1])
+                assert cfg.reward is None and cfg.env._target_.endswith(agent[1])
                 assert cfg.rollout._target_.endswith("EpisodeRollout") and cfg.rollout.max_response_tokens == 256
             else:
                 assert cfg.reward._target_ and cfg.get("env") is None and cfg.rollout.max_response_tokens == 64

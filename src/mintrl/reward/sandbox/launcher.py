@@ -1,8 +1,13 @@
 """Sandbox launcher: isolate, limit, drop privileges, then run the harness (stdlib only).
 
-Run as ``python -I -S launcher.py '<json config>'`` by :class:`mintrl.reward.sandbox.Sandbox`, in
-a new session (its own process group), with a scrubbed environment; the program's JSON arrives on
-stdin and is passed through to the harness. This file is never imported by the package: it runs
+Run as ``python -I -S launcher.py '<json config>'`` in a new session (its own process group), with
+a scrubbed environment, in one of two modes:
+
+- harness (config key ``harness``; :class:`mintrl.reward.sandbox.Sandbox`): the program's JSON
+  arrives on stdin and is passed through to the harness;
+- program (config key ``argv``; :class:`mintrl.env.shell.session.ShellSession`): ``argv`` is
+  exec'd instead, with the launcher's stdin, stdout and stderr (e.g. a long-lived ``bash`` reading
+  commands on a pipe). This file is never imported by the package: it runs
 as a fresh, single-threaded process so that ``unshare``/``fork``/``setuid`` are safe.
 
 Steps (each isolation that the OS refuses is recorded, never silently assumed):
@@ -14,11 +19,13 @@ Steps (each isolation that the OS refuses is recorded, never silently assumed):
 3. Child: private mounts, a fresh ``/proc``, size-capped ``tmpfs`` on ``/tmp``, ``/var/tmp`` and
    ``/dev/shm`` (the working directory ``/tmp/work`` lives there and vanishes with the namespace),
    every other mount remounted read-only, and (when not root) the caller's home hidden under a tmpfs;
-   resource limits; ``setgroups([])``/``setgid``/``setuid`` to the unprivileged sandbox uid (root
-   only); parent-death signal SIGKILL; ``exec`` of the harness.
-4. Parent: waits up to the wall-clock limit, then SIGKILLs the child and its process group, and
-   writes a status file (wait status, timeout flag, isolation report) into a directory only it can
-   write.
+   (optional ``tmpfs_dirs``: more folders hidden under a private writable tmpfs, e.g. ``/root`` and
+   ``/home`` for a shell's tasks); resource limits; ``setgroups([])``/``setgid``/``setuid`` to the
+   unprivileged sandbox uid (root only); parent-death signal SIGKILL; ``exec`` of the harness or of
+   ``argv``.
+4. Parent: waits up to the wall-clock limit (or until it gets SIGTERM: the caller ends the run
+   early), then SIGKILLs the child and its process group, and writes a status file (wait status,
+   timeout flag, isolation report) into a directory only it can write.
 """
 
 import ctypes
@@ -104,7 +111,8 @@ def _isolate(root):
 
 
 def _child(cfg, isolation, root, report_fd, harness_source):
-    """PID 1 of the sandbox (or a plain child): set up and exec the harness. Never returns."""
+    """PID 1 of the sandbox (or a plain child): set up and exec the harness (or ``cfg["argv"]``
+    when ``harness_source`` is None). Never returns."""
     try:
         workdir = cfg["workdir"]
         if isolation["mount"]:
@@ -117,7 +125,8 @@ def _child(cfg, isolation, root, report_fd, harness_source):
             if isolation["pid"]:
                 _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
             home = None if root else cfg["caller_home"]  # the caller's own files: hidden
-            for target in ("/tmp", "/var/tmp", "/dev/shm", *([home] if home and home != "/" else [])):
+            extra = [d for d in cfg.get("tmpfs_dirs", ()) if d != "/"]
+            for target in ("/tmp", "/var/tmp", "/dev/shm", *([home] if home and home != "/" else []), *extra):
                 if os.path.isdir(target):
                     _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['tmp_bytes']},mode=1777")
             workdir = "/tmp/work"
@@ -142,6 +151,8 @@ def _child(cfg, isolation, root, report_fd, harness_source):
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid, which clears it
         os.chdir(workdir)
         env = dict(cfg["env"], HOME=workdir, TMPDIR=workdir)
+        if harness_source is None:
+            os.execve(cfg["argv"][0], cfg["argv"], env)
         # the harness goes in as source text: its file may sit under a path the new mounts hide
         os.execve(cfg["python"], [cfg["python"], "-I", "-c", harness_source], env)
     except BaseException as exc:  # noqa: BLE001 - report and exit with the launcher's own code
@@ -151,8 +162,10 @@ def _child(cfg, isolation, root, report_fd, harness_source):
 
 def main():
     cfg = json.loads(sys.argv[1])
-    with open(cfg["harness"]) as f:
-        harness_source = f.read()
+    harness_source = None
+    if "harness" in cfg:
+        with open(cfg["harness"]) as f:
+            harness_source = f.read()
     root = os.geteuid() == 0
     isolation = _isolate(root)
     isolation["separate_user"] = root  # root drops to a per-slot uid; others already run unprivileged
@@ -172,7 +185,14 @@ def main():
         except ProcessLookupError:
             pass
 
+    def on_term(signum, frame):  # the caller ends the run: kill the sandbox, still reap it and report
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
     signal.signal(signal.SIGALRM, on_alarm)
+    signal.signal(signal.SIGTERM, on_term)
     start = time.monotonic()
     signal.setitimer(signal.ITIMER_REAL, cfg["limits"]["wall_s"])
     _, status, usage = os.wait4(pid, 0)

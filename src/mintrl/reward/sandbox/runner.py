@@ -259,30 +259,11 @@ class Sandbox:
         try:
             work = os.path.join(tmp, "work")  # used only where no private /tmp can be mounted
             os.mkdir(work, 0o700)
-            uid = self._first_uid + slot
-            cfg = {
-                "workdir": work,
-                "uid": uid,
-                "gid": uid,
-                "limits": self.limits,
-                "tmp_bytes": self.tmp_bytes,
-                "python": self.python,
-                "harness": HARNESS,
-                "env": _SAFE_ENV,
-                "status_path": os.path.join(tmp, "status.json"),
-                "caller_home": os.path.expanduser("~"),
-            }
+            cfg = launcher_config(tmp, self._first_uid + slot, self.limits, self.tmp_bytes, harness=HARNESS)
+            cfg["python"] = self.python
             job = json.dumps({**dataclasses.asdict(program), "nonce": nonce}).encode()
             with open(os.path.join(tmp, "stdout"), "w+b") as out, open(os.path.join(tmp, "stderr"), "w+b") as err:
-                proc = subprocess.Popen(
-                    [sys.executable, "-I", "-S", LAUNCHER, json.dumps(cfg)],
-                    stdin=subprocess.PIPE,
-                    stdout=out,
-                    stderr=err,
-                    env=_SAFE_ENV,
-                    start_new_session=True,
-                    close_fds=True,
-                )
+                proc = start_launcher(cfg, stdin=subprocess.PIPE, stdout=out, stderr=err)
                 try:
                     proc.communicate(job, timeout=self.timeout_s + 10.0)
                 except subprocess.TimeoutExpired:  # the launcher's own timer failed: kill its whole group
@@ -300,6 +281,69 @@ class Sandbox:
             return _result(status, stdout, stderr, nonce, self.limits["cpu_s"]), status["isolation"]
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def launcher_config(
+    run_dir: str,
+    uid: int,
+    limits: dict,
+    tmp_bytes: int,
+    harness: str | None = None,
+    argv: Sequence[str] | None = None,
+    tmpfs_dirs: Sequence[str] = (),
+) -> dict:
+    """The JSON config of one ``launcher.py`` run (see its docstring), in harness or program mode.
+
+    Args:
+        run_dir: a fresh folder only this process writes: the launcher's status file
+            (``status.json``) and, where no private ``/tmp`` can be mounted, the working directory
+            (``work``, which must exist) go there.
+        uid: the sandbox uid (and gid) the program runs as (used only as root).
+        limits: ``wall_s`` (seconds), ``cpu_s`` (seconds), ``address_space_bytes``,
+            ``file_size_bytes`` (bytes), ``processes``, ``open_files`` (counts).
+        tmp_bytes: size of each private tmpfs (bytes).
+        harness: path of the harness script (harness mode), or None.
+        argv: the program and its arguments to exec (program mode), or None.
+        tmpfs_dirs: more folders hidden under a private writable tmpfs (absolute paths).
+
+    Raises:
+        ValueError: neither or both of ``harness`` and ``argv``.
+    """
+    if (harness is None) == (argv is None):
+        raise ValueError("launcher_config needs exactly one of harness and argv")
+    cfg = {
+        "workdir": os.path.join(run_dir, "work"),
+        "uid": int(uid),
+        "gid": int(uid),
+        "limits": dict(limits),
+        "tmp_bytes": int(tmp_bytes),
+        "env": _SAFE_ENV,
+        "status_path": os.path.join(run_dir, "status.json"),
+        "caller_home": os.path.expanduser("~"),
+        "tmpfs_dirs": list(tmpfs_dirs),
+    }
+    if harness is not None:
+        cfg["harness"] = harness
+    else:
+        cfg["argv"] = list(argv)
+    return cfg
+
+
+def start_launcher(cfg: dict, **popen_kwargs) -> subprocess.Popen:
+    """Start ``launcher.py`` with ``cfg`` (:func:`launcher_config`) in a new session, with a
+    scrubbed environment and no inherited descriptors; ``popen_kwargs`` set its stdin, stdout and
+    stderr.
+
+    Raises:
+        OSError: the process could not be started.
+    """
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", LAUNCHER, json.dumps(cfg)],
+        env=_SAFE_ENV,
+        start_new_session=True,
+        close_fds=True,
+        **popen_kwargs,
+    )
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
