@@ -105,6 +105,8 @@ def test_turn_anchor_features_of_a_hand_made_pool():
     [
         ("python_tool_rail_cpu", RailAllocation, 64),
         ("python_tool_entropy_cpu", EntropyAllocation, 64),
+        ("shell_rail_cpu", RailAllocation, 64),
+        ("shell_entropy_cpu", EntropyAllocation, 64),
         ("sql_rail_cpu", RailAllocation, 64),
         ("sql_entropy_cpu", EntropyAllocation, 64),
         ("sql_rail", RailAllocation, 512),
