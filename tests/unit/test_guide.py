@@ -16,7 +16,7 @@ from mintrl.rollout.batch import Provenance, Rollout, RolloutBatch, collate_roll
 from mintrl.rollout.stats import guide_stats
 from mintrl.training.module import PolicyModule
 
-P, I, G, E, N = (
+P, IV, G, E, N = (
     int(k)
     for k in (Provenance.POLICY, Provenance.INTERVENTION, Provenance.GUIDE, Provenance.ENVIRONMENT, Provenance.NONE)
 )
@@ -37,7 +37,7 @@ def test_collated_provenance_is_one_typed_tensor_and_masks_derive_from_it():
     control.append([20], [-0.1], intervention=False)
     batch = collate_rollouts([_mixed_rollout(), control], 1, pad_token_id=0, temperature=1.0)
     assert batch.provenance.dtype == torch.int8
-    assert batch.provenance.tolist() == [[N, N, G, G, P, I, E, P], [N, N, N, P, N, N, N, N]]
+    assert batch.provenance.tolist() == [[N, N, G, G, P, IV, E, P], [N, N, N, P, N, N, N, N]]
     assert batch.response_mask.tolist()[0] == [False, False, False, False, True, True, False, True]
     assert batch.guide_mask.tolist()[0] == [False, False, True, True, False, False, False, False]
     assert batch.policy_mask.tolist()[0] == [False, False, False, False, True, False, False, True]
@@ -77,7 +77,7 @@ def test_masks_given_to_the_constructor_become_provenance():
         is_control=torch.tensor([True]),
         num_groups=1,
     )
-    assert batch.provenance.tolist() == [[N, P, I, E]]
+    assert batch.provenance.tolist() == [[N, P, IV, E]]
 
 
 @pytest.mark.parametrize(("n", "p", "expected"), [(10, 0.3, 3), (7, 0.5, 3), (7, 1.0, 7), (7, 0.0, 0), (3, 0.99, 2)])
@@ -181,7 +181,7 @@ def test_grpo_leaves_the_demonstration_out_of_group_and_loss():
 
 def test_regression_anchors_guide_tokens_like_interventions():
     # prompt, guide (-1.0 now), policy (-2.0 now, -2.5 at rollout), intervention (-3.0 now)
-    prov = torch.tensor([[N, G, P, I]], dtype=torch.int8)
+    prov = torch.tensor([[N, G, P, IV]], dtype=torch.int8)
     batch = RolloutBatch(
         input_ids=torch.ones(1, 4, dtype=torch.long),
         attention_mask=torch.ones(1, 4, dtype=torch.long),
