@@ -6,7 +6,7 @@ import copy
 import torch
 
 from mintrl.model.logprobs import token_logprobs
-from mintrl.objective import GRPO, AdvantageRegression, InterventionGRPO, OnPolicyDistillation, SupervisedNLL
+from mintrl.objective import GRPO, LUFFY, AdvantageRegression, InterventionGRPO, OnPolicyDistillation, SupervisedNLL
 from mintrl.rollout.batch import RolloutBatch
 
 
@@ -61,6 +61,7 @@ OBJECTIVES = {
     "intervention-grpo": lambda: InterventionGRPO(importance="behaviour", semi_advantage="group"),
     "mentor": lambda: InterventionGRPO(importance="rollout", semi_advantage="mentor", clip_high=0.28, dual_clip=3.0),
     "sft": lambda: SupervisedNLL(),
+    "luffy": lambda: LUFFY(gamma=0.1),
     "opd": None,  # make_objective builds it around the model (its teacher is a perturbed copy)
 }
 

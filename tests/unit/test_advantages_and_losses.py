@@ -21,7 +21,7 @@ from mintrl.objective import (
 )
 from mintrl.objective.intervention_grpo import cosine_decay
 from mintrl.reward import score_rewards
-from mintrl.rollout.batch import RolloutBatch
+from mintrl.rollout.batch import Provenance, RolloutBatch
 
 NAN = float("nan")
 
@@ -171,7 +171,7 @@ def test_all_truncated_batch_trains_on_nothing():
 def test_intervention_grpo_ratio_against_behaviour_policy():
     # rows 2, 3 are guided: one intervention token (position 3) by a deterministic writer, behaviour log-prob 0
     batch = _batch([1.0, 0.0, 1.0, 0.0])
-    batch.intervention_mask[2:, 3] = True
+    batch.provenance[2:, 3] = int(Provenance.INTERVENTION)
     batch.is_control = torch.tensor([True, True, False, False])
     behaviour = batch.rollout_logprobs.clone()
     behaviour[2:, 3] = 0.0

@@ -10,6 +10,7 @@ import torch
 from update_helpers import OBJECTIVES, make_objective, rollout_batch
 
 from mintrl.objective import anchored_log_ratio, step_totals
+from mintrl.rollout.batch import Provenance
 from mintrl.training.module import PolicyModule
 
 # (row, response offsets) that are environment tokens; none is an intervention token (rows 2, 5, 7
@@ -25,8 +26,7 @@ def episode_batch(model):
         for k in offsets:
             env[row, PROMPT_LENS[row] + k] = True
     assert not (env & batch.intervention_mask).any() and (env & batch.response_mask).sum() == 6
-    batch.response_mask = batch.response_mask & ~env
-    batch.environment_mask = env
+    batch.provenance = batch.provenance.masked_fill(env, int(Provenance.ENVIRONMENT))
     batch.rollout_logprobs = batch.rollout_logprobs.masked_fill(env, 0.0)
     batch.behaviour_logprobs = batch.behaviour_logprobs.masked_fill(env, 0.0)
     return batch

@@ -84,11 +84,21 @@ def test_batch_records_hold_provenance_verdicts_advantages_and_branches():
     records = batch_records(batch, CharTokenizer(), "train", 3)
     assert [r["row"] for r in records] == [0, 1, 2, 3] and [r["group"] for r in records] == [0, 0, 0, 1]
     control, semi, branch, other = records
-    assert control["response"] == "3+4=7" and control["tokens"] == {"policy": 6, "intervention": 0, "environment": 0}
+    assert control["response"] == "3+4=7" and control["tokens"] == {
+        "policy": 6,
+        "intervention": 0,
+        "guide": 0,
+        "environment": 0,
+    }
     assert control["segments"] == [{"by": "policy", "text": "3+4=7"}] and control["finished"] is True
     assert (control["prompt_index"], control["question"], control["reference"]) == (4, "3+4?", "7")
     assert (control["reward"], control["advantage"], control["trains"], control["control"]) == (1.0, 0.5, True, True)
-    assert semi["response"] == "ok\n\n=7 done" and semi["tokens"] == {"policy": 9, "intervention": 2, "environment": 0}
+    assert semi["response"] == "ok\n\n=7 done" and semi["tokens"] == {
+        "policy": 9,
+        "intervention": 2,
+        "guide": 0,
+        "environment": 0,
+    }
     assert semi["segments"] == [
         {"by": "policy", "text": "ok\n\n"},
         {"by": "intervention", "text": "=7"},

@@ -21,6 +21,8 @@ class PromptItem:
         index: position in its split; question: the task text; reference: the reference answer
         (privileged context of the self-intervention judge); prompt_ids: chat-templated token ids;
         entry: the reasoning-gym entry (scored by the reward); task: the task name.
+        solution: a reference solution in the reward's answer format (:mod:`mintrl.data.solutions`),
+        or None where the source has none; what a guide splices in (:mod:`mintrl.guide`).
     """
 
     index: int
@@ -29,6 +31,7 @@ class PromptItem:
     prompt_ids: list[int]
     entry: dict[str, Any] = field(repr=False)
     task: str = ""
+    solution: str | None = field(default=None, repr=False)
 
 
 class InvalidRow(ValueError):

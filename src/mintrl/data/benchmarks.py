@@ -25,6 +25,7 @@ from mintrl.data.base import (
     read_json_rows,
 )
 from mintrl.data.code import CODE_INSTRUCTION, code_items, normalise_row
+from mintrl.data.solutions import champ_solution
 from mintrl.training.checks import check_int
 
 _WORD = re.compile(r"[A-Za-z]{2,}")
@@ -112,7 +113,9 @@ class _RowPrompts(PromptSource):
                 )
             )
             if ids is not None:
-                items.append(PromptItem(len(items), row["question"], row["answer"], ids, row, self.task))
+                items.append(
+                    PromptItem(len(items), row["question"], row["answer"], ids, row, self.task, row.get("solution"))
+                )
         return items
 
 
@@ -131,7 +134,7 @@ class ChampPrompts(_RowPrompts):
 
         problems = champ_dataset.load(self.version).problems
         return [
-            {"id": key, "question": p.text, "answer": p.answer}
+            {"id": key, "question": p.text, "answer": p.answer, "solution": champ_solution(p)}
             for key, p in problems.items()
             if is_answerable(p.answer)
         ]
@@ -145,6 +148,8 @@ class HubPrompts(_RowPrompts):
             a folder of data files) or a local ``.json``/``.jsonl``/``.parquet`` file.
         name: the dataset config name (hub), if any. split: the split to read.
         question_field, answer_field: row fields of the question and the reference answer.
+        solution_field: row field of a worked reference solution (``PromptItem.solution``, what a
+            guide splices in), or None; a row whose field is missing or empty gets no solution.
         answer_pattern: optional regex whose first group is the answer inside the answer field
             (e.g. GSM8K's ``#### (.+)``).
         code: rows are coding problems in HumanEval/MBPP format (``reward=code``) instead.
@@ -168,9 +173,11 @@ class HubPrompts(_RowPrompts):
         answer_field: str = "answer",
         answer_pattern: str | None = None,
         code: bool = False,
+        solution_field: str | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.solution_field = solution_field
         self.path, self.split, self.name = path, split, name
         self.question_field, self.answer_field = question_field, answer_field
         self.answer_pattern = re.compile(answer_pattern, re.S) if answer_pattern else None
@@ -216,7 +223,11 @@ class HubPrompts(_RowPrompts):
                     f"{self.task} row {i}: field {self.answer_field!r}: answer_pattern finds nothing in {answer[-80:]!r}"
                 )
             answer = match.group(1).strip()
-        return {"row": i, "question": row[self.question_field], "answer": answer}
+        out = {"row": i, "question": row[self.question_field], "answer": answer}
+        solution = row.get(self.solution_field) if self.solution_field else None
+        if isinstance(solution, str) and solution.strip():
+            out["solution"] = solution
+        return out
 
     def rows(self, rows: RowFilter | None = None) -> list[dict[str, Any]]:
         """The valid rows, normalised (``rows``: what to do with invalid ones; default raise)."""

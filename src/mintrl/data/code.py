@@ -23,6 +23,7 @@ from typing import Any
 import torch
 
 from mintrl.data.base import InvalidRow, PromptItem, PromptSource, RowFilter, prompt_ids, read_json_rows
+from mintrl.data.solutions import code_solution
 
 CODE_INSTRUCTION = "{question}\nWrite the complete solution in one ```python code block."
 HUMANEVAL = "humaneval"
@@ -36,7 +37,8 @@ def humaneval_path() -> str:
 
 
 def normalise_row(row: dict[str, Any], i: int, name: str) -> dict[str, Any]:
-    """One HumanEval- or MBPP-format row as ``{task_id, question, reference, prompt, tests, entry_point}``.
+    """One HumanEval- or MBPP-format row as ``{task_id, question, reference, solution, prompt, tests,
+    entry_point}`` (``solution``: the canonical solution / reference code as one fenced python block).
 
     Raises:
         ValueError: the row matches neither format, or a required field is missing or empty
@@ -57,6 +59,7 @@ def normalise_row(row: dict[str, Any], i: int, name: str) -> dict[str, Any]:
             "task_id": str(row.get("task_id", i)),
             "question": f"Complete this Python function:\n```python\n{prompt}```",
             "reference": prompt + need("canonical_solution"),
+            "solution": code_solution(prompt + row["canonical_solution"]),
             "prompt": prompt,
             "tests": need("test"),
             "entry_point": need("entry_point"),
@@ -74,6 +77,7 @@ def normalise_row(row: dict[str, Any], i: int, name: str) -> dict[str, Any]:
             "task_id": str(row.get("task_id", i)),
             "question": text.strip() + "\nYour code should pass these tests:\n" + "\n".join(tests),
             "reference": need("code"),
+            "solution": code_solution(row["code"]),
             "prompt": "",
             "tests": setup + "\n" + "\n".join(tests),
             "entry_point": None,
@@ -194,5 +198,5 @@ def code_items(
             )
         )
         if ids is not None:
-            items.append(PromptItem(len(items), row["question"], row["reference"], ids, row, task))
+            items.append(PromptItem(len(items), row["question"], row["reference"], ids, row, task, row.get("solution")))
     return items

@@ -202,7 +202,9 @@ class RolloutDataModule(L.LightningDataModule):
                 return out
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.val_seed + batch[0].index)
-                return self.rollout.generate(batch, n_control=self.val_samples_per_prompt, n_semi=0, allocate=False)
+                return self.rollout.generate(
+                    batch, n_control=self.val_samples_per_prompt, n_semi=0, allocate=False, guide=False
+                )
         finally:
             self.rollout.sampler.release()  # end of a generation phase (vLLM sleep mode frees memory for the update)
 

@@ -6,6 +6,7 @@ import reasoning_gym
 from reasoning_gym.factory import DATASETS
 
 from mintrl.data.base import DEFAULT_INSTRUCTION, InvalidRow, PromptItem, PromptSource, RowFilter, prompt_ids
+from mintrl.data.solutions import reasoning_gym_solution
 from mintrl.training.checks import check_int
 
 
@@ -94,4 +95,4 @@ class ReasoningGymPrompts(PromptSource):
             history=self.history(),
             **self.chat_template_kwargs,
         )
-        return PromptItem(i, entry["question"], entry["answer"], ids, entry, self.task)
+        return PromptItem(i, entry["question"], entry["answer"], ids, entry, self.task, reasoning_gym_solution(entry))

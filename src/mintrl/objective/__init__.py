@@ -15,6 +15,7 @@ from mintrl.objective.base import Objective, ObjectiveOutput, Prepared
 from mintrl.objective.functional import anchor_logprobs, anchored_log_ratio, regression_loss, regression_terms
 from mintrl.objective.grpo import GRPO
 from mintrl.objective.intervention_grpo import InterventionGRPO
+from mintrl.objective.luffy import LUFFY, shaped_probability
 from mintrl.objective.opd import OnPolicyDistillation
 from mintrl.objective.policy_gradient import clipped_surrogate, importance_weight_stats, kl_penalty
 from mintrl.objective.regression import AdvantageRegression
@@ -25,6 +26,7 @@ __all__ = [
     "AdvantageRegression",
     "GRPO",
     "InterventionGRPO",
+    "LUFFY",
     "Objective",
     "ObjectiveOutput",
     "Prepared",
@@ -44,6 +46,7 @@ __all__ = [
     "regression_loss",
     "regression_terms",
     "sequence_mean",
+    "shaped_probability",
     "step_totals",
     "valid_rows",
 ]

@@ -57,6 +57,14 @@ class Objective:
     :class:`mintrl.training.build.ModelContext`: frozen step-0 policy, teachers), which
     ``build_components`` always passes; an objective that needs no model accepts and ignores it.
 
+    Attributes:
+        trains_guide_tokens: class-level capability; True when the objective puts guide tokens
+            (:attr:`mintrl.rollout.batch.Provenance.GUIDE`: a reference solution's prefix, a
+            demonstration) into its loss mask and says how (the MInTRL regression anchors them like
+            intervention tokens, LUFFY shapes them, SFT imitates them). False (default): guide
+            tokens are context like the prompt: out of the loss, ratios, KL and every denominator,
+            and a row with only guide tokens has no usable sample.
+
     Args:
         mask_truncated: drop responses that hit the length limit (no EOS) from the loss, numerator
             and denominator (DAPO's overlong filtering); they still count in group statistics.
@@ -64,16 +72,24 @@ class Objective:
             missing reward then still train.
     """
 
+    trains_guide_tokens: bool = False
+
     def __init__(self, mask_truncated: bool = False, uses_reward: bool = True):
         self.mask_truncated, self.uses_reward = mask_truncated, uses_reward
 
     def setup(self, policy: torch.nn.Module) -> None:
         """Called once when training starts, with the policy being trained."""
 
+    def token_mask(self, batch: RolloutBatch) -> torch.Tensor:
+        """``[N, L]`` bool tokens this objective may train: ``response_mask`` (policy and
+        intervention), plus ``guide_mask`` when :attr:`trains_guide_tokens`."""
+        return batch.response_mask | batch.guide_mask if self.trains_guide_tokens else batch.response_mask
+
     def valid_mask(self, batch: RolloutBatch) -> torch.Tensor:
-        """``[N]`` bool rows with a usable sample: non-empty response and, when ``uses_reward``,
-        a reward. Only these enter group statistics."""
-        return valid_rows(batch.rewards, batch.response_mask) if self.uses_reward else batch.response_mask.any(-1)
+        """``[N]`` bool rows with a usable sample: at least one :meth:`token_mask` token and, when
+        ``uses_reward``, a reward. Only these enter group statistics."""
+        tokens = self.token_mask(batch)
+        return valid_rows(batch.rewards, tokens) if self.uses_reward else tokens.any(-1)
 
     def extra_tensors(self, batch: RolloutBatch, valid: torch.Tensor, logprob_fn: LogprobFn) -> Prepared:
         """The tensors the loss needs, the rows kept and statistics (override). ``valid`` is
@@ -99,7 +115,7 @@ class Objective:
             rows = rows & batch.finished
         batch.extras.update(prepared.tensors)
         batch.train_rows = rows
-        batch.loss_mask = batch.response_mask & rows[:, None]  # [N, L]
+        batch.loss_mask = self.token_mask(batch) & rows[:, None]  # [N, L]
         stats["objective/rows_without_signal"] = float((~rows).sum())
         return stats
 

@@ -17,7 +17,8 @@ class AdvantageRegression(Objective):
 
     No importance weights: the anchor ``log pi~_t`` is the rollout-time log-prob of each policy
     token (fixed for all updates on the batch) and ``kappa`` (Const) or the policy's rollout-time
-    log-prob (Proxy) on intervention tokens. The loss is the mean over the optimizer step's
+    log-prob (Proxy) on intervention tokens. Guide tokens (a reference solution's prefix,
+    :mod:`mintrl.guide`) are anchored exactly like intervention tokens (``trains_guide_tokens``). The loss is the mean over the optimizer step's
     sequences of ``(beta * log_ratio - A)^2``; rows without a reward or whose group has no valid
     control rollout are left out (counted in ``objective/rows_without_signal``).
 
@@ -30,6 +31,8 @@ class AdvantageRegression(Objective):
     Raises:
         ValueError: ``beta <= 0`` or ``kappa >= 0`` (field named).
     """
+
+    trains_guide_tokens = True  # anchored like intervention tokens (kappa / pi_t)
 
     def __init__(self, beta: float = 1e-3, kappa: float | None = -0.2, mask_truncated: bool = False, context=None):
         super().__init__(mask_truncated=mask_truncated)
@@ -46,8 +49,9 @@ class AdvantageRegression(Objective):
     def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:
         adv = batch.extras["advantages"]  # [n]
         rows = batch.loss_mask.any(-1)  # [n]
+        off_policy = batch.intervention_mask | batch.guide_mask  # [n, L] anchored at kappa (Const)
         log_ratio = anchored_log_ratio(
-            logprobs, batch.rollout_logprobs, batch.response_mask, batch.intervention_mask, self.kappa
+            logprobs, batch.rollout_logprobs, batch.scored_mask, off_policy, self.kappa
         )  # [n]
         loss = sequence_mean(regression_terms(log_ratio, adv, self.beta), rows, totals)
         n = rows.sum().clamp(min=1)

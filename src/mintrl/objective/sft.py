@@ -20,6 +20,8 @@ class SupervisedNLL(Objective):
         aggregation: see :func:`mintrl.objective.aggregation.aggregate`.
     """
 
+    trains_guide_tokens = True  # imitation: a demonstration's tokens are what SFT learns
+
     def __init__(self, aggregation: str = "token-mean", context=None):
         super().__init__(uses_reward=False)
         check_choice("objective.aggregation", aggregation, AGGREGATIONS)

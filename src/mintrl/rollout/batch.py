@@ -3,12 +3,32 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import InitVar, dataclass, field, replace
+from enum import IntEnum
 from typing import Literal
 
 import torch
 
 from mintrl.judge.base import VerdictKind
+
+
+class Provenance(IntEnum):
+    """Who wrote a token of a :class:`RolloutBatch` (its ``provenance`` tensor, int8).
+
+    - ``NONE``: a prompt or padding position (not a response token).
+    - ``POLICY``: sampled by the policy at rollout time (on-policy).
+    - ``INTERVENTION``: a judge-intervention correction spliced into a semi-on-policy rollout.
+    - ``GUIDE``: a prefix or a whole trace the policy did not sample (a reference solution's prefix,
+      a demonstration; :mod:`mintrl.guide`). No on-policy objective counts it unless it says so
+      (:attr:`mintrl.objective.base.Objective.trains_guide_tokens`).
+    - ``ENVIRONMENT``: an environment's observation turn inside an episode; never trained.
+    """
+
+    NONE = 0
+    POLICY = 1
+    INTERVENTION = 2
+    GUIDE = 3
+    ENVIRONMENT = 4
 
 
 @dataclass
@@ -107,6 +127,8 @@ class Rollout:
             equal to ``logprobs`` on policy tokens, the intervention's own log-prob on
             intervention tokens (see :class:`mintrl.intervention.base.Correction`).
         intervention: per response token, True if intervention-authored.
+        guide: per response token, True if spliced from a guide (a reference solution's prefix or a
+            demonstration, :mod:`mintrl.guide`), not sampled by the policy.
         environment: per response token, True if written by the environment (an observation turn
             of an episode: the chat template's turn wrapper and the observation), never trained.
         finished: ended with EOS (else the length limit); in an episode: the environment ended it.
@@ -140,28 +162,67 @@ class Rollout:
     row: int = -1
     environment: list[bool] = field(default_factory=list)
     turns: list[TurnRecord] = field(default_factory=list)
+    guide: list[bool] = field(default_factory=list)
 
-    def append(self, ids, logprobs, intervention: bool, behaviour=None) -> None:
-        """Append tokens (ids and their log-probs) with one provenance; ``behaviour`` defaults to
-        ``logprobs`` (tokens the policy sampled itself)."""
+    def append(self, ids, logprobs, intervention: bool, behaviour=None, guide: bool = False) -> None:
+        """Append tokens (ids and their log-probs) with one provenance (policy, intervention or,
+        with ``guide=True``, guide); ``behaviour`` defaults to ``logprobs`` (tokens the policy
+        sampled itself).
+
+        Raises:
+            ValueError: lengths differ, or a token marked both intervention and guide.
+        """
         ids, logprobs = list(ids), list(logprobs)
         behaviour = logprobs if behaviour is None else list(behaviour)
         if not len(ids) == len(logprobs) == len(behaviour):
             raise ValueError(f"append: {len(ids)} ids, {len(logprobs)} log-probs, {len(behaviour)} behaviour log-probs")
+        if intervention and guide:
+            raise ValueError("append: a token is either intervention or guide, not both")
+        self._pad_guide()
         self.response_ids += ids
         self.logprobs += logprobs
         self.behaviour += behaviour
         self.intervention += [intervention] * len(ids)
         self.environment += [False] * len(ids)
+        self.guide += [guide] * len(ids)
+
+    def _pad_guide(self) -> None:
+        # code that sets ``intervention`` / ``environment`` directly (branch copies) leaves ``guide``
+        # short: the missing flags are False (no guide token was copied there)
+        missing = len(self.response_ids) - len(self.guide)
+        if missing > 0:
+            self.guide += [False] * missing
+
+    @property
+    def provenance(self) -> list[Provenance]:
+        """Per response token, its :class:`Provenance`."""
+        self._pad_guide()
+        return [
+            Provenance.ENVIRONMENT
+            if env
+            else Provenance.INTERVENTION
+            if iv
+            else Provenance.GUIDE
+            if g
+            else Provenance.POLICY
+            for iv, env, g in zip(self.intervention, self.environment, self.guide)
+        ]
+
+    @property
+    def guide_tokens(self) -> int:
+        """Response tokens spliced from a guide."""
+        return sum(self.guide)
 
     def observe(self, ids) -> None:
         """Append environment tokens (an observation turn): log-probs 0.0, never trained."""
         ids = list(ids)
+        self._pad_guide()
         self.response_ids += ids
         self.logprobs += [0.0] * len(ids)
         self.behaviour += [0.0] * len(ids)
         self.intervention += [False] * len(ids)
         self.environment += [True] * len(ids)
+        self.guide += [False] * len(ids)
 
     @property
     def agent_tokens(self) -> int:
@@ -171,7 +232,22 @@ class Rollout:
     def truncate(self, length: int) -> None:
         """Keep the first ``length`` response tokens."""
         del self.response_ids[length:], self.logprobs[length:], self.behaviour[length:], self.intervention[length:]
-        del self.environment[length:]
+        del self.environment[length:], self.guide[length:]
+
+
+def provenance_from_masks(
+    response_mask: torch.Tensor, intervention_mask: torch.Tensor | None, environment_mask: torch.Tensor | None
+) -> torch.Tensor:
+    """``[N, L]`` int8 :class:`Provenance` of a batch given as the older boolean masks:
+    environment where ``environment_mask``, else intervention where ``intervention_mask`` (inside the
+    response), else policy where ``response_mask``, else none. No guide tokens (masks cannot say so)."""
+    prov = torch.full(response_mask.shape, int(Provenance.NONE), dtype=torch.int8, device=response_mask.device)
+    prov[response_mask] = int(Provenance.POLICY)
+    if intervention_mask is not None:
+        prov[intervention_mask & response_mask] = int(Provenance.INTERVENTION)
+    if environment_mask is not None:
+        prov[environment_mask] = int(Provenance.ENVIRONMENT)
+    return prov
 
 
 @dataclass
@@ -181,25 +257,36 @@ class RolloutBatch:
     Position ``j`` of the per-token tensors refers to the token ``input_ids[:, j]`` (its log-prob
     is predicted from positions ``< j``); prompt and padding positions hold 0 / False.
 
+    Who wrote each token is one typed tensor, ``provenance``; the boolean masks the objectives,
+    KL, entropy, ratios and denominators use are read-only views derived from it:
+
+    - ``response_mask``: policy and intervention tokens (the agent's; what every on-policy
+      objective's loss, KL, entropy and denominator count). Guide and environment tokens are not in it.
+    - ``intervention_mask``: intervention tokens. ``guide_mask``: guide tokens. ``policy_mask``:
+      policy tokens. ``environment_mask``: environment tokens (observation turns of an episode).
+    - ``scored_mask``: ``response_mask | guide_mask``, the tokens whose log-probs the trainer computes.
+
+    The constructor takes ``provenance`` or, for batches built by hand, the older
+    ``response_mask`` / ``intervention_mask`` / ``environment_mask`` (turned into provenance by
+    :func:`provenance_from_masks`; ignored when ``provenance`` is given, as ``dataclasses.replace``
+    does); assigning a mask later raises (set ``provenance``).
+
     Attributes:
         input_ids: ``[N, L]`` int64. attention_mask: ``[N, L]`` int64.
-        response_mask: ``[N, L]`` bool, True on the response tokens the agent wrote (policy and
-            intervention); False on the prompt, on padding and on environment tokens. Every
-            objective's loss, KL, entropy and denominator counts only these positions.
-        intervention_mask: ``[N, L]`` bool, True on intervention-authored response tokens.
-        environment_mask: ``[N, L]`` bool, True on environment tokens inside the response (an
-            episode's observation turns: context like the prompt, never trained); all False for
-            single-turn rollouts.
-        rollout_logprobs: ``[N, L]`` float32, log pi_t of each response token at rollout time.
+        provenance: ``[N, L]`` int8 :class:`Provenance` (``NONE`` on prompt and padding).
+        rollout_logprobs: ``[N, L]`` float32, log pi_t of each response token at rollout time
+            (guide tokens: scored by the rollout-time policy after the rollout).
         rewards: ``[N]`` float32 (NaN: no reward). group_index: ``[N]`` int64 in ``[0, G)``.
         is_control: ``[N]`` bool.
         finished: ``[N]`` bool, the response ended with EOS (False: truncated at the length limit).
         behaviour_logprobs: ``[N, L]`` float32, log-prob of each response token under the policy
-            that wrote it (rollout policy or intervention), for importance-weight diagnostics.
+            that wrote it (rollout policy, intervention, or 0.0 for a fixed guide text), for
+            importance-weight diagnostics.
         prompts: the step's ``G`` :class:`mintrl.data.base.PromptItem` (question, reference).
         train_rows: ``[N]`` bool, rows that train (set by ``Objective.prepare``; None before).
-        loss_mask: ``[N, L]`` bool, the response tokens the loss counts (set by
-            ``Objective.prepare``: ``response_mask`` of ``train_rows``; None before).
+        loss_mask: ``[N, L]`` bool, the tokens the loss counts (set by ``Objective.prepare``:
+            ``response_mask`` of ``train_rows``, plus ``guide_mask`` for objectives that train
+            guide tokens; None before).
         extras: objective-private per-row ``[N, ...]`` tensors added by its ``prepare``
             (advantages, reference or teacher log-probs); sliced with the batch.
         num_groups: ``G``, prompts in the step. temperature: sampling temperature of the rollouts
@@ -209,17 +296,19 @@ class RolloutBatch:
         traces: per row, a :class:`RolloutTrace` (the judge's reviews, the allocation's branch),
             or None (a batch built without them); sliced with the batch, read by the rollout
             records (:mod:`mintrl.rollout.records`).
+
+    Raises:
+        ValueError: neither ``provenance`` nor ``response_mask`` given.
     """
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
-    response_mask: torch.Tensor
-    intervention_mask: torch.Tensor
     rollout_logprobs: torch.Tensor
     rewards: torch.Tensor
     group_index: torch.Tensor
     is_control: torch.Tensor
     num_groups: int
+    provenance: torch.Tensor | None = None
     finished: torch.Tensor | None = None
     behaviour_logprobs: torch.Tensor | None = None
     prompts: list | None = None
@@ -230,16 +319,28 @@ class RolloutBatch:
     loss_mask: torch.Tensor | None = None
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
     traces: list[RolloutTrace] | None = None
-    environment_mask: torch.Tensor | None = None
+    response_mask: InitVar[torch.Tensor | None] = None
+    intervention_mask: InitVar[torch.Tensor | None] = None
+    environment_mask: InitVar[torch.Tensor | None] = None
 
-    def __post_init__(self):
+    def __post_init__(self, response_mask, intervention_mask, environment_mask):
+        # with provenance given the masks are ignored: ``dataclasses.replace`` passes the derived views back
+        if self.provenance is None:
+            if response_mask is None:
+                raise ValueError("RolloutBatch needs provenance (or the older response_mask)")
+            self.provenance = provenance_from_masks(response_mask, intervention_mask, environment_mask)
         n = self.input_ids.shape[0]
         if self.finished is None:
             self.finished = torch.ones(n, dtype=torch.bool, device=self.input_ids.device)
-        if self.environment_mask is None:
-            self.environment_mask = torch.zeros_like(self.response_mask)
         if self.behaviour_logprobs is None:
             self.behaviour_logprobs = self.rollout_logprobs
+
+    def is_from(self, *kinds: Provenance) -> torch.Tensor:
+        """``[N, L]`` bool: tokens whose provenance is one of ``kinds``."""
+        out = torch.zeros(self.provenance.shape, dtype=torch.bool, device=self.provenance.device)
+        for kind in kinds:
+            out |= self.provenance == int(kind)
+        return out
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -250,15 +351,13 @@ class RolloutBatch:
     _ROW_FIELDS = (
         "input_ids",
         "attention_mask",
-        "response_mask",
-        "intervention_mask",
+        "provenance",
         "rollout_logprobs",
         "rewards",
         "group_index",
         "is_control",
         "finished",
         "behaviour_logprobs",
-        "environment_mask",
     )
     _PREPARED_FIELDS = ("train_rows", "loss_mask")  # set by Objective.prepare; None before
 
@@ -299,6 +398,32 @@ class RolloutBatch:
             **self._prepared(lambda v: v.to(device)),
             extras={k: v.to(device) for k, v in self.extras.items()},
         )
+
+
+def _mask_view(name: str, kinds: tuple[Provenance, ...], doc: str) -> property:
+    def get(self: RolloutBatch) -> torch.Tensor:
+        return self.is_from(*kinds)
+
+    def refuse(self: RolloutBatch, value) -> None:
+        raise AttributeError(f"RolloutBatch.{name} is derived from provenance; set batch.provenance instead")
+
+    return property(get, refuse, doc=doc)
+
+
+# read-only ``[N, L]`` bool views of ``provenance`` (defined after the class: the dataclass takes
+# the same names as init-only arguments)
+RolloutBatch.response_mask = _mask_view(
+    "response_mask", (Provenance.POLICY, Provenance.INTERVENTION), "Policy and intervention tokens."
+)
+RolloutBatch.intervention_mask = _mask_view("intervention_mask", (Provenance.INTERVENTION,), "Intervention tokens.")
+RolloutBatch.environment_mask = _mask_view("environment_mask", (Provenance.ENVIRONMENT,), "Environment tokens.")
+RolloutBatch.guide_mask = _mask_view("guide_mask", (Provenance.GUIDE,), "Guide tokens.")
+RolloutBatch.policy_mask = _mask_view("policy_mask", (Provenance.POLICY,), "Policy-sampled tokens.")
+RolloutBatch.scored_mask = _mask_view(
+    "scored_mask",
+    (Provenance.POLICY, Provenance.INTERVENTION, Provenance.GUIDE),
+    "Tokens whose log-probs the trainer computes (policy, intervention, guide).",
+)
 
 
 def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
@@ -373,8 +498,7 @@ def collate_rollouts(
     batch = RolloutBatch(
         input_ids=torch.full((n, width), pad_token_id, dtype=torch.long),
         attention_mask=torch.zeros((n, width), dtype=torch.long),
-        response_mask=torch.zeros((n, width), dtype=torch.bool),
-        intervention_mask=torch.zeros((n, width), dtype=torch.bool),
+        provenance=torch.zeros((n, width), dtype=torch.int8),
         rollout_logprobs=torch.zeros((n, width), dtype=torch.float32),
         rewards=torch.tensor([r.reward for r in rollouts], dtype=torch.float32),
         group_index=torch.tensor([r.group for r in rollouts], dtype=torch.long),
@@ -385,22 +509,20 @@ def collate_rollouts(
         prompts=prompts,
         temperature=temperature,
         traces=[RolloutTrace(tuple(replace(x) for x in r.review_records), r.branch, tuple(r.turns)) for r in rollouts],
-        environment_mask=torch.zeros((n, width), dtype=torch.bool),
     )
     for i, r in enumerate(rollouts):
         p, t = len(r.prompt_ids), len(r.response_ids)
         batch.input_ids[i, : p + t] = torch.tensor(r.prompt_ids + r.response_ids, dtype=torch.long)
         batch.attention_mask[i, : p + t] = 1
-        env = torch.tensor(r.environment if r.environment else [False] * t, dtype=torch.bool)  # [t]
-        if len(env) != t or len(r.intervention) != t:
+        r._pad_guide()
+        flags = (r.intervention, r.environment or [False] * t, r.guide or [False] * t)
+        if any(len(f) != t for f in flags):
             raise ValueError(
                 f"rollout row {i} (group {r.group}): provenance flags do not match its {t} response tokens"
             )
-        if bool((env & torch.tensor(r.intervention, dtype=torch.bool)).any()):
-            raise ValueError(f"rollout row {i} (group {r.group}): a token is both environment and intervention")
-        batch.response_mask[i, p : p + t] = ~env
-        batch.environment_mask[i, p : p + t] = env
-        batch.intervention_mask[i, p : p + t] = torch.tensor(r.intervention, dtype=torch.bool)
+        if any(sum(map(bool, token)) > 1 for token in zip(*flags)):
+            raise ValueError(f"rollout row {i} (group {r.group}): a token has two provenances")
+        batch.provenance[i, p : p + t] = torch.tensor([int(k) for k in r.provenance], dtype=torch.int8)
         batch.rollout_logprobs[i, p : p + t] = torch.tensor(r.logprobs, dtype=torch.float32)
         batch.behaviour_logprobs[i, p : p + t] = torch.tensor(r.behaviour, dtype=torch.float32)
     return batch

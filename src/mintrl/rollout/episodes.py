@@ -367,9 +367,10 @@ class EpisodeRollout(SemiOnPolicyRollout):
         n_control: int | None = None,
         n_semi: int | None = None,
         allocate: bool = True,
+        guide: bool = True,
     ) -> RolloutBatch:
         """All episodes for one optimizer step (one per rollout; same arguments and batch layout as
-        :meth:`SemiOnPolicyRollout.generate`). With a branching allocation (``allocate``), once every
+        :meth:`SemiOnPolicyRollout.generate`; episodes take no guide, so ``guide`` changes nothing). With a branching allocation (``allocate``), once every
         episode of the step has ended and been scored, the allocation branches more episodes from
         turn anchors (:class:`mintrl.rollout.episode_branches.EpisodeBrancher`); they join their
         prompts' groups after the initial rows.

@@ -9,10 +9,10 @@ order (groups of a prompt together, control rollouts first), with the keys:
 - ``control``: true for a pure on-policy control rollout, false for a semi-on-policy one;
 - ``response``: the response decoded as the reward saw it (special tokens skipped);
 - ``segments``: the response as runs of one provenance, ``[{"by": "policy" | "intervention" |
-  "environment", "text": ...}]`` (each run decoded on its own, for display only);
-- ``tokens``: ``{"policy": n, "intervention": m, "environment": e}``, response tokens by provenance,
-  counted on the batch's ``response_mask`` / ``intervention_mask`` / ``environment_mask`` (never
-  re-tokenized; ``environment`` is 0 for single-turn rollouts);
+  "guide" | "environment", "text": ...}]`` (each run decoded on its own, for display only);
+- ``tokens``: ``{"policy": n, "intervention": m, "guide": g, "environment": e}``, response tokens by
+  provenance, counted on the batch's ``provenance`` tensor (never re-tokenized; ``guide`` is 0
+  without a guide, ``environment`` 0 for single-turn rollouts);
 - ``finished``: the response ended with EOS (false: cut at the length limit);
 - ``reward``: the reward (null: none); ``advantage``: the objective's advantage of the row (null
   when the objective computes none, e.g. distillation, and for validation); ``trains``: the row is
@@ -38,12 +38,16 @@ import math
 import os
 from pathlib import Path
 
-import torch
-
-from mintrl.rollout.batch import RolloutBatch, RolloutTrace
+from mintrl.rollout.batch import Provenance, RolloutBatch, RolloutTrace
 from mintrl.training.checks import check_range
 
 SPLITS = ("train", "val")
+_BY = {
+    Provenance.POLICY: "policy",
+    Provenance.INTERVENTION: "intervention",
+    Provenance.GUIDE: "guide",
+    Provenance.ENVIRONMENT: "environment",
+}  # the records' name of each response-token provenance
 SUFFIX = ".jsonl.gz"
 
 
@@ -104,10 +108,7 @@ def batch_records(batch: RolloutBatch, tokenizer, split: str, step: int) -> list
     """
     if split not in SPLITS:
         raise ValueError(f"rollout records: split {split!r} is not one of {SPLITS}")
-    input_ids, agent, intervention, environment = (
-        t.detach().cpu()
-        for t in (batch.input_ids, batch.response_mask, batch.intervention_mask, batch.environment_mask)
-    )
+    input_ids, provenance = batch.input_ids.detach().cpu(), batch.provenance.detach().cpu()
     rewards, groups = batch.rewards.detach().cpu().tolist(), batch.group_index.detach().cpu().tolist()
     control, finished = batch.is_control.detach().cpu().tolist(), batch.finished.detach().cpu().tolist()
     advantages = batch.extras.get("advantages")
@@ -115,14 +116,13 @@ def batch_records(batch: RolloutBatch, tokenizer, split: str, step: int) -> list
     trains = None if batch.train_rows is None else batch.train_rows.detach().cpu().tolist()
     records = []
     for i in range(len(batch)):
-        mask = agent[i] | environment[i]  # [L] the whole response, observation turns included
+        mask = provenance[i] != int(Provenance.NONE)  # [L] the whole response, observation turns included
         ids = input_ids[i][mask].tolist()
-        by = [
-            "environment" if e else ("intervention" if v else "policy")
-            for v, e in zip(intervention[i][mask].tolist(), environment[i][mask].tolist())
-        ]
-        n_iv = int(torch.count_nonzero(intervention[i] & agent[i]))
-        n_env = int(torch.count_nonzero(environment[i]))
+        kinds = [Provenance(k) for k in provenance[i][mask].tolist()]
+        by = [_BY[k] for k in kinds]
+        counts = {name: 0 for name in _BY.values()}
+        for name in by:
+            counts[name] += 1
         item = batch.prompts[groups[i]] if batch.prompts is not None else None
         trace = batch.traces[i] if batch.traces is not None else RolloutTrace()
         records.append(
@@ -137,7 +137,7 @@ def batch_records(batch: RolloutBatch, tokenizer, split: str, step: int) -> list
                 "control": bool(control[i]),
                 "response": tokenizer.decode(ids, skip_special_tokens=True),
                 "segments": _segments(tokenizer, ids, by),
-                "tokens": {"policy": len(ids) - n_iv - n_env, "intervention": n_iv, "environment": n_env},
+                "tokens": counts,
                 "finished": bool(finished[i]),
                 "reward": _number(rewards[i]),
                 "advantage": None if advantages is None else _number(advantages[i]),

@@ -22,13 +22,14 @@ from mintrl.allocation.base import Allocation
 from mintrl.allocation.branching import Brancher
 from mintrl.allocation.budget import RolloutBudget
 from mintrl.data.base import PromptItem
+from mintrl.guide.base import Guide
 from mintrl.intervention.base import Intervention, InterventionRequest
 from mintrl.judge.base import FAILED, REVISE, UNPARSEABLE, Judge, ReviewRequest
 from mintrl.reward.base import Reward, score_rewards
-from mintrl.rollout.batch import BranchRecord, ReviewRecord, Rollout, RolloutBatch, collate_rollouts
+from mintrl.rollout.batch import BranchRecord, Provenance, ReviewRecord, Rollout, RolloutBatch, collate_rollouts
 from mintrl.rollout.guards import GuardedJudge, GuardedReward
 from mintrl.rollout.schedule import InterventionSchedule
-from mintrl.rollout.stats import rollout_stats
+from mintrl.rollout.stats import guide_stats, rollout_stats
 from mintrl.sampler.base import Sampler
 from mintrl.text.steps import split_steps, token_index_of_char
 from mintrl.training.checks import check_int, check_range
@@ -152,6 +153,7 @@ class SemiOnPolicyRollout:
         allocation: Allocation | None = None,
         judge_timeout_s: float | None = 600.0,
         reward_timeout_s: float | None = 600.0,
+        guide: Guide | None = None,
     ):
         for name, value, low in (
             ("n_control", n_control, 1),
@@ -182,6 +184,7 @@ class SemiOnPolicyRollout:
         self.step_delimiters = tuple(step_delimiters)
         self.progress = progress
         self.allocation = allocation
+        self.guide = guide
         self.pad_token_id = sampler.pad_token_id
 
     # The judge and reward are always guarded (mintrl.rollout.guards), also when swapped later (the pilot does).
@@ -279,8 +282,9 @@ class SemiOnPolicyRollout:
             r.finished = finished
 
     def _score_interventions(self, rollouts: list[Rollout]) -> None:
-        """Fill log pi_t of intervention tokens (needed by the Proxy anchor and for logging)."""
-        touched = [r for r in rollouts if any(r.intervention)]
+        """Fill log pi_t of intervention and guide tokens (needed by the Proxy anchor and for logging)."""
+        spliced = (Provenance.INTERVENTION, Provenance.GUIDE)
+        touched = [r for r in rollouts if any(r.intervention) or any(r.guide)]
         if not touched:
             return
         scored = self.sampler.score(
@@ -288,8 +292,33 @@ class SemiOnPolicyRollout:
         )
         for r, lp in zip(touched, scored):
             r.logprobs = [
-                float(lp[k]) if flag else old for k, (flag, old) in enumerate(zip(r.intervention, r.logprobs))
+                float(lp[k]) if kind in spliced else old for k, (kind, old) in enumerate(zip(r.provenance, r.logprobs))
             ]
+
+    def _guided(self, rollouts: list[Rollout], items: list[PromptItem], step: int) -> list[Rollout]:
+        """The guide's rollouts of this step (:mod:`mintrl.guide`): each start's ids spliced as
+        guide tokens (behaviour log-probs the guide's), the policy continuing unless the start is a
+        complete trace, guide tokens scored under the rollout-time policy, rewards computed, and
+        the guide told the outcome. Non-control rows of their prompt's group."""
+        starts = self.guide.starts(rollouts, items, step, self.intervention, self.max_response_tokens)
+        guided = []
+        for start in starts:
+            r = Rollout(group=start.group, is_control=False, prompt_ids=list(items[start.group].prompt_ids))
+            r.append(
+                start.ids, [float("nan")] * len(start.ids), intervention=False, behaviour=start.behaviour, guide=True
+            )
+            guided.append(r)
+        self._finish([r for r, start in zip(guided, starts) if not start.complete])
+        eos = self.tokenizer.eos_token_id
+        for r, start in zip(guided, starts):
+            if start.complete:
+                r.finished = bool(r.response_ids) and r.response_ids[-1] == eos
+        self._score_interventions(guided)
+        texts = self.tokenizer.batch_decode([r.response_ids for r in guided], skip_special_tokens=True)
+        for r, value in zip(guided, score_rewards(self.reward, texts, [items[r.group] for r in guided])):
+            r.reward = value
+        self.guide.observe(guided, starts, items)
+        return guided
 
     def _brancher(self) -> Brancher:
         """The allocation's :class:`Brancher` for this engine's rollouts."""
@@ -368,6 +397,7 @@ class SemiOnPolicyRollout:
         return {
             "schedule": self.schedule.state_dict(),
             "allocation": self.allocation.state_dict() if self.allocation else {},
+            "guide": self.guide.state_dict() if self.guide else {},
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -375,6 +405,8 @@ class SemiOnPolicyRollout:
         self.schedule.load_state_dict(state["schedule"])
         if self.allocation is not None and state.get("allocation"):
             self.allocation.load_state_dict(state["allocation"])
+        if self.guide is not None and state.get("guide"):
+            self.guide.load_state_dict(state["guide"])
 
     def _new_rollouts(
         self, items: list[PromptItem], step: int, n_control: int | None, n_semi: int | None
@@ -415,6 +447,7 @@ class SemiOnPolicyRollout:
         n_control: int | None = None,
         n_semi: int | None = None,
         allocate: bool = True,
+        guide: bool = True,
     ) -> RolloutBatch:
         """All rollouts for one optimizer step.
 
@@ -423,6 +456,7 @@ class SemiOnPolicyRollout:
             step: the optimizer step (decides the intervention phase).
             n_control, n_semi: override the group sizes (validation uses ``n_semi=0``).
             allocate: let the allocation component branch extra rollouts (validation: False).
+            guide: let the guide add its guided rollouts (validation: False).
 
         Returns:
             :class:`RolloutBatch` with ``G * (n_control + n_semi)`` rows, grouped by prompt,
@@ -453,8 +487,16 @@ class SemiOnPolicyRollout:
         for row, r in enumerate(extra, start=len(rollouts)):
             r.row = row
         rollouts += extra
-        batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature, prompts=list(items))
+        guided = self._guided(rollouts, items, step) if guide and self.guide is not None else []
+        for row, r in enumerate(guided, start=len(rollouts)):
+            r.row = row
+        batch = collate_rollouts(
+            rollouts + guided, len(items), self.pad_token_id, self.temperature, prompts=list(items)
+        )
         batch.stats = rollout_stats(rollouts, gen_seconds, white_box=self.intervention.white_box)
+        if self.guide is not None and guide:
+            batch.stats.update(guide_stats(rollouts, guided))
+            batch.stats.update(self.guide.metrics())
         batch.stats.update(self.reward.metrics())  # reward/{failed,timeout}; code/{passed,failed,timeout,crashed}
         batch.stats.update(self.judge.metrics())  # judge/{errors,timeouts,garbage}
         batch.stats.update(self.sampler.metrics())  # e.g. vLLM weight syncs

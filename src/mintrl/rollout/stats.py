@@ -80,3 +80,22 @@ def kappa_estimate(behaviour_logprobs, intervention_mask) -> float:
     """
     values = behaviour_logprobs[intervention_mask]
     return float(values.mean()) if values.numel() else float("nan")
+
+
+def guide_stats(rollouts, guided) -> dict[str, float]:
+    """A step's guided-rollout statistics: ``guide/rollouts`` (count), ``guide/token_fraction``
+    (guide tokens / all agent-written and guide response tokens of the step, environment tokens
+    excluded) and ``guide/reward`` (mean reward of the guided rollouts with one; 0 when none).
+
+    Args:
+        rollouts: the step's other rollouts. guided: its guided rollouts (:mod:`mintrl.guide`).
+    """
+    everything = list(rollouts) + list(guided)
+    tokens = sum(r.agent_tokens for r in everything)
+    guide_tokens = sum(r.guide_tokens for r in everything)
+    rewards = [r.reward for r in guided if math.isfinite(r.reward)]
+    return {
+        "guide/rollouts": float(len(guided)),
+        "guide/token_fraction": guide_tokens / max(tokens, 1),
+        "guide/reward": sum(rewards) / len(rewards) if rewards else 0.0,
+    }

@@ -6,7 +6,7 @@ import copy
 from dataclasses import dataclass
 
 import lightning.pytorch as L
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 
 import mintrl.training.config  # noqa: F401  (registers the config resolvers)
@@ -79,7 +79,7 @@ class Components:
 def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
     """Instantiate every component of ``cfg`` in dependency order.
 
-    model -> sampler -> judge, intervention, reward, allocation -> rollout -> data -> objective -> module ->
+    model -> sampler -> judge, intervention, reward, allocation, guide -> rollout -> data -> objective -> module ->
     logger, callbacks -> trainer.
     """
     check_config(cfg)
@@ -90,6 +90,12 @@ def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
     intervention = instantiate(cfg.intervention, context=context)
     reward = instantiate(cfg.reward) if cfg.get("reward") else None  # None: the environment scores (env=)
     allocation = instantiate(cfg.allocation) if cfg.get("allocation") else None
+    guide = instantiate(cfg.guide, tokenizer=tokenizer) if cfg.get("guide") else None
+    guided = {"guide": guide} if guide is not None and guide.adds_rollouts else {}  # guide=none: nothing passed
+    if guided and get_class(cfg.rollout._target_).multi_turn:
+        raise ValueError(
+            f"guide={type(guide).__name__} needs single-turn rollouts (rollout=semi_on_policy), not episodes"
+        )
     rollout = instantiate(
         cfg.rollout,
         sampler=sampler,
@@ -98,6 +104,7 @@ def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
         reward=reward,
         tokenizer=tokenizer,
         allocation=allocation,
+        **guided,
     )
     datamodule = instantiate(cfg.data, rollout=rollout, tokenizer=tokenizer)
     module = instantiate(

@@ -225,7 +225,7 @@ class PolicyModule(L.LightningModule):
                 self.policy,
                 micro.input_ids,
                 micro.attention_mask,
-                micro.response_mask,
+                micro.scored_mask,  # policy, intervention and guide tokens; the objective's loss_mask picks
                 micro.temperature,
                 self.logprob_chunk_tokens,
                 self._share(self.policy),
@@ -236,7 +236,7 @@ class PolicyModule(L.LightningModule):
             for k, v in out.metrics.items():
                 sums[k] += float(v)
             parts += 1
-            policy_tokens = micro.response_mask & ~micro.intervention_mask
+            policy_tokens = micro.policy_mask  # [n, L] entropy and sampler gap: policy-sampled tokens only
             entropy_sum += float((entropy * policy_tokens).sum())
             entropy_tokens += int(policy_tokens.sum())
             gap_sum += float(torch.where(policy_tokens, (logprobs.detach() - micro.rollout_logprobs).abs(), 0.0).sum())
