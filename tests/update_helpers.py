@@ -6,13 +6,22 @@ import copy
 import torch
 
 from mintrl.model.logprobs import token_logprobs
-from mintrl.objective import GRPO, LUFFY, AdvantageRegression, InterventionGRPO, OnPolicyDistillation, SupervisedNLL
+from mintrl.objective import (
+    GRPO,
+    LUFFY,
+    AdvantageRegression,
+    FirstErrorCredit,
+    InterventionGRPO,
+    OnPolicyDistillation,
+    SupervisedNLL,
+)
 from mintrl.rollout.batch import RolloutBatch
 
 
 def rollout_batch(model, n=8, seed=0, temperature=0.8):
     """8 rollouts of 2 prompts with different prompt and response lengths, an intervention token in
-    some guided rows, and rollout-time log-probs a little off the current policy (ratios != 1)."""
+    some guided rows, rollout-time log-probs a little off the current policy (ratios != 1), and a
+    judge-marked first error in three of the four failed rows (first-error credit)."""
     g = torch.Generator().manual_seed(seed)
     prompt_lens = [3, 4, 2, 5, 3, 3, 4, 2][:n]
     resp_lens = [5, 2, 7, 1, 4, 6, 3, 5][:n]
@@ -45,6 +54,7 @@ def rollout_batch(model, n=8, seed=0, temperature=0.8):
         behaviour_logprobs=behaviour,
         temperature=temperature,
         step=3,
+        first_error=torch.tensor([-1, 1, -1, -1, 2, 0, -1, -1][:n]),
     )
 
 
@@ -60,6 +70,9 @@ OBJECTIVES = {
     "mintrl-proxy": lambda: AdvantageRegression(beta=0.1, kappa=None),
     "intervention-grpo": lambda: InterventionGRPO(importance="behaviour", semi_advantage="group"),
     "mentor": lambda: InterventionGRPO(importance="rollout", semi_advantage="mentor", clip_high=0.28, dual_clip=3.0),
+    "first-error-seq-mean-token-sum": lambda: FirstErrorCredit(
+        credit_before=0.3, credit_after=1.2, aggregation="seq-mean-token-sum", kl_coef=0.05
+    ),
     "sft": lambda: SupervisedNLL(),
     "luffy": lambda: LUFFY(gamma=0.1),
     "opd": None,  # make_objective builds it around the model (its teacher is a perturbed copy)

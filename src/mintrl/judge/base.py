@@ -90,7 +90,13 @@ class Judge(ABC):
     :class:`mintrl.training.build.ModelContext`: the policy, its tokenizer, the frozen step-0 copy and
     loaded teachers), which ``build_components`` always passes; a judge that needs no model accepts
     and ignores it. Optional capability with a default: :meth:`metrics`.
+
+    Attributes:
+        finds_errors: class-level capability; False for a judge that never revises (``judge=none``),
+            which objectives crediting the first wrong step cannot use.
     """
+
+    finds_errors: bool = True
 
     @abstractmethod
     def review(self, requests: Sequence[ReviewRequest]) -> list[Verdict]:

@@ -10,6 +10,8 @@ from mintrl.judge.base import Judge, ReviewRequest, Verdict
 class KeepJudge(Judge):
     """Answers Keep for every chunk (the no-intervention ablation). ``context`` is unused."""
 
+    finds_errors = False
+
     def __init__(self, context=None):
         pass
 

@@ -6,12 +6,14 @@ Components follow :class:`mintrl.objective.base.Objective` (setup / prepare / pe
 from mintrl.objective.advantages import (
     control_advantages,
     control_baseline,
+    first_error_token_advantages,
     group_advantages,
     mentor_advantages,
     valid_rows,
 )
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate, sequence_mean, step_totals
 from mintrl.objective.base import Objective, ObjectiveOutput, Prepared
+from mintrl.objective.first_error import FirstErrorCredit
 from mintrl.objective.functional import anchor_logprobs, anchored_log_ratio, regression_loss, regression_terms
 from mintrl.objective.grpo import GRPO
 from mintrl.objective.intervention_grpo import InterventionGRPO
@@ -24,6 +26,7 @@ from mintrl.objective.sft import SupervisedNLL
 __all__ = [
     "AGGREGATIONS",
     "AdvantageRegression",
+    "FirstErrorCredit",
     "GRPO",
     "InterventionGRPO",
     "LUFFY",
@@ -39,6 +42,7 @@ __all__ = [
     "clipped_surrogate",
     "control_advantages",
     "control_baseline",
+    "first_error_token_advantages",
     "group_advantages",
     "importance_weight_stats",
     "kl_penalty",

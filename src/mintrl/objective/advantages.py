@@ -172,3 +172,37 @@ def mentor_advantages(
     guided = alpha * (r - baseline[group_index]).clamp(min=0)
     guided = torch.where(valid & ~is_control & defined[group_index], guided, torch.zeros_like(guided))
     return torch.where(is_control, control_adv, guided.to(torch.float32))
+
+
+def first_error_token_advantages(
+    sequence_advantages: torch.Tensor,
+    first_error: torch.Tensor,
+    response_start: torch.Tensor,
+    width: int,
+    before: float,
+    after: float,
+) -> torch.Tensor:
+    """Per-token advantages with first-error credit (issue 22 item 4, after Cliff: Ko et al. 2026,
+    arXiv 2606.25524, whose first "cliff" token is where a failed trace turns towards failure).
+
+    A row with a marked first error (``first_error >= 0``, response token offset ``e``) gets
+    ``+before`` on the columns of response tokens ``< e`` and ``-after`` from token ``e`` on; every
+    other row keeps its sequence advantage on every column. Which columns are response tokens is
+    the caller's mask (the loss mask); prompt and padding columns get values that are never read.
+
+    Args:
+        sequence_advantages: ``[N]`` float, e.g. :func:`group_advantages`.
+        first_error: ``[N]`` int64, response token offset of the first wrong step, -1 for none.
+        response_start: ``[N]`` int64, column of each row's first response token.
+        width: ``L``, columns. before, after: credit magnitudes (>= 0), in the units of
+            ``sequence_advantages`` (reward standard deviations for GRPO with std scaling).
+
+    Returns:
+        ``[N, L]`` float32.
+    """
+    cols = torch.arange(width, device=first_error.device)[None, :]  # [1, L]
+    marked = (first_error >= 0)[:, None]  # [N, 1]
+    before_error = cols < (response_start + first_error)[:, None]  # [N, L]
+    credit = torch.where(before_error, float(before), -float(after)).to(torch.float32)  # [N, L]
+    seq = sequence_advantages.to(torch.float32)[:, None].expand(-1, width)  # [N, L]
+    return torch.where(marked, credit, seq)

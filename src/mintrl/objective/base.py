@@ -70,9 +70,15 @@ class Objective:
             and denominator (DAPO's overlong filtering); they still count in group statistics.
         uses_reward: False for objectives that ignore rewards (distillation, SFT): rows with a
             missing reward then still train.
+
+    Attributes:
+        needs_first_error: class-level capability; True when the loss reads
+            ``RolloutBatch.first_error`` (the judge's first wrong step of each failed rollout), so
+            the run switches the rollout engine's ``mark_first_error`` on.
     """
 
     trains_guide_tokens: bool = False
+    needs_first_error: bool = False
 
     def __init__(self, mask_truncated: bool = False, uses_reward: bool = True):
         self.mask_truncated, self.uses_reward = mask_truncated, uses_reward

@@ -100,10 +100,15 @@ class GRPO(Objective):
             )
         return Prepared(extras, stats=stats)
 
+    def token_advantages(self, batch: RolloutBatch) -> torch.Tensor:
+        """Advantages the surrogate multiplies, ``[n, 1]`` (one per row here) or ``[n, L]``
+        (per token: :class:`mintrl.objective.first_error.FirstErrorCredit`)."""
+        return batch.extras["advantages"][:, None]
+
     def token_loss(self, batch: RolloutBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``[n, L]`` per-token loss (surrogate + KL) and detached metrics."""
         mask = batch.loss_mask
-        adv = batch.extras["advantages"][:, None]  # [n, 1]
+        adv = self.token_advantages(batch)  # [n, 1] or [n, L]
         loss, clipped, ratio = clipped_surrogate(
             logprobs, self.old_logprobs(batch), adv, self.clip_low, self.clip_high, self.dual_clip
         )

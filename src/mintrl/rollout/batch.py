@@ -141,6 +141,10 @@ class Rollout:
         branch: how the allocation branched this rollout, or None.
         row: the rollout's row in its step's batch (set by the rollout engine; -1 before).
         turns: an episode's action turns (:class:`TurnRecord`), empty for a single-turn rollout.
+        first_error: for a failed rollout that the judge reviewed whole after scoring
+            (:mod:`mintrl.rollout.first_error`), the response token where its first wrong step
+            starts (tokens from the response start; the tokens before it are wholly before that
+            step); None when not reviewed or no error was found.
     """
 
     group: int
@@ -163,6 +167,7 @@ class Rollout:
     environment: list[bool] = field(default_factory=list)
     turns: list[TurnRecord] = field(default_factory=list)
     guide: list[bool] = field(default_factory=list)
+    first_error: int | None = None
 
     def append(self, ids, logprobs, intervention: bool, behaviour=None, guide: bool = False) -> None:
         """Append tokens (ids and their log-probs) with one provenance (policy, intervention or,
@@ -296,6 +301,10 @@ class RolloutBatch:
         traces: per row, a :class:`RolloutTrace` (the judge's reviews, the allocation's branch),
             or None (a batch built without them); sliced with the batch, read by the rollout
             records (:mod:`mintrl.rollout.records`).
+        first_error: ``[N]`` int64, per row the response token offset (from the response start,
+            tokens) where the judge found the first wrong step of a failed rollout
+            (:attr:`Rollout.first_error`), -1 where none was marked; read by
+            ``objective=first_error``.
 
     Raises:
         ValueError: neither ``provenance`` nor ``response_mask`` given.
@@ -319,6 +328,7 @@ class RolloutBatch:
     loss_mask: torch.Tensor | None = None
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
     traces: list[RolloutTrace] | None = None
+    first_error: torch.Tensor | None = None
     response_mask: InitVar[torch.Tensor | None] = None
     intervention_mask: InitVar[torch.Tensor | None] = None
     environment_mask: InitVar[torch.Tensor | None] = None
@@ -330,6 +340,8 @@ class RolloutBatch:
                 raise ValueError("RolloutBatch needs provenance (or the older response_mask)")
             self.provenance = provenance_from_masks(response_mask, intervention_mask, environment_mask)
         n = self.input_ids.shape[0]
+        if self.first_error is None:
+            self.first_error = torch.full((n,), -1, dtype=torch.long, device=self.input_ids.device)
         if self.finished is None:
             self.finished = torch.ones(n, dtype=torch.bool, device=self.input_ids.device)
         if self.behaviour_logprobs is None:
@@ -358,6 +370,7 @@ class RolloutBatch:
         "is_control",
         "finished",
         "behaviour_logprobs",
+        "first_error",
     )
     _PREPARED_FIELDS = ("train_rows", "loss_mask")  # set by Objective.prepare; None before
 
@@ -509,6 +522,7 @@ def collate_rollouts(
         prompts=prompts,
         temperature=temperature,
         traces=[RolloutTrace(tuple(replace(x) for x in r.review_records), r.branch, tuple(r.turns)) for r in rollouts],
+        first_error=torch.tensor([-1 if r.first_error is None else r.first_error for r in rollouts], dtype=torch.long),
     )
     for i, r in enumerate(rollouts):
         p, t = len(r.prompt_ids), len(r.response_ids)

@@ -27,6 +27,7 @@ from mintrl.intervention.base import Intervention, InterventionRequest
 from mintrl.judge.base import FAILED, REVISE, UNPARSEABLE, Judge, ReviewRequest
 from mintrl.reward.base import Reward, score_rewards
 from mintrl.rollout.batch import BranchRecord, Provenance, ReviewRecord, Rollout, RolloutBatch, collate_rollouts
+from mintrl.rollout.first_error import is_failed, locate_first_errors
 from mintrl.rollout.guards import GuardedJudge, GuardedReward
 from mintrl.rollout.schedule import InterventionSchedule
 from mintrl.rollout.stats import guide_stats, rollout_stats
@@ -120,6 +121,10 @@ class SemiOnPolicyRollout:
             and :class:`mintrl.rollout.guards.GuardedReward`: a call that raises, hangs or answers
             garbage gives its rows a "failed" verdict (Keep) or no reward, counted in the step's
             ``judge/{errors,timeouts,garbage}`` and ``reward/{failed,timeout}``.
+        mark_first_error: after scoring, the judge reviews each failed rollout's whole response
+            once (one batched call) and marks the token where its first wrong step starts
+            (:attr:`mintrl.rollout.batch.Rollout.first_error`; :mod:`mintrl.rollout.first_error`).
+            Set by the run when the objective declares ``needs_first_error`` (``objective=first_error``).
 
     Attributes:
         multi_turn: class-level capability; True for engines that drive an environment over several
@@ -154,6 +159,7 @@ class SemiOnPolicyRollout:
         judge_timeout_s: float | None = 600.0,
         reward_timeout_s: float | None = 600.0,
         guide: Guide | None = None,
+        mark_first_error: bool = False,
     ):
         for name, value, low in (
             ("n_control", n_control, 1),
@@ -186,6 +192,7 @@ class SemiOnPolicyRollout:
         self.allocation = allocation
         self.guide = guide
         self.pad_token_id = sampler.pad_token_id
+        self.mark_first_error = mark_first_error
 
     # The judge and reward are always guarded (mintrl.rollout.guards), also when swapped later (the pilot does).
     @property
@@ -428,6 +435,31 @@ class SemiOnPolicyRollout:
             r.row = row
         return rollouts, intervene
 
+    def _mark_first_errors(self, rollouts: list[Rollout], items: list[PromptItem]) -> dict[str, float]:
+        """Set ``first_error`` of every failed rollout whose first wrong step the judge finds (one
+        batched review of whole responses) and return ``judge/first_error_reviewed`` (failed
+        rollouts reviewed, count), ``judge/first_error_found`` (of them with an error found, count)
+        and ``judge/first_error_position`` (mean fraction of the response before the error)."""
+        failed = [r for r in rollouts if is_failed(r.reward) and r.response_ids]
+        marks = locate_first_errors(
+            self.judge,
+            self.tokenizer,
+            [r.response_ids for r in failed],
+            [r.finished for r in failed],
+            [items[r.group] for r in failed],
+            self.step_delimiters,
+        )
+        fractions = []
+        for r, mark in zip(failed, marks):
+            r.first_error = None if mark is None else mark.token
+            if mark is not None:
+                fractions.append(mark.token / len(r.response_ids))
+        return {
+            "judge/first_error_reviewed": float(len(failed)),
+            "judge/first_error_found": float(len(fractions)),
+            "judge/first_error_position": sum(fractions) / len(fractions) if fractions else 0.0,
+        }
+
     def _end_step(self, batch: RolloutBatch, step: int, intervene: bool) -> None:
         """Log the intervention phase, feed the step's reward gap to the adaptive stop and stamp
         the batch with its step."""
@@ -487,6 +519,7 @@ class SemiOnPolicyRollout:
         for row, r in enumerate(extra, start=len(rollouts)):
             r.row = row
         rollouts += extra
+        first_error_stats = self._mark_first_errors(rollouts, items) if self.mark_first_error else {}
         guided = self._guided(rollouts, items, step) if guide and self.guide is not None else []
         for row, r in enumerate(guided, start=len(rollouts)):
             r.row = row
@@ -501,5 +534,6 @@ class SemiOnPolicyRollout:
         batch.stats.update(self.judge.metrics())  # judge/{errors,timeouts,garbage}
         batch.stats.update(self.sampler.metrics())  # e.g. vLLM weight syncs
         batch.stats.update(allocation_stats)
+        batch.stats.update(first_error_stats)
         self._end_step(batch, step, intervene)
         return batch

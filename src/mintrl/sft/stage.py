@@ -123,22 +123,22 @@ class SFTStage:
         self.export_dir, self.seed = export_dir, seed
         self.summary: dict = {}
 
-    def run(self, components, trainer_cfg, logger=False) -> dict:
-        """Collect, filter, fine-tune ``components.context.policy`` in place, export.
+    def collect(self, components, items) -> tuple[list[Rollout], dict]:
+        """The training examples (rollouts whose ``response_mask`` the NLL covers) and their counts.
+
+        Here: demonstrations of the judge-intervention model with reward above ``min_reward``.
+        Subclasses change the data source (:class:`mintrl.sft.interventions.InterventionSFTStage`).
 
         Args:
-            components: the run's :class:`mintrl.training.build.Components`.
-            trainer_cfg: the run's ``trainer`` config (device, precision), reused with ``steps``.
-            logger: a Lightning logger for the stage's curves (``objective/nll``, ``train/loss``), or False.
+            components: the run's :class:`mintrl.training.build.Components`. items: training prompts.
 
         Returns:
-            summary dict: ``demonstrations``, ``kept``, ``kept_reward``, ``steps``, ``nll_first``,
-            ``nll_last``, ``hf_folder``.
+            ``(kept, counts)``: counts ``demonstrations``, ``kept``, ``kept_reward`` (mean reward of the kept).
+
+        Raises:
+            ValueError: no demonstration passes ``min_reward``.
         """
-        dm = components.datamodule
-        dm.setup("fit")
         rollout = components.rollout
-        items = dm.train_items[: self.prompts]
         demos = collect_demonstrations(
             rollout.intervention,
             rollout.reward,
@@ -154,6 +154,28 @@ class SFTStage:
                 f"sft: none of the {len(demos)} demonstrations has reward > {self.min_reward}; "
                 "check the intervention component or lower sft.min_reward"
             )
+        counts = {
+            "demonstrations": len(demos),
+            "kept": len(kept),
+            "kept_reward": sum(r.reward for r in kept) / len(kept),
+        }
+        return kept, counts
+
+    def run(self, components, trainer_cfg, logger=False) -> dict:
+        """Collect, filter, fine-tune ``components.context.policy`` in place, export.
+
+        Args:
+            components: the run's :class:`mintrl.training.build.Components`.
+            trainer_cfg: the run's ``trainer`` config (device, precision), reused with ``steps``.
+            logger: a Lightning logger for the stage's curves (``objective/nll``, ``train/loss``), or False.
+
+        Returns:
+            summary dict: the counts of :meth:`collect` (``kept`` among them), ``steps``,
+            ``nll_first``, ``nll_last``, ``hf_folder``.
+        """
+        dm = components.datamodule
+        dm.setup("fit")
+        kept, collected = self.collect(components, dm.train_items[: self.prompts])
         module = PolicyModule(
             components.context.policy,
             SupervisedNLL(),
@@ -162,7 +184,7 @@ class SFTStage:
             max_grad_norm=components.module.max_grad_norm,
         )
         data = DataLoader(
-            _Demonstrations(kept, self.rows_per_step, rollout.pad_token_id, self.seed),
+            _Demonstrations(kept, self.rows_per_step, components.rollout.pad_token_id, self.seed),
             batch_size=None,
             collate_fn=lambda x: x,
         )
@@ -180,9 +202,7 @@ class SFTStage:
         trainer.fit(module, train_dataloaders=data)
         nll = [h.get("objective/nll") for h in module.history]
         self.summary = {
-            "demonstrations": len(demos),
-            "kept": len(kept),
-            "kept_reward": sum(r.reward for r in kept) / len(kept),
+            **collected,
             "steps": trainer.global_step,
             "nll_first": nll[0] if nll else None,
             "nll_last": nll[-1] if nll else None,

@@ -107,9 +107,10 @@ def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
         **guided,
     )
     datamodule = instantiate(cfg.data, rollout=rollout, tokenizer=tokenizer)
-    module = instantiate(
-        cfg.module, policy=context.policy, objective=instantiate(cfg.objective, context=context), tokenizer=tokenizer
-    )
+    objective = instantiate(cfg.objective, context=context)
+    if objective.needs_first_error:  # the judge marks each failed rollout's first wrong step (objective=first_error)
+        rollout.mark_first_error = True
+    module = instantiate(cfg.module, policy=context.policy, objective=objective, tokenizer=tokenizer)
     built_trainer, summary = None, None
     if trainer:
         logger = instantiate(cfg.logger) if cfg.get("logger") else False

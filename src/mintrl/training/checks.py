@@ -128,6 +128,7 @@ def check_config(cfg: DictConfig) -> None:
             "pass@k needs k <= n samples per validation prompt"
         )
     check_env_rollout(cfg)
+    check_first_error(cfg)
     prompts, reward = component_class(cfg, "data.prompts"), component_class(cfg, "reward")
     if prompts is not None and reward is not None:
         code_prompts = prompts.serves_code(OmegaConf.select(cfg, "data.prompts"))
@@ -155,6 +156,27 @@ def check_env_rollout(cfg: DictConfig) -> None:
         raise ValueError(f"env= is set but rollout={rollout.__name__} is single-turn: add rollout=episodes")
     if rollout.multi_turn and not has_env:
         raise ValueError("rollout=episodes needs an environment: add env=<name> (e.g. env=sql)")
+
+
+def check_first_error(cfg: DictConfig) -> None:
+    """An objective that reads the judge's first wrong step (``needs_first_error``) needs a judge
+    that can find one (``Judge.finds_errors``) and the single-turn rollout engine, which marks it.
+
+    Raises:
+        ValueError: ``objective=first_error`` with ``judge=none`` or with ``rollout=episodes``.
+    """
+    objective = component_class(cfg, "objective")
+    if objective is None or not objective.needs_first_error:
+        return
+    judge = component_class(cfg, "judge")
+    if judge is not None and not judge.finds_errors:
+        raise ValueError(
+            f"objective={objective.__name__} credits tokens by the judge's first wrong step, but "
+            f"judge={judge.__name__} never finds one: choose a judge (e.g. judge=rule)"
+        )
+    rollout = component_class(cfg, "rollout")
+    if rollout is not None and rollout.multi_turn:
+        raise ValueError(f"objective={objective.__name__} needs the single-turn rollout (rollout=semi_on_policy)")
 
 
 def component_class(cfg: DictConfig, key: str) -> type | None:

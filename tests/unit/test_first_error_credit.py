@@ -1,0 +1,122 @@
+"""First-error credit (objective=first_error, issue 22 item 4): token advantages on a hand batch,
+the loss gradient per token, and the config checks."""
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from mintrl.objective import FirstErrorCredit, first_error_token_advantages, step_totals
+from mintrl.objective.first_error import response_start
+from mintrl.rollout.batch import RolloutBatch
+from mintrl.training.checks import check_first_error
+
+
+def test_token_advantages_by_hand():
+    # row 0: prompt 2 columns, error at response token 3 -> columns 2, 3, 4 before, 5.. after
+    # row 1: no error marked -> its sequence advantage everywhere
+    # row 2: prompt 1 column, error at response token 0 -> every response column after
+    adv = first_error_token_advantages(
+        torch.tensor([-0.5, 0.75, -1.25]), torch.tensor([3, -1, 0]), torch.tensor([2, 3, 1]), 7, before=0.25, after=2.0
+    )
+    assert adv.tolist() == [
+        [0.25, 0.25, 0.25, 0.25, 0.25, -2.0, -2.0],
+        [0.75] * 7,
+        [0.25, -2.0, -2.0, -2.0, -2.0, -2.0, -2.0],
+    ]
+
+
+def _hand_batch() -> RolloutBatch:
+    """One prompt, 4 rollouts with rewards 1, 0, 0, 0; rows 1 and 2 have a marked first error
+    (response tokens 1 and 0), row 3 (failed) none; 12 response tokens in all."""
+    prompt = [2, 2, 2, 1]  # prompt lengths (columns)
+    resp = [3, 4, 2, 3]  # response lengths
+    width = 6
+    ids = torch.zeros(4, width, dtype=torch.long)
+    attn = torch.zeros(4, width, dtype=torch.long)
+    mask = torch.zeros(4, width, dtype=torch.bool)
+    for i, (p, r) in enumerate(zip(prompt, resp)):
+        ids[i, : p + r] = torch.arange(5, 5 + p + r)
+        attn[i, : p + r] = 1
+        mask[i, p : p + r] = True
+    return RolloutBatch(
+        input_ids=ids,
+        attention_mask=attn,
+        response_mask=mask,
+        intervention_mask=torch.zeros_like(mask),
+        rollout_logprobs=torch.full((4, width), -1.0) * mask,
+        rewards=torch.tensor([1.0, 0.0, 0.0, 0.0]),
+        group_index=torch.zeros(4, dtype=torch.long),
+        is_control=torch.ones(4, dtype=torch.bool),
+        num_groups=1,
+        first_error=torch.tensor([-1, 1, 0, -1]),
+    )
+
+
+def test_prepare_gives_hand_token_advantages():
+    batch = _hand_batch()
+    assert response_start(batch).tolist() == [2, 2, 2, 1]
+    objective = FirstErrorCredit(credit_before=0.3, credit_after=1.5, eps=0.0)
+    stats = objective.prepare(batch, logprob_fn=None)
+    # group rewards 1, 0, 0, 0: mean 0.25, Bessel std sqrt(0.75 / 3) = 0.5 -> +1.5, -0.5, -0.5, -0.5
+    seq = batch.extras["advantages"]
+    assert seq.tolist() == pytest.approx([1.5, -0.5, -0.5, -0.5])
+    adv = batch.extras["token_advantages"]
+    on = batch.loss_mask
+    # row 0 (success): its sequence advantage on its 3 response tokens
+    assert adv[0][on[0]].tolist() == pytest.approx([1.5, 1.5, 1.5])
+    # row 1: error at response token 1 of 4 -> +0.3, then -1.5 x 3
+    assert adv[1][on[1]].tolist() == pytest.approx([0.3, -1.5, -1.5, -1.5])
+    # row 2: error at its first token -> all -1.5
+    assert adv[2][on[2]].tolist() == pytest.approx([-1.5, -1.5])
+    # row 3: failed, no error found -> keeps -0.5
+    assert adv[3][on[3]].tolist() == pytest.approx([-0.5, -0.5, -0.5])
+    assert stats["objective/first_error_rows"] == 2.0
+    assert stats["objective/first_error_before_frac"] == pytest.approx((1 / 4 + 0 / 2) / 2)
+
+
+def test_loss_gradient_per_token_is_minus_advantage_over_tokens():
+    # ratio 1 (log-probs equal to the rollout's): d loss / d logprob_t = -A_t / (12 tokens), token-mean
+    batch = _hand_batch()
+    objective = FirstErrorCredit(credit_before=0.3, credit_after=1.5, eps=0.0)
+    objective.prepare(batch, logprob_fn=None)
+    logprobs = batch.rollout_logprobs.clone().requires_grad_(True)
+    out = objective(batch, logprobs, step_totals(batch.loss_mask))
+    out.loss.backward()
+    expected = torch.zeros(4, 6)
+    expected[batch.loss_mask] = -torch.tensor([1.5, 1.5, 1.5, 0.3, -1.5, -1.5, -1.5, -1.5, -1.5, -0.5, -0.5, -0.5]) / 12
+    assert torch.allclose(logprobs.grad, expected, atol=1e-7)
+    # loss = mean of -A_t over the 12 tokens
+    assert out.loss.item() == pytest.approx(-(4.5 + 0.3 - 4.5 - 3.0 - 1.5) / 12)
+
+
+def test_a_marked_row_without_reward_gets_no_signal():
+    batch = _hand_batch()
+    batch.rewards = torch.tensor([1.0, float("nan"), 0.0, 0.0])
+    objective = FirstErrorCredit()
+    stats = objective.prepare(batch, logprob_fn=None)
+    assert not batch.loss_mask[1].any()
+    assert stats["objective/first_error_rows"] == 1.0  # row 2 only
+    assert torch.isfinite(batch.extras["token_advantages"]).all()
+
+
+def test_negative_credit_is_refused():
+    with pytest.raises(ValueError, match=r"^objective.credit_after must be >= 0, got -1.0$"):
+        FirstErrorCredit(credit_after=-1.0)
+
+
+def _cfg(judge: str, rollout: str = "mintrl.rollout.semi_on_policy.SemiOnPolicyRollout"):
+    return OmegaConf.create(
+        {
+            "objective": {"_target_": "mintrl.objective.first_error.FirstErrorCredit"},
+            "judge": {"_target_": judge},
+            "rollout": {"_target_": rollout},
+        }
+    )
+
+
+def test_config_check_needs_a_judge_that_finds_errors():
+    check_first_error(_cfg("mintrl.judge.rule.RuleJudge"))
+    with pytest.raises(ValueError, match="judge=KeepJudge never finds one"):
+        check_first_error(_cfg("mintrl.judge.none.KeepJudge"))
+    with pytest.raises(ValueError, match="needs the single-turn rollout"):
+        check_first_error(_cfg("mintrl.judge.rule.RuleJudge", "mintrl.rollout.episodes.EpisodeRollout"))
