@@ -94,7 +94,8 @@ STEP = [
     "validate_at_start=false",
     "+trainer.limit_val_batches=0",
     "rollout.progress=false",
-    *(f"callbacks.{name}=null" for name in ("progress", "best", "checkpoint", "hf_export", "records")),
+    "logger=null",
+    *(f"callbacks.{name}=null" for name in ("progress", "best", "checkpoint", "hf_export", "records", "summary")),
 ]
 
 
@@ -114,14 +115,27 @@ def build_random_model(arch: str, folder: Path, tokenizer_dir: Path, device: str
     return folder
 
 
-class TokenCounter(L.Callback):
-    """Attended tokens of every training batch (prompt + response, all rows)."""
+class UpdateMeter(L.Callback):
+    """Per training batch: its attended tokens (prompt + response, all rows) and the update's wall
+    time (the training step, after the rollouts were generated; CUDA synchronised)."""
 
     def __init__(self):
         self.tokens: list[int] = []
+        self.seconds: list[float] = []
+        self._start = 0.0
+
+    def _sync(self):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         self.tokens.append(int(batch.attention_mask.sum()))
+        self._sync()
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        self._sync()
+        self.seconds.append(time.perf_counter() - self._start)
 
 
 def peak_flops(device: str, override: float | None) -> float | None:
@@ -155,8 +169,8 @@ def run_steps(folder: Path, lora: bool, steps: int, device: str, out: Path) -> d
         cfg = compose("train", overrides=overrides)
     torch.manual_seed(0)
     c = build_components(cfg)
-    counter = TokenCounter()
-    c.trainer.callbacks.append(counter)
+    meter = UpdateMeter()
+    c.trainer.callbacks.append(meter)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
@@ -168,9 +182,9 @@ def run_steps(folder: Path, lora: bool, steps: int, device: str, out: Path) -> d
         "steps": len(hist),
         "wall_s": wall,
         "gen_s": [h.get("perf/gen_seconds", float("nan")) for h in hist],
-        "update_s": [h.get("perf/update_seconds", float("nan")) for h in hist],
+        "update_s": meter.seconds,
         "gen_tokens_per_s": [h.get("perf/gen_tokens_per_s", float("nan")) for h in hist],
-        "tokens": counter.tokens,
+        "tokens": meter.tokens,
         "params": total,
         "trainable": trainable,
         "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
@@ -269,7 +283,7 @@ def report(name: str, r: dict, flops: float | None) -> str:
         f"{name:<22} step {gen + upd:6.2f} s = generation {gen:6.2f} s + update {upd:6.2f} s | "
         f"gen {med(r['gen_tokens_per_s']):8.0f} tok/s | peak {mem} | update MFU "
         + (f"{100 * mfu:.1f}%" if mfu is not None else "n/a")
-        + f" | trainable {r['trainable'] / 1e6:.1f}M of {r['params'] / 1e6:.1f}M"
+        + f" | trainable {r['trainable'] / 1e6:.3g}M of {r['params'] / 1e6:.4g}M"
     )
 
 

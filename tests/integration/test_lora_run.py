@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import torch
 from conftest import TINY_RUN
 from hydra import compose, initialize_config_dir
@@ -64,6 +65,7 @@ def test_lora_rows_compose_with_an_adapter_learning_rate():
     assert "lora" not in _compose("experiment=math/grpo_cpu").model  # full fine-tuning stays the default
 
 
+@pytest.mark.slow  # 2 steps + validation: 8 min on the shared 2-core machine under load (LoRA decoding is slower on CPU)
 def test_grpo_lora_row_trains_two_steps_with_the_base_as_kl_reference(tmp_path):
     cfg = _compose(
         "experiment=math/grpo_lora_cpu",

@@ -20,7 +20,7 @@ from update_helpers import rollout_batch
 from mintrl.model.logprobs import token_logprobs
 from mintrl.model.lora import AdapterOff, LoraSettings, apply_lora, frozen_step0, merge_lora_weights
 from mintrl.objective import GRPO
-from mintrl.training.callbacks.export import HFExport
+from mintrl.training.callbacks.export import HFExport, adapter_folder_name
 from mintrl.training.module import PolicyModule
 
 # the tiny Llama: 2 layers x 7 linear layers (q, k, v, o, gate, up, down), hidden 32, intermediate 64
@@ -192,3 +192,11 @@ def test_a_lora_checkpoint_refuses_a_full_weight_run(tiny_model):
 def test_lora_settings_name_a_bad_field(field, value):
     with pytest.raises(ValueError, match=f"model.lora.{field}"):
         LoraSettings(**{field: value})
+
+
+def test_adapter_folder_sits_next_to_its_policy_folder():
+    assert [adapter_folder_name(n) for n in ("hf_policy", "hf_sft_policy", "export")] == [
+        "hf_adapter",
+        "hf_sft_adapter",
+        "export_adapter",
+    ]

@@ -31,7 +31,7 @@ class HFExport(L.Callback):
 
     Args:
         dirpath: output folder (default ``<trainer.default_root_dir>/hf_policy``; the adapter goes
-            to its sibling ``hf_adapter``).
+            to its sibling, :func:`adapter_folder_name`: ``hf_adapter``, ``hf_sft_adapter``).
         dtype: floating-point dtype of the exported weights, a ``torch`` dtype name (``bfloat16``:
             half the bytes of float32, what ``callbacks=sweep`` writes); None keeps the policy's own.
             The training run itself is unchanged: only the written copy is cast.
@@ -61,7 +61,7 @@ class HFExport(L.Callback):
         out.parent.mkdir(parents=True, exist_ok=True)
         lora = is_lora(module.policy)
         if lora:
-            self.adapter_saved_to = self._export_adapter(module, out.parent / "hf_adapter", state_dict)
+            self.adapter_saved_to = self._export_adapter(module, out.parent / adapter_folder_name(out.name), state_dict)
             state_dict = hf_state_dict(module.policy) if state_dict is None else _merged(module.policy, state_dict)
         tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
         if self.dtype is not None:
@@ -112,6 +112,14 @@ def cast_state_dict(state_dict: dict, dtype: str) -> dict:
             memo[ident] = tensor.detach().to(target)
         cast[key] = memo[ident]
     return cast
+
+
+def adapter_folder_name(policy_folder: str) -> str:
+    """The adapter folder next to a policy export: ``hf_policy`` -> ``hf_adapter``, ``hf_sft_policy``
+    -> ``hf_sft_adapter``, any other name + ``_adapter``."""
+    if "policy" in policy_folder:
+        return policy_folder.replace("policy", "adapter")
+    return policy_folder + "_adapter"
 
 
 def _merged(policy, state_dict: dict) -> dict:
