@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM
 from mintrl.model.loading import LoadedPolicy
 from mintrl.model.lora import AdapterOff, LoraSettings, apply_lora
 from mintrl.training.build import ModelContext, build_components
+from mintrl.training.checks import check_config
 from mintrl.training.config import CONFIG_DIR
 
 # SmolLM2-135M: 30 layers, hidden 576, intermediate 1536, 9 query / 3 KV heads of 64 dims. LoRA r = 16
@@ -63,6 +64,17 @@ def test_lora_rows_compose_with_an_adapter_learning_rate():
     assert paper.trainer.devices == 1 and paper.module.gradient_checkpointing is True
     assert paper.rollout.chunk_size == 512 and paper.objective.kappa == -0.2  # the paper row underneath
     assert "lora" not in _compose("experiment=math/grpo_cpu").model  # full fine-tuning stays the default
+
+
+def test_fsdp_lora_refuses_a_self_privileged_judge_on_the_step0_policy():
+    with pytest.raises(ValueError, match="judge=self_privileged with judge.teacher=null"):
+        check_config(_compose("model/lora=default", "trainer=fsdp", "sampler=vllm", "judge=self_privileged"))
+    check_config(_compose("trainer=fsdp", "sampler=vllm", "judge=self_privileged"))  # full weights: a step-0 copy
+    check_config(
+        _compose(
+            "model/lora=default", "trainer=fsdp", "sampler=vllm", "judge=teacher", "teacher_model.path=embedded"
+        )
+    )
 
 
 @pytest.mark.slow  # 2 steps + validation: 8 min on the shared 2-core machine under load (LoRA decoding is slower on CPU)
