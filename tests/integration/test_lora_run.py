@@ -71,9 +71,7 @@ def test_fsdp_lora_refuses_a_self_privileged_judge_on_the_step0_policy():
         check_config(_compose("model/lora=default", "trainer=fsdp", "sampler=vllm", "judge=self_privileged"))
     check_config(_compose("trainer=fsdp", "sampler=vllm", "judge=self_privileged"))  # full weights: a step-0 copy
     check_config(
-        _compose(
-            "model/lora=default", "trainer=fsdp", "sampler=vllm", "judge=teacher", "teacher_model.path=embedded"
-        )
+        _compose("model/lora=default", "trainer=fsdp", "sampler=vllm", "judge=teacher", "teacher_model.path=embedded")
     )
 
 

@@ -200,3 +200,20 @@ def test_adapter_folder_sits_next_to_its_policy_folder():
         "hf_sft_adapter",
         "export_adapter",
     ]
+
+
+def test_mintrl_eval_loads_an_adapter_only_checkpoint_into_a_lora_policy(tiny_model, tmp_path):
+    from mintrl.eval.evaluate import load_lightning_policy
+
+    trained = _lora(copy.deepcopy(tiny_model))
+    with torch.no_grad():
+        for name, p in trained.named_parameters():
+            if ".lora_B." in name:
+                p.normal_()
+    adapter = {f"policy.{k}": v for k, v in trained.state_dict().items() if ".lora_" in k}
+    torch.save({"state_dict": adapter, "mintrl_frozen_base_omitted": 17}, tmp_path / "lora.ckpt")
+    fresh = _lora(copy.deepcopy(tiny_model))
+    load_lightning_policy(fresh, str(tmp_path / "lora.ckpt"))
+    assert all(torch.equal(v, fresh.state_dict()[k]) for k, v in trained.state_dict().items())
+    with pytest.raises(ValueError, match="evaluate it with model/lora=default"):
+        load_lightning_policy(copy.deepcopy(tiny_model), str(tmp_path / "lora.ckpt"))
