@@ -32,13 +32,14 @@ GAP_REPORT: dict[str, float] = {}
 
 def lora_policy(model):
     """A LoRA copy of ``model`` (r 8 on every linear layer) with a trained-looking adapter: B drawn
-    at random, so the adapter changes the log-probs (by ~0.1-1 nats per token)."""
+    at random, so the adapter changes the log-probs (~0.03 nats per token: small enough that the
+    near-greedy continuation tests meet no new near-ties; B ~ N(0, 0.02) gave 0.13 and one)."""
     torch.manual_seed(0)
     policy = apply_lora(copy.deepcopy(model), LoraSettings(r=8, alpha=16.0))
     with torch.no_grad():
         for name, p in policy.named_parameters():
             if ".lora_B." in name:
-                p.normal_(0, 0.02)
+                p.normal_(0, 0.005)
     return policy.eval()
 
 
@@ -205,7 +206,9 @@ def test_next_call_after_an_optimizer_step_uses_the_new_weights(kind, embedded, 
         before = sampler.generate(prompt, 12, temperature=1.0, cache_keys=[0])  # HF keeps this row's KV
         sequence = prompt[0] + before.token_ids[0].tolist()
         old = score_sequences(policy, [sequence], [len(prompt[0])], 1.0)[0]
-        optimizer = torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=5e-3)
+        # LoRA: only the adapter moves, and its gradient is small (A B with B ~ 0): a larger step
+        lr = 0.5 if kind.endswith("-lora") else 5e-3
+        optimizer = torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=lr)
         ids = torch.tensor([sequence])
         loss = -policy(input_ids=ids, labels=ids).loss  # push the sampled text away: log-probs move
         loss.backward()
@@ -241,7 +244,7 @@ def test_a_lora_policy_samples_with_its_adapter_active(kind, embedded, tokenizer
         print(
             f"{kind}: mean gap to the adapter model {to_adapter.mean().item():.2e}, to the base {to_base.mean().item():.2e}"
         )
-        assert to_adapter.mean().item() < 1e-3 and to_base.mean().item() > 0.05
+        assert to_adapter.mean().item() < 1e-3 and to_base.mean().item() > 0.01
     finally:
         if hasattr(sampler, "close"):
             sampler.close()

@@ -134,11 +134,12 @@ class AdapterOff:
     weights of its own (the memory of one model copy saved), and since the base weights never
     train and ``B`` starts at 0, it is exactly the policy at step 0, also after resuming.
 
-    What callers use works as on a Hugging Face model: calling it, ``generate``, ``get_decoder()`` and
-    ``get_output_embeddings()`` (both called with the adapter off), ``config``,
-    ``generation_config``, ``parameters()``, ``modules()``, ``training``/``train()``/``eval()`` (a
-    flag of its own: it never changes the policy's mode), ``to()`` (a no-op: the policy's device
-    is the trainer's business) and ``requires_grad_()`` (a no-op: the base is frozen already).
+    What callers use works as on a Hugging Face model: calling it, ``generate``, ``get_decoder()``
+    and ``get_output_embeddings()`` (both called with the adapter off), ``config``,
+    ``generation_config``, ``device``, ``dtype``, ``parameters()``, ``modules()``,
+    ``training``/``train()``/``eval()`` (a flag of its own: it never changes the policy's mode),
+    ``to()`` (a no-op: the policy's device is the trainer's business) and ``requires_grad_()`` (a
+    no-op: the base is frozen already).
 
     Not thread-safe against the policy: the adapter is a switch on the shared layers, so nothing
     may run the policy while a call here is in flight (the rollout loop calls them in turn; a
@@ -185,6 +186,14 @@ class AdapterOff:
     @property
     def name_or_path(self):
         return self._policy.name_or_path
+
+    @property
+    def device(self) -> torch.device:
+        return next(self._policy.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self._policy.parameters()).dtype
 
     def parameters(self, recurse: bool = True):
         return self._policy.parameters(recurse)
