@@ -94,7 +94,7 @@ STEP = [
     "validate_at_start=false",
     "+trainer.limit_val_batches=0",
     "rollout.progress=false",
-    "logger=null",
+    "~logger",
     *(f"callbacks.{name}=null" for name in ("progress", "best", "checkpoint", "hf_export", "records", "summary")),
 ]
 
