@@ -17,7 +17,7 @@ SMOKE_ARGS := seed=0 trainer.max_steps=1 trainer.val_check_interval=1 data.promp
 	data.prompts.val_size=4 data.val_samples_per_prompt=1 rollout.max_response_tokens=24 rollout.chunk_size=8 \
 	rollout.continuation_len=8
 
-.PHONY: setup train test test-unit test-slow lint format setup-vllm test-vllm bench clean reproduce reproduce-full reproduce-smoke
+.PHONY: setup train test test-unit test-slow lint format setup-vllm test-vllm bench clean reproduce reproduce-full reproduce-smoke gpu-wheels
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -92,6 +92,24 @@ setup-vllm: $(VLLM_STAMP)
 # the sampler contract suite and the vLLM weight-sync tests against the real CPU engine
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/pytest -q -o addopts=-ra tests/integration/test_sampler_contract.py tests/integration/test_vllm.py tests/unit/test_shared_prompts.py tests/integration/test_shared_prompts_embedded.py $(ARGS)
+
+# The offline GPU check's luggage (benchmarks/gpu_check.sh): wheels of the main job's dependencies
+# beyond torch/transformers/lightning/peft/torchmetrics/tensorboard (benchmarks/gpu_wheels.py picks
+# them), compiled ones for GPU_PYTHON (the GPU machine's python, major.minor) on x86_64 Linux,
+# pure-Python ones built here where only an sdist exists, and the embedded model's tokenizer
+GPU_PYTHON ?= $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+GPU_WHEELS := .gpu-wheels
+gpu-wheels: $(STAMP)
+	mkdir -p $(GPU_WHEELS)/tokenizer
+	$(BIN)/python benchmarks/gpu_wheels.py > $(GPU_WHEELS)/requirements.txt
+	while read -r req; do \
+	  $(BIN)/pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) \
+	    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	    -d $(GPU_WHEELS) "$$req" || $(BIN)/pip wheel -q --no-deps -w $(GPU_WHEELS) "$$req" || exit 1; \
+	done < $(GPU_WHEELS)/requirements.txt
+	$(BIN)/python -c "import shutil; from mintrl.model.loading import embedded_smollm2_folder as f; \
+	  [shutil.copy(f() / n, '$(GPU_WHEELS)/tokenizer') for n in ('tokenizer.json', 'tokenizer_config.json', 'chat_template.jinja')]"
+	du -sh $(GPU_WHEELS)
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) outputs .pytest_cache

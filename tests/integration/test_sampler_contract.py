@@ -8,6 +8,10 @@ used as given; after an optimizer step the next call samples from the new weight
 
 The vLLM rows run where vLLM is installed (``make test-vllm``: the CPU build in ``.venv-vllm``; the
 GPU check script runs them against official vLLM) and are skipped elsewhere.
+
+The ``-lora`` backends run the same suite on a LoRA policy (``model/lora=default``) whose adapter is
+not zero: the HF sampler generates with the adapter active, the vLLM engine receives the merged
+weights; every log-prob is compared with the trainer's forward of the adapter model.
 """
 
 from __future__ import annotations
@@ -17,17 +21,31 @@ import copy
 import pytest
 import torch
 
+from mintrl.model.lora import LoraSettings, apply_lora
 from mintrl.sampler import HFSampler, VLLMSampler
 from mintrl.sampler.hf import score_sequences
 
-BACKENDS = [
-    "hf",
-    pytest.param("vllm", marks=pytest.mark.vllm),
-]
+LORA_BACKENDS = ["hf-lora", pytest.param("vllm-lora", marks=pytest.mark.vllm)]
+BACKENDS = ["hf", pytest.param("vllm", marks=pytest.mark.vllm), *LORA_BACKENDS]
 GAP_REPORT: dict[str, float] = {}
 
 
+def lora_policy(model):
+    """A LoRA copy of ``model`` (r 8 on every linear layer) with a trained-looking adapter: B drawn
+    at random, so the adapter changes the log-probs (~0.03 nats per token: small enough that the
+    near-greedy continuation tests meet no new near-ties; B ~ N(0, 0.02) gave 0.13 and one)."""
+    torch.manual_seed(0)
+    policy = apply_lora(copy.deepcopy(model), LoraSettings(r=8, alpha=16.0))
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if ".lora_B." in name:
+                p.normal_(0, 0.005)
+    return policy.eval()
+
+
 def make_sampler(kind: str, model, tokenizer):
+    if kind.endswith("-lora"):
+        model, kind = lora_policy(model), kind.removesuffix("-lora")
     if kind == "hf":
         return HFSampler(model, tokenizer)
     # fp32 engine (the policy's dtype), eager: starts in seconds on CPU
@@ -36,7 +54,7 @@ def make_sampler(kind: str, model, tokenizer):
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def sampler(request, embedded, tokenizer):
-    s = make_sampler(request.param, embedded.model, tokenizer)
+    s = make_sampler(request.param, embedded.model, tokenizer)  # s.model: the policy the trainer scores
     s.kind = request.param
     yield s
     if hasattr(s, "close"):
@@ -74,12 +92,12 @@ def test_shapes_types_and_budget(sampler, tokenizer):
         assert ((ids >= 0) & (ids < len(tokenizer))).all()
 
 
-def test_logprobs_match_the_trainer(sampler, embedded, tokenizer):
+def test_logprobs_match_the_trainer(sampler, tokenizer):
     """Mean |sampler - trainer| per token, at two temperatures (processed log-probs, not raw)."""
     prompts = _prompts(tokenizer)
     for temperature in (1.0, 0.6):
         torch.manual_seed(1)
-        gap = _gap(embedded.model, prompts, sampler.generate(prompts, 24, temperature=temperature), temperature)
+        gap = _gap(sampler.model, prompts, sampler.generate(prompts, 24, temperature=temperature), temperature)
         GAP_REPORT[f"{sampler.kind} T={temperature}"] = gap.mean().item()
         print(
             f"{sampler.kind} T={temperature}: mean |sampler - trainer| log-prob = {gap.mean().item():.2e} nats over {gap.numel()} tokens, max {gap.max().item():.2e}"
@@ -87,7 +105,7 @@ def test_logprobs_match_the_trainer(sampler, embedded, tokenizer):
         assert gap.mean().item() < 1e-3 and gap.max().item() < 2e-2
 
 
-def test_continuation_from_a_prefix_equals_one_call(sampler, embedded, tokenizer):
+def test_continuation_from_a_prefix_equals_one_call(sampler, tokenizer):
     """Near-greedy (T=0.02): 8 tokens in one call = 4 + 4 via continuation, token for token; and
     the continued log-probs are those of the full sequence."""
     prompts = _prompts(tokenizer)
@@ -105,12 +123,12 @@ def test_continuation_from_a_prefix_equals_one_call(sampler, embedded, tokenizer
     second = sampler.generate([p + ids.tolist() for p, ids in zip(prompts, first.token_ids)], 5, temperature=0.8)
     for i, p in enumerate(prompts):
         response = first.token_ids[i].tolist() + second.token_ids[i].tolist()
-        scored = score_sequences(embedded.model, [p + response], [len(p)], 0.8)[0]
+        scored = score_sequences(sampler.model, [p + response], [len(p)], 0.8)[0]
         sampled = torch.cat([first.logprobs[i], second.logprobs[i]])
         assert (scored - sampled).abs().max().item() < 2e-2, f"row {i}"
 
 
-def test_continuation_with_cache_keys_equals_one_call(sampler, embedded, tokenizer):
+def test_continuation_with_cache_keys_equals_one_call(sampler, tokenizer):
     """The rollout loop's calls name each row's rollout (``cache_keys``): continuing from kept KV
     gives the same tokens (near-greedy) and the full sequence's log-probs. The HF sampler re-encodes
     one token per row of the second call; the rest of each prefix comes from the first call."""
@@ -121,7 +139,7 @@ def test_continuation_with_cache_keys_equals_one_call(sampler, embedded, tokeniz
     prefixes = [p + ids.tolist() for p, ids in zip(prompts, first.token_ids)]
     reused = getattr(sampler, "reused_tokens", 0)
     second = sampler.generate(prefixes, 4, temperature=0.02, cache_keys=[10, 11, 12])
-    if sampler.kind == "hf":
+    if sampler.kind.startswith("hf"):
         assert sampler.reused_tokens - reused == sum(len(p) - 1 for p in prefixes)
     assert not all(first.finished), "a row must continue for the comparison to mean anything"
     for i in range(len(prompts)):
@@ -133,10 +151,10 @@ def test_continuation_with_cache_keys_equals_one_call(sampler, embedded, tokeniz
     cut = [p + ids.tolist()[:3] for p, ids in zip(prompts, first.token_ids)]  # truncated, as after a judge's cut
     second = sampler.generate(cut, 5, temperature=0.8, cache_keys=[20, 21, 22])
     for i, p in enumerate(cut):
-        scored = score_sequences(embedded.model, [p + second.token_ids[i].tolist()], [len(p)], 0.8)[0]
+        scored = score_sequences(sampler.model, [p + second.token_ids[i].tolist()], [len(p)], 0.8)[0]
         assert (scored - second.logprobs[i]).abs().max().item() < 2e-2, f"row {i}"
     sampler.release()
-    if sampler.kind == "hf":
+    if sampler.kind.startswith("hf"):
         assert sampler._kept == {}
 
 
@@ -153,13 +171,13 @@ def test_eos_ends_a_row_and_is_its_last_token(sampler, tokenizer):
             assert len(ids) == 48  # only the budget ends an unfinished row
 
 
-def test_prompt_ids_are_used_as_given(sampler, embedded, tokenizer):
+def test_prompt_ids_are_used_as_given(sampler, tokenizer):
     """A raw prefix without BOS or chat template: the trainer's log-probs of the continuation agree,
     which they would not if the backend added a BOS or a template."""
     raw = tokenizer("The capital of France is", add_special_tokens=False)["input_ids"]
     torch.manual_seed(4)
     gen = sampler.generate([raw], 6, temperature=1.0)
-    assert _gap(embedded.model, [raw], gen, 1.0).max().item() < 2e-2
+    assert _gap(sampler.model, [raw], gen, 1.0).max().item() < 2e-2
 
 
 def test_bad_arguments_are_refused(sampler):
@@ -176,8 +194,8 @@ def test_next_call_after_an_optimizer_step_uses_the_new_weights(kind, embedded, 
     """Weight sync: after an SGD step on the policy, the same long prefix (cached by vLLM's prefix
     cache, kept by the HF sampler under its cache key) gives log-probs of the *new* weights, and
     they differ from the old weights' ones."""
-    policy = copy.deepcopy(embedded.model)
-    sampler = make_sampler(kind, policy, tokenizer)
+    sampler = make_sampler(kind, copy.deepcopy(embedded.model), tokenizer)
+    policy = sampler.model  # a LoRA policy for the -lora backends: the step moves only its adapter
     # ~270 tokens: several KV blocks, so a prefix cache that survived the push would be hit
     prompt = _prompts(
         tokenizer,
@@ -188,7 +206,9 @@ def test_next_call_after_an_optimizer_step_uses_the_new_weights(kind, embedded, 
         before = sampler.generate(prompt, 12, temperature=1.0, cache_keys=[0])  # HF keeps this row's KV
         sequence = prompt[0] + before.token_ids[0].tolist()
         old = score_sequences(policy, [sequence], [len(prompt[0])], 1.0)[0]
-        optimizer = torch.optim.SGD(policy.parameters(), lr=5e-3)
+        # LoRA: only the adapter moves, and its gradient is small (A B with B ~ 0): a larger step
+        lr = 0.5 if kind.endswith("-lora") else 5e-3
+        optimizer = torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=lr)
         ids = torch.tensor([sequence])
         loss = -policy(input_ids=ids, labels=ids).loss  # push the sampled text away: log-probs move
         loss.backward()
@@ -204,8 +224,27 @@ def test_next_call_after_an_optimizer_step_uses_the_new_weights(kind, embedded, 
         GAP_REPORT[f"{kind} after a weight sync"] = gap.mean().item()
         print(f"{kind}: mean |sampler - trainer| after an optimizer step = {gap.mean().item():.2e} nats")
         assert gap.mean().item() < 1e-3
-        if kind == "vllm":
+        if kind.startswith("vllm"):
             assert sampler.syncs == 2  # the first call and the call after the step; none in between
+    finally:
+        if hasattr(sampler, "close"):
+            sampler.close()
+
+
+@pytest.mark.parametrize("kind", LORA_BACKENDS)
+def test_a_lora_policy_samples_with_its_adapter_active(kind, embedded, tokenizer):
+    """The sampler's log-probs are the adapter model's (HF: the live PeftModel; vLLM: the merged
+    weights pushed at the first call), not the base model's."""
+    sampler = make_sampler(kind, embedded.model, tokenizer)
+    prompts = _prompts(tokenizer)
+    try:
+        torch.manual_seed(6)
+        gen = sampler.generate(prompts, 24, temperature=1.0)
+        to_adapter, to_base = _gap(sampler.model, prompts, gen, 1.0), _gap(embedded.model, prompts, gen, 1.0)
+        print(
+            f"{kind}: mean gap to the adapter model {to_adapter.mean().item():.2e}, to the base {to_base.mean().item():.2e}"
+        )
+        assert to_adapter.mean().item() < 1e-3 and to_base.mean().item() > 0.01
     finally:
         if hasattr(sampler, "close"):
             sampler.close()

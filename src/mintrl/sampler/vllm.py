@@ -21,6 +21,11 @@ resets the prefix cache, so KV computed with old weights never reaches a new rol
 the engine is woken up before this, so generation after a wake-up uses the synced weights.
 ``release()`` (called by the data module after each rollout batch) puts the engine to sleep.
 
+LoRA (``model/lora=default``): the engine runs a plain model and receives the adapter merged into
+the base weights (:func:`mintrl.sampler.weights.hf_state_dict`), under the same sync and
+prefix-cache rules; vLLM's own LoRA serving is not used (it would need ``enable_lora`` and an
+adapter folder written per step).
+
 Scoring tokens the policy did not sample (interventions) uses the trainer's own forward pass
 (:func:`mintrl.sampler.hf.score_sequences`), or under FSDP the engine's prompt log-probs, which
 vLLM computes at temperature 1 only (:meth:`VLLMSampler.score`).
@@ -40,7 +45,7 @@ from transformers import PreTrainedModel
 
 from mintrl.sampler.base import Generation, Sampler, check_generate_args
 from mintrl.sampler.hf import eos_ids_of, score_sequences
-from mintrl.sampler.weights import full_state_dict, is_sharded, weights_version
+from mintrl.sampler.weights import hf_state_dict, is_sharded, save_hf_folder, weights_version
 from mintrl.training.checks import check_choice, check_int, check_range
 
 # The CPU build refuses to start without a KV-cache size (GiB) or takes ~16 GiB; by default it keeps
@@ -144,7 +149,7 @@ class VLLMSampler(Sampler):
         if name and (Path(name) / "config.json").is_file():
             return name
         self._tmpdir = tempfile.mkdtemp(prefix="mintrl-vllm-model-")
-        self.model.save_pretrained(self._tmpdir, safe_serialization=True)
+        save_hf_folder(self.model, self._tmpdir)  # a LoRA policy: its merged weights
         self.tokenizer.save_pretrained(self._tmpdir)
         return self._tmpdir
 
@@ -218,13 +223,13 @@ class VLLMSampler(Sampler):
 
     def _push(self, llm) -> None:
         if self.in_process:
-            llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=list(full_state_dict(self.model))))
+            llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=list(hf_state_dict(self.model).items())))
         else:  # tensors cannot cross into the engine process: a safetensors file in shared memory
             from safetensors.torch import save_file
 
             folder = tempfile.mkdtemp(prefix="mintrl-weights-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
             try:
-                tensors = {name: t.contiguous().cpu() for name, t in full_state_dict(self.model)}
+                tensors = {name: t.contiguous().cpu() for name, t in hf_state_dict(self.model).items()}
                 save_file(_untie(tensors), os.path.join(folder, "model.safetensors"))
                 llm.collective_rpc("reload_weights", kwargs=dict(weights_path=folder))
             finally:

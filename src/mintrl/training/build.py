@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 
 import lightning.pytorch as L
@@ -12,6 +11,7 @@ from omegaconf import DictConfig
 import mintrl.training.config  # noqa: F401  (registers the config resolvers)
 from mintrl.data.datamodule import RolloutDataModule
 from mintrl.model.loading import LoadedPolicy, check_model_path, embedded_smollm2, load_policy
+from mintrl.model.lora import frozen_step0
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
 from mintrl.training.callbacks.summary import RunSummary
 from mintrl.training.checks import check_config
@@ -19,8 +19,10 @@ from mintrl.training.module import PolicyModule
 
 
 class ModelContext:
-    """The policy, its tokenizer, and (on first request) the frozen step-0 copy that
-    self-privileged judges and interventions share."""
+    """The policy, its tokenizer, and (on first request) the frozen step-0 policy that the KL
+    reference, self-privileged judges and interventions and the OPD self-teacher share: a deep
+    copy under full fine-tuning, the policy itself with its adapter disabled under LoRA
+    (:class:`mintrl.model.lora.AdapterOff`, no second copy of the weights)."""
 
     def __init__(self, loaded: LoadedPolicy):
         self.policy = loaded.model
@@ -30,9 +32,10 @@ class ModelContext:
         self._teachers: dict[tuple[str, str], LoadedPolicy] = {}
 
     def frozen_policy(self):
-        """A frozen deep copy of the policy as it is now (call before training: step 0)."""
+        """The frozen policy as it is now (call before training: step 0), see
+        :func:`mintrl.model.lora.frozen_step0`."""
         if self._frozen is None:
-            self._frozen = copy.deepcopy(self.policy).eval().requires_grad_(False)
+            self._frozen = frozen_step0(self.policy)
         return self._frozen
 
     def teacher(self, path: str | None = None, dtype: str = "float32") -> LoadedPolicy:

@@ -93,7 +93,9 @@ def check_config(cfg: DictConfig) -> None:
             (``PromptSource.serves_code``) scored by a reward without ``Reward.handles_code``, or
             the reverse; a ``module.val_pass_at_k`` above ``data.val_samples_per_prompt`` (pass@k
             needs ``k <= n``); ``env=`` without ``rollout=episodes`` or the reverse (an environment
-            is driven only by the multi-turn rollout, which needs one).
+            is driven only by the multi-turn rollout, which needs one); a LoRA policy under FSDP
+            with a self-privileged judge or intervention on the step-0 policy
+            (:func:`check_lora_step0_generation`).
     """
     top_p = (cfg.get("rollout") or {}).get("top_p", 1.0)
     if cfg.get("train", True) and isinstance(top_p, (int, float)) and top_p < 1:
@@ -110,6 +112,8 @@ def check_config(cfg: DictConfig) -> None:
             "trainer=fsdp needs sampler=vllm: Hugging Face generate cannot run on FSDP-sharded weights "
             "outside the training forward"
         )
+    if "fsdp" in strategy.lower():
+        check_lora_step0_generation(cfg)
     module = cfg.get("module") or {}
     updates = int(module.get("epochs", 1) or 1) * int(module.get("minibatches", 1) or 1)
     max_steps = (cfg.get("trainer") or {}).get("max_steps")
@@ -136,6 +140,27 @@ def check_config(cfg: DictConfig) -> None:
             raise ValueError(
                 f"data.prompts ({prompts.__name__}) and reward ({reward.__name__}) do not match: "
                 "code problems need reward=code (e.g. `data=humaneval reward=code`), other tasks another reward"
+            )
+
+
+def check_lora_step0_generation(cfg: DictConfig) -> None:
+    """Under FSDP, a LoRA policy's step-0 model is the sharded policy itself (adapter off), which
+    Hugging Face ``generate`` cannot run: a self-privileged judge or intervention without a
+    ``teacher`` would fail at its first call. (Full fine-tuning keeps an unsharded step-0 copy.)
+
+    Raises:
+        ValueError: ``model.lora`` set, and ``judge`` or ``intervention`` is self-privileged with
+            ``teacher: null`` (the field named).
+    """
+    if OmegaConf.select(cfg, "model.lora") is None:
+        return
+    for key in ("judge", "intervention"):
+        target = str(OmegaConf.select(cfg, f"{key}._target_") or "")
+        if target.rsplit(".", 1)[-1].startswith("SelfPrivileged") and OmegaConf.select(cfg, f"{key}.teacher") is None:
+            raise ValueError(
+                f"{key}=self_privileged with {key}.teacher=null generates from the step-0 policy, which under "
+                "model/lora and trainer=fsdp is the sharded policy itself: use a teacher model "
+                f"({key}.teacher=embedded or a path), an API judge, or trainer=gpu / ddp"
             )
 
 

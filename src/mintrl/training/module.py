@@ -21,9 +21,10 @@ from lightning.pytorch.utilities import grad_norm
 
 from mintrl.eval.pass_at_k import PassAtK
 from mintrl.model.logprobs import token_logprobs
+from mintrl.model.lora import is_lora
 from mintrl.objective.aggregation import StepTotals, step_totals
 from mintrl.rollout.batch import RolloutBatch
-from mintrl.sampler.weights import is_sharded
+from mintrl.sampler.weights import is_sharded, strip_wrapper_prefixes
 from mintrl.training.checks import check_int, check_range
 from mintrl.training.step_logging import log_step
 
@@ -246,14 +247,47 @@ class PolicyModule(L.LightningModule):
         return total, metrics
 
     # ------------------------------------------------------------------ Lightning hooks
+    def frozen_policy_keys(self) -> set[str]:
+        """State-dict keys of this module's frozen policy parameters (``requires_grad=False``): a LoRA
+        policy's base weights, which checkpoints leave out; empty under full fine-tuning."""
+        return {
+            f"policy.{strip_wrapper_prefixes(name)}"
+            for name, p in self.policy.named_parameters()
+            if not p.requires_grad
+        }
+
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Stores :attr:`updates_into_batch` (0 unless the checkpoint is written inside a training step)."""
+        """Stores :attr:`updates_into_batch` (0 unless the checkpoint is written inside a training
+        step). A LoRA policy's frozen base weights are dropped from ``state_dict`` (the checkpoint
+        holds the adapter and its optimizer state; resuming reloads the base from ``model.*``),
+        except under FSDP, whose sharded checkpoints keep every key."""
         checkpoint["mintrl_updates_into_batch"] = int(self.updates_into_batch)
+        frozen = self.frozen_policy_keys() if is_lora(self.policy) and not is_sharded(self.policy) else set()
+        if frozen:
+            state = checkpoint["state_dict"]
+            checkpoint["state_dict"] = type(state)((k, v) for k, v in state.items() if k not in frozen)
+            checkpoint["mintrl_frozen_base_omitted"] = len(frozen)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """A mid-batch checkpoint's interrupted batch is not in the checkpoint: the next (fresh)
-        batch gets only the updates that batch had left (:meth:`update_budget`)."""
+        batch gets only the updates that batch had left (:meth:`update_budget`). A LoRA checkpoint's
+        omitted base weights are taken from the live policy (the same frozen base the run loaded).
+
+        Raises:
+            ValueError: the checkpoint omits base weights but this run's policy has no LoRA adapter
+                (``model/lora`` differs between the run that saved it and this one).
+        """
         self._updates_done_at_resume = int(checkpoint.get("mintrl_updates_into_batch", 0))
+        if checkpoint.get("mintrl_frozen_base_omitted"):
+            if not is_lora(self.policy):
+                raise ValueError(
+                    "the checkpoint holds a LoRA adapter without base weights, but this run trains the full "
+                    "weights: resume with the same model/lora setting"
+                )
+            live = self.state_dict()
+            state = checkpoint["state_dict"]
+            for key in self.frozen_policy_keys():
+                state.setdefault(key, live[key])
 
     def update_budget(self) -> int:
         """Optimizer updates the next rollout batch gets: ``epochs x minibatches``, less the

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The offline single-GPU check (LoRA issue): on a machine with one NVIDIA GPU and torch, transformers,
+# lightning, peft, torchmetrics and tensorboard installed, no network, and only this repository plus
+# .gpu-wheels/ (about 30 MiB, made by `make gpu-wheels` on a machine with network) carried along:
+#   1. installs the main job's remaining small dependencies from .gpu-wheels/ (pip --no-index);
+#   2. builds randomly initialised models of the embedded model's architecture (SmolLM2-135M) and of
+#      Qwen3-1.7B's from their configs (no weights are downloaded);
+#   3. runs trainer=gpu bf16 main-job steps with the HF sampler, full weights and LoRA, and one FSDP
+#      update of a LoRA policy (+ its merged export), printing per part the step time split into
+#      generation and update, peak GPU memory, generated tokens/s and the update's MFU.
+# Under 8 minutes in all (each part is bounded; the whole python part by `timeout 420`).
+#   bash benchmarks/gpu_check.sh                      # PYTHON=/path/to/python to pick the interpreter
+#   bash benchmarks/gpu_check.sh --archs smollm2_135m --parts lora   # any gpu_check.py arguments
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+WHEELS=.gpu-wheels
+start=$(date +%s)
+if ! "$PY" -c "import hydra, omegaconf, reasoning_gym, rich" 2>/dev/null; then
+  if [ ! -f "$WHEELS/requirements.txt" ]; then
+    echo "missing $WHEELS/requirements.txt: run 'make gpu-wheels' on a machine with network first" >&2
+    exit 2
+  fi
+  echo "== installing $(wc -l < "$WHEELS/requirements.txt") packages from $WHEELS (offline)"
+  "$PY" -m pip install -q --no-index --no-deps --find-links "$WHEELS" -r "$WHEELS/requirements.txt"
+fi
+"$PY" - <<'PY'
+import torch, transformers, lightning, peft
+print("torch", torch.__version__, "| transformers", transformers.__version__, "| lightning", lightning.__version__,
+      "| peft", peft.__version__, "|", torch.cuda.get_device_name() if torch.cuda.is_available() else "NO GPU")
+PY
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" MINTRL_CONFIG_DIR="$PWD/configs" TOKENIZERS_PARALLELISM=false
+export MINTRL_CACHE="${MINTRL_CACHE:-$(mktemp -d)}"
+timeout 420 "$PY" benchmarks/gpu_check.py --device cuda --steps 3 --tokenizer "$WHEELS/tokenizer" \
+  --json "${OUT:-/tmp}/gpu_check.json" "$@"
+echo "== done in $(( $(date +%s) - start )) s"

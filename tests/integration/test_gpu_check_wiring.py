@@ -1,0 +1,33 @@
+"""The python part of the offline GPU check (benchmarks/gpu_check.py) on CPU: one LoRA main-job step
+on the tiny architecture with the embedded tokenizer, and one (unsharded, on CPU) update + export of
+the FSDP part. What it prints on a GPU is in benchmarks/README.md."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from mintrl.model.loading import embedded_smollm2_folder
+
+ROOT = Path(__file__).resolve().parents[2]
+# tiny arch: hidden 64, intermediate 128, 4 heads of 16 dims, 2 KV heads; LoRA r 16 adds r (in + out)
+# per linear layer: q 64+64, k 64+32, v 64+32, o 64+64, gate 64+128, up 64+128, down 128+64 = 1024
+TINY_ADAPTER = 2 * 16 * 1024
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_on_cpu_with_the_tiny_architecture(tmp_path):
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
+    gpu_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_check)
+    out = tmp_path / "check.json"
+    args = ["--device", "cpu", "--steps", "1", "--archs", "tiny", "--parts", "lora,fsdp-lora"]
+    assert gpu_check.main([*args, "--tokenizer", str(embedded_smollm2_folder()), "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    lora, fsdp = results["tiny/lora"], results["tiny/fsdp-lora"]
+    assert lora["steps"] == 1 and lora["trainable"] == TINY_ADAPTER and lora["k"] == 4
+    assert len(lora["update_s"]) == len(lora["tokens"]) == 1 and lora["tokens"][0] > 8 * 4 * 8
+    assert "model.safetensors" in fsdp["exported"] and "adapter_config.json" in fsdp["adapter"]
