@@ -22,7 +22,15 @@ from mintrl.training.config import CONFIG_DIR
 def test_champ_answerable_subset():
     rows = ChampPrompts().rows()
     assert len(rows) == 129  # of 270 in v0: answers that are one gradable expression
-    assert rows[0] == {"id": "P_Combinatorics_1", "question": rows[0]["question"], "answer": "239"}
+    assert {k: v for k, v in rows[0].items() if k != "solution"} == {
+        "id": "P_Combinatorics_1",
+        "question": rows[0]["question"],
+        "answer": "239",
+    }
+    # CHAMP's worked solution steps, closed by the answer tag (issue 22: the guide's reference solution)
+    assert rows[0]["solution"].startswith("Let x_n, y_n, z_n be the number of length-n strings that end")
+    assert rows[0]["solution"].endswith("0=239 such strings.\n<answer>239</answer>")
+    assert all(r["solution"] for r in rows)
     assert all("or equivalently" not in r["answer"] and r["answer"] not in ("Yes", "No") for r in rows)
 
 
