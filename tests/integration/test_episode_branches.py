@@ -128,7 +128,7 @@ def test_intervene_action_corrects_the_action_at_a_turn_anchor(engine, tokenizer
     assert good.reward == 1.0 and brancher.intervene(good, good.turns[1].action_start, 16, item) == []
 
 
-@pytest.mark.slow  # 10-15 minutes on the shared 2-core machine under load (0.3-1 sampled tokens per second there)
+@pytest.mark.slow  # 31 s alone on 2 cores (10-15 minutes while other jobs shared them); the default tier is at its time budget
 @pytest.mark.timeout(1800)
 def test_two_step_python_tool_rail_run(tmp_path):
     """``experiment=agent/python_tool_rail_cpu``, 2 steps of 1 task x 4 episodes and a budget of 8:
