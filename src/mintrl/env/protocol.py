@@ -47,6 +47,30 @@ def fenced_blocks(text: str, allow_open: bool = True) -> Iterator[tuple[str, int
         yield text[start + len(FENCE) : stop], start, stop + len(FENCE) if closed else len(text)
 
 
+def first_block(text: str, language: re.Pattern, clean: Callable[[str], str], allow_open: bool = True) -> Action | None:
+    """The first fenced block of ``text`` whose body starts with ``language`` (a compiled pattern
+    matching the fence's language tag), as a ``run`` action whose ``text`` is ``clean`` of the body
+    after the tag (may be ""), or None. Fences pair up in order (:func:`fenced_blocks`); a pair
+    without the tag is skipped.
+
+    Args:
+        allow_open: also accept a block opened by the last fence and never closed.
+    """
+    for body, start, end in fenced_blocks(text, allow_open):
+        lang = language.match(body)
+        if lang:
+            return Action("run", clean(body[lang.end() :]), start, end)
+    return None
+
+
+def drop_leading_blank_lines(body: str) -> str:
+    """``body`` with trailing space and its leading blank lines removed."""
+    lines = body.rstrip().split("\n")
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    return "\n".join(lines)
+
+
 def parse_tagged_action(
     text: str,
     max_chars: int,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import textwrap
 
-from mintrl.env.protocol import ANSWER, Action, fenced_blocks, parse_tagged_action
+from mintrl.env.protocol import ANSWER, Action, drop_leading_blank_lines, first_block, parse_tagged_action
 
 __all__ = ["ANSWER", "Action", "find_code", "output_observation", "parse_action", "too_long"]
 _LANGUAGE = re.compile(r"(?:python3?|py)[ \t]*(?:\n|$)", re.I)
@@ -48,10 +48,7 @@ def too_long(length: int, max_chars: int) -> str:
 
 def _code(body: str) -> str:
     """A block body's code: dedented, leading blank lines and trailing space removed."""
-    lines = textwrap.dedent(body).rstrip().split("\n")
-    while lines and not lines[0].strip():
-        lines.pop(0)
-    return "\n".join(lines)
+    return drop_leading_blank_lines(textwrap.dedent(body))
 
 
 def find_code(text: str, allow_open: bool = True) -> Action | None:
@@ -63,11 +60,7 @@ def find_code(text: str, allow_open: bool = True) -> Action | None:
     Args:
         allow_open: also accept a block opened by the last fence and never closed.
     """
-    for body, start, end in fenced_blocks(text, allow_open):
-        lang = _LANGUAGE.match(body)
-        if lang:
-            return Action("run", _code(body[lang.end() :]), start, end)
-    return None
+    return first_block(text, _LANGUAGE, _code, allow_open)
 
 
 def parse_action(text: str, max_chars: int = 1000, allow_open: bool = True) -> Action:

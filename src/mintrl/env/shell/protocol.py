@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from mintrl.env.protocol import ANSWER, Action, fenced_blocks, parse_tagged_action
+from mintrl.env.protocol import ANSWER, Action, drop_leading_blank_lines, first_block, parse_tagged_action
 
 __all__ = ["ANSWER", "Action", "CHECKS", "answers_match", "find_command", "normalize", "parse_action"]
 _LANGUAGE = re.compile(r"(?:bash|sh|shell|console)[ \t]*(?:\n|$)", re.I)
@@ -62,13 +62,6 @@ def too_long(length: int, max_chars: int) -> str:
     )
 
 
-def _command(body: str) -> str:
-    lines = body.rstrip().split("\n")
-    while lines and not lines[0].strip():
-        lines.pop(0)
-    return "\n".join(lines)
-
-
 def find_command(text: str, allow_open: bool = True) -> Action | None:
     """The first ```bash block of ``text`` as a ``run`` action (its ``text`` may be ""), or None.
 
@@ -78,11 +71,7 @@ def find_command(text: str, allow_open: bool = True) -> Action | None:
     Args:
         allow_open: also accept a block opened by the last fence and never closed.
     """
-    for body, start, end in fenced_blocks(text, allow_open):
-        lang = _LANGUAGE.match(body)
-        if lang:
-            return Action("run", _command(body[lang.end() :]), start, end)
-    return None
+    return first_block(text, _LANGUAGE, drop_leading_blank_lines, allow_open)
 
 
 def parse_action(text: str, max_chars: int = 1000, allow_open: bool = True) -> Action:
