@@ -1,5 +1,7 @@
 """A callback for tests/test_ddp.py: each rank saves the rollout batch it trained on and a few
-weight tensors after training (importable by the DDP child processes through PYTHONPATH)."""
+weight tensors after training (importable by the DDP child processes through PYTHONPATH); with
+``trainable=True`` it also saves every trainable parameter at the start and the end of training
+(a LoRA policy's adapter, after DDP's initial broadcast from rank 0)."""
 
 from __future__ import annotations
 
@@ -16,17 +18,28 @@ KEYS = (
 )
 
 
+def trainable_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Name -> detached copy of every parameter of ``module`` that requires a gradient."""
+    return {n: p.detach().clone() for n, p in module.named_parameters() if p.requires_grad}
+
+
 class Recorder(L.Callback):
-    def __init__(self, out: str):
+    def __init__(self, out: str, keys: list[str] | None = None, trainable: bool = False):
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
+        self.keys = tuple(keys) if keys is not None else KEYS
+        self.trainable = trainable
+
+    def on_train_start(self, trainer, module):
+        if self.trainable:
+            torch.save(trainable_state(module.policy), self.out / f"start_rank{trainer.global_rank}.pt")
 
     def on_train_batch_start(self, trainer, module, batch, batch_idx):
         torch.save(batch, self.out / f"batch_rank{trainer.global_rank}_step{trainer.global_step}.pt")
 
     def on_train_end(self, trainer, module):
         state = module.policy.state_dict()
-        torch.save(
-            {"weights": {k: state[k].detach().clone() for k in KEYS}, "world_size": trainer.world_size},
-            self.out / f"final_rank{trainer.global_rank}.pt",
-        )
+        final = {"weights": {k: state[k].detach().clone() for k in self.keys}, "world_size": trainer.world_size}
+        if self.trainable:
+            final["trainable"] = trainable_state(module.policy)
+        torch.save(final, self.out / f"final_rank{trainer.global_rank}.pt")

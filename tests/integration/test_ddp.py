@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
@@ -38,9 +39,9 @@ COMMON = [
 ]
 
 
-def test_ddp_step_equals_the_single_process_step_on_the_union(tmp_path, embedded):
-    from ddp_recorder import KEYS
-
+def _ddp_run(tmp_path, *overrides: str) -> Path:
+    """Run ``trainer=ddp`` (2 CPU processes, gloo) through the real entry point with the ddp_recorder
+    callback; returns the recorder's folder."""
     record = tmp_path / "record"
     env = {
         **os.environ,
@@ -60,9 +61,17 @@ def test_ddp_step_equals_the_single_process_step_on_the_union(tmp_path, embedded
         *COMMON,
         "+callbacks.record._target_=ddp_recorder.Recorder",
         f"+callbacks.record.out={record}",
+        *overrides,
     ]
     done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
+    return record
+
+
+def test_ddp_step_equals_the_single_process_step_on_the_union(tmp_path, embedded):
+    from ddp_recorder import KEYS
+
+    record = _ddp_run(tmp_path)
     batches = [torch.load(record / f"batch_rank{r}_step0.pt", weights_only=False) for r in (0, 1)]
     finals = [torch.load(record / f"final_rank{r}.pt", weights_only=False) for r in (0, 1)]
     assert [f["world_size"] for f in finals] == [2, 2]
@@ -108,3 +117,62 @@ def test_ddp_step_equals_the_single_process_step_on_the_union(tmp_path, embedded
     assert [r["reward"] for r in records] == union.rewards.tolist()
     val = read_records(record_path(run / "rollouts", "val", 1))  # the validation after the step: 4 prompts x 2
     assert sorted(r["prompt_index"] for r in val) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+# the same comparison with a LoRA policy (issue 23 item 3): DDP averages the adapter's gradients only
+LORA_BASE_KEYS = [
+    "base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight",
+    "base_model.model.model.norm.weight",
+]
+
+
+@pytest.mark.slow  # 2 DDP processes + the single-process step: about 1.5 min alone on 2 cores
+def test_ddp_lora_step_moves_only_the_adapter_as_the_single_process_step_on_the_union(tmp_path, embedded):
+    record = _ddp_run(
+        tmp_path,
+        "model/lora=default",
+        "+callbacks.record.trainable=true",
+        f"+callbacks.record.keys=[{','.join(LORA_BASE_KEYS)}]",
+    )
+    batches = [torch.load(record / f"batch_rank{r}_step0.pt", weights_only=False) for r in (0, 1)]
+    starts = [torch.load(record / f"start_rank{r}.pt", weights_only=False) for r in (0, 1)]
+    finals = [torch.load(record / f"final_rank{r}.pt", weights_only=False) for r in (0, 1)]
+    names = sorted(starts[0])
+    assert len(names) == 2 * 7 * 30 and all(".lora_A." in n or ".lora_B." in n for n in names)
+    for n in names:  # one adapter on both ranks before and after the step
+        assert torch.equal(starts[0][n], starts[1][n]) and torch.equal(
+            finals[0]["trainable"][n], finals[1]["trainable"][n]
+        ), n
+
+    # the single-process step on the union, from the same initial adapter
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=[f"paths.output_dir={tmp_path / 'single'}", "model/lora=default", *COMMON])
+    c = build_components(cfg, trainer=False)
+    module, policy = c.module, c.context.policy
+    with torch.no_grad():
+        for n, p in policy.named_parameters():
+            if p.requires_grad:
+                p.copy_(starts[0][n])
+    base = {k: v.detach().clone() for k, v in policy.state_dict().items() if k in LORA_BASE_KEYS}
+    module.objective.setup(policy)
+    union = concat_batches(batches)
+    module.objective.prepare(union, module.frozen_logprobs)
+    module.accumulate(union, step_totals(union.loss_mask))
+    torch.optim.SGD([p for p in policy.parameters() if p.requires_grad], lr=0.5).step()
+    after = dict(policy.named_parameters())
+    moved_b = 0.0
+    for n in names:
+        update = (after[n] - starts[0][n]).abs().max().item()
+        if ".lora_A." in n:  # B = 0 at the start: A's gradient B^T (...) is exactly zero on the first step
+            assert update == 0.0 and torch.equal(finals[0]["trainable"][n], starts[0][n]), n
+            continue
+        moved_b = max(moved_b, update)
+        diff = (finals[0]["trainable"][n] - after[n]).abs().max().item()
+        assert diff < 1e-5 * max(1.0, update * 100), f"{n}: DDP vs single-process update differ by {diff:.2e}"
+    assert moved_b > 1e-4, "no lora_B moved: the comparison would be vacuous"
+    for k in LORA_BASE_KEYS:  # the frozen base did not move on either rank
+        assert torch.equal(finals[0]["weights"][k], base[k]) and torch.equal(finals[1]["weights"][k], base[k]), k
+    # rank 0's checkpoint holds the adapter only
+    ckpt = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    policy_keys = [k for k in ckpt["state_dict"] if k.startswith("policy.")]
+    assert len(policy_keys) == len(names) and all(".lora_" in k for k in policy_keys)

@@ -102,6 +102,19 @@ def test_paper_scale_rows_carry_appendix_h_settings(row):
         assert cfg.objective.teacher == "Qwen/Qwen3-4B-Instruct-2507"
 
 
+def test_guided_paper_rows_carry_their_published_values():
+    # LUFFY: github.com/ElliottYan/LUFFY exp_scripts/train.sh (configs/experiment/math/luffy.yaml)
+    luffy = _compose("experiment=math/luffy")
+    assert (luffy.rollout.n_control, luffy.guide.rollouts_per_prompt, luffy.guide.source) == (7, 1, "solution")
+    assert (luffy.objective.gamma, luffy.objective.kl_coef, luffy.objective.scale_std) == (0.1, 0.0, False)
+    assert (luffy.data.prompts_per_step, luffy.module.minibatches, luffy.module.optimizer.lr) == (128, 2, 1e-6)
+    assert luffy.rollout.max_response_tokens == 8192 and luffy.objective.clip_high >= 1e9
+    # Prefix-RFT: 1 prefixed rollout in a group of 8, the share decaying from 0.95 over 500 steps
+    prefix = _compose("experiment=math/prefix_rft")
+    assert (prefix.rollout.n_control, prefix.guide.rollouts_per_prompt) == (7, 1)
+    assert (prefix.guide.schedule, prefix.guide.fraction, prefix.guide.decay_steps) == ("cosine", 0.95, 500)
+
+
 def test_objective_classes_of_the_rows():
     kinds = {
         row: type(instantiate(_compose(f"experiment=math/{row}_cpu").objective, context=None))

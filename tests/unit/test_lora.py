@@ -217,3 +217,24 @@ def test_mintrl_eval_loads_an_adapter_only_checkpoint_into_a_lora_policy(tiny_mo
     assert all(torch.equal(v, fresh.state_dict()[k]) for k, v in trained.state_dict().items())
     with pytest.raises(ValueError, match="evaluate it with model/lora=default"):
         load_lightning_policy(copy.deepcopy(tiny_model), str(tmp_path / "lora.ckpt"))
+
+
+def test_a_tied_lm_head_is_left_out_of_the_adapter_checkpoint_and_restored_on_load(tiny_model, tmp_path):
+    # SmolLM2 ties lm_head to embed_tokens: named_parameters() lists the shared tensor once (as the
+    # embedding), state_dict() under both names; the checkpoint must drop both and resume must restore both
+    config = copy.deepcopy(tiny_model.config)
+    config.tie_word_embeddings = True
+    torch.manual_seed(0)
+    tied = type(tiny_model)(config).eval()
+    assert tied.lm_head.weight is tied.model.embed_tokens.weight
+    module = _module(_lora(tied))
+    state = module.state_dict()
+    checkpoint = {"state_dict": state}
+    module.on_save_checkpoint(checkpoint)
+    kept = list(checkpoint["state_dict"])
+    assert len(kept) == 28 and all(".lora_A." in k or ".lora_B." in k for k in kept)
+    assert checkpoint["mintrl_frozen_base_omitted"] == len(state) - 28
+    module.on_load_checkpoint(checkpoint)
+    assert checkpoint["state_dict"].keys() == state.keys()
+    head = "policy.base_model.model.lm_head.weight"
+    assert torch.equal(checkpoint["state_dict"][head], state[head])

@@ -241,6 +241,29 @@ def test_every_row_composes_with_the_hard_task_at_equal_budget(sweep):
     assert budgets == {(4, 12, 8, 64, 96, 2, 6)}
 
 
+@pytest.mark.parametrize("sweep", ["guided", "lora"])
+def test_guided_and_lora_sweeps_run_their_rows_with_the_core_settings(sweep):
+    params = _compose(f"+sweep={sweep}", hydra_config=True).hydra.sweeper.params
+    rows = params.experiment.split(",")
+    assert params.seed == "0"
+    expected = {
+        "guided": ["math/grpo_cpu", "math/mintrl_const_cpu", "math/bread_cpu", "math/prefix_rft_cpu",
+                   "math/luffy_cpu", "math/first_error_cpu", "math/int_cpu"],
+        "lora": ["math/grpo_lora_cpu", "math/mintrl_const_lora_cpu", "math/grpo_cpu", "math/mintrl_const_cpu"],
+    }[sweep]  # fmt: skip
+    assert rows == expected
+    for row in rows:
+        cfg = _compose(f"+sweep={sweep}", f"experiment={row}")
+        kw = cfg.data.prompts.task_kwargs
+        assert (kw.min_terms, kw.max_terms, kw.max_digits, list(kw.operators)) == (3, 3, 1, ["+"]), row
+        r = cfg.rollout
+        # every row samples 4 rollouts per prompt from the policy (guides add theirs on top)
+        assert (r.n_control + r.n_semi, cfg.trainer.max_steps, cfg.data.prompts_per_step) == (4, 12, 8), row
+        assert (r.max_response_tokens, cfg.data.prompts.val_size, cfg.data.val_samples_per_prompt) == (64, 96, 2)
+        assert cfg.task_name == sweep and cfg.callbacks.checkpoint.save_last is False
+        assert ("lora" in cfg.model) == row.endswith("_lora_cpu"), row
+
+
 def test_intensity_sweep_varies_the_three_knobs_around_the_core_setting():
     params = _compose("+sweep=reproduce_intensity", hydra_config=True).hydra.sweeper.params
     core = _compose("+sweep=reproduce_core", "experiment=math/mintrl_const_cpu").rollout

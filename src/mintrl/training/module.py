@@ -248,12 +248,15 @@ class PolicyModule(L.LightningModule):
 
     # ------------------------------------------------------------------ Lightning hooks
     def frozen_policy_keys(self) -> set[str]:
-        """State-dict keys of this module's frozen policy parameters (``requires_grad=False``): a LoRA
-        policy's base weights, which checkpoints leave out; empty under full fine-tuning."""
+        """State-dict keys of this module's frozen policy tensors: every ``policy.*`` key that is not a
+        trainable parameter (a LoRA policy's base weights, which checkpoints leave out). Read from
+        ``state_dict`` rather than ``named_parameters``: a tied ``lm_head`` (SmolLM2) shares the
+        embedding's tensor, which ``named_parameters`` lists once, under the embedding's name only.
+        Under full fine-tuning only buffers, if any."""
         return {
             f"policy.{strip_wrapper_prefixes(name)}"
-            for name, p in self.policy.named_parameters()
-            if not p.requires_grad
+            for name, t in self.policy.state_dict(keep_vars=True).items()
+            if not (isinstance(t, torch.nn.Parameter) and t.requires_grad)
         }
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
