@@ -13,6 +13,7 @@ from mintrl.judge.rule import RuleJudge
 from mintrl.reward import ReasoningGymReward, extract_answer
 from mintrl.rollout.batch import Rollout
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout, apply_verdict
+from mintrl.rollout.stats import rollout_stats
 from mintrl.sampler import HFSampler
 from mintrl.text.steps import split_steps, token_index_of_char
 from mintrl.training.build import ModelContext
@@ -106,6 +107,7 @@ def test_semi_on_policy_rollouts_of_the_embedded_model(embedded, tokenizer, item
     assert batch.prompts is not None and [p.index for p in batch.prompts] == [it.index for it in items[:6]]
     s = batch.stats
     assert s["rollout/offpolicy_frac"] == pytest.approx(batch.intervention_mask.sum().item() / resp.sum().item())
+    assert s["judge/early_cuts"] == 0.0  # rollout.min_kept_tokens 0: every Revise applies
     assert s["judge/keep"] + s["judge/revise"] + s["judge/unparseable"] == pytest.approx(
         s["judge/reviews_per_rollout"] * 24
     )
@@ -173,3 +175,30 @@ def test_collate_refuses_unscored_intervention_tokens(items):
     assert batch.behaviour_logprobs.tolist() == [pytest.approx([0.0, 0.0, -0.1, -0.2, -0.5])]
     assert batch.rollout_logprobs.tolist() == [pytest.approx([0.0, 0.0, -0.1, -0.2, -3.0])]
     assert batch.rollout_logprobs[0].tolist() == pytest.approx([0.0, 0.0, -0.1, -0.2, -3.0])
+
+
+def test_min_kept_tokens_keeps_a_chunk_whose_cut_would_leave_too_little(tokenizer, items):
+    item = items[0]
+    a, b = item.entry["metadata"]["expression"].split(" + ")
+    chunk = tokenizer.encode(f"{a} + {b} = 99\n\nSo", add_special_tokens=False)
+    steps = split_steps(tokenizer.decode(chunk))
+    verdict = RuleJudge().review_one(ReviewRequest(item.question, item.reference, "", [s.text for s in steps], False))
+    assert verdict.revise and verdict.step == 0  # the first step is wrong: the cut is at token 0
+    applied = Rollout(group=0, is_control=False, prompt_ids=item.prompt_ids)
+    fix = apply_verdict(applied, chunk, [-0.5] * len(chunk), False, steps, verdict, item, tokenizer)
+    assert fix is not None and applied.response_ids == [] and (applied.revisions, applied.early_cuts) == (1, 0)
+    kept = Rollout(group=0, is_control=False, prompt_ids=item.prompt_ids)
+    fix = apply_verdict(kept, chunk, [-0.5] * len(chunk), False, steps, verdict, item, tokenizer, min_kept_tokens=1)
+    assert fix is None and kept.response_ids == chunk and not any(kept.intervention)
+    assert (kept.reviews, kept.revisions, kept.early_cuts) == (1, 0, 1)
+    assert kept.review_records[0].kind == "revise" and kept.review_records[0].revised is False
+    stats = rollout_stats([Rollout(group=0, is_control=True, prompt_ids=[1]), kept, applied], 1.0)
+    assert (stats["judge/early_cuts"], stats["judge/keep"], stats["judge/revise"]) == (1.0, 0.0, 1.0)
+    # after 3 accepted tokens the same cut keeps 3: applied at min_kept_tokens=3, not at 4
+    prefix = tokenizer.encode("Let me add.", add_special_tokens=False)[:3]
+    for need, applies in ((3, True), (4, False)):
+        r = Rollout(group=0, is_control=False, prompt_ids=item.prompt_ids)
+        r.append(prefix, [-0.1] * 3, intervention=False)
+        fix = apply_verdict(r, chunk, [-0.5] * len(chunk), False, steps, verdict, item, tokenizer, min_kept_tokens=need)
+        assert (fix is not None) == applies and r.early_cuts == (0 if applies else 1)
+        assert r.response_ids == (prefix if applies else prefix + chunk)

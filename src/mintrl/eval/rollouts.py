@@ -97,7 +97,7 @@ def _review_line(review: dict, color: bool) -> str:
     if review["step"] is not None:
         line += f" at step {review['step']}"
     if review["kind"] == "revise" and not review["revised"]:
-        line += " (not applied: the step is outside the chunk)"
+        line += " (not applied: the step is outside the chunk, or the cut would keep fewer than rollout.min_kept_tokens tokens)"
     if review["revised"]:
         line += f", cut at token {review['at_token']}"
     if review["correction"]:

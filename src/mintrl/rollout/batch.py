@@ -134,6 +134,8 @@ class Rollout:
         finished: ended with EOS (else the length limit); in an episode: the environment ended it.
         reviews, revisions, unparseable, failed: judge counts for this rollout (unparseable and
             failed verdicts count as Keep).
+        early_cuts: Revise verdicts not applied because the cut would keep fewer than
+            ``rollout.min_kept_tokens`` response tokens (the chunk was kept as sampled).
         revision_steps: for each revision, the index of the revised step within its chunk.
         reward: verifiable reward in [0, 1]; NaN when the reward function gave none (the
             rollout then gets no training signal, see :func:`valid_rows`).
@@ -159,6 +161,7 @@ class Rollout:
     revisions: int = 0
     unparseable: int = 0
     failed: int = 0
+    early_cuts: int = 0
     revision_steps: list[int] = field(default_factory=list)
     reward: float = 0.0
     review_records: list[ReviewRecord] = field(default_factory=list)

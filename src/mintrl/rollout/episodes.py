@@ -236,7 +236,9 @@ class EpisodeRollout(SemiOnPolicyRollout):
             pending.append((r, ids.tolist(), lps.tolist(), finished, steps))
         fixes = []
         for verdict, (r, ids, lps, finished, steps) in zip(self.judge.review(requests) if requests else [], pending):
-            fix = apply_verdict(r, ids, lps, finished, steps, verdict, items[r.group], self.tokenizer)
+            fix = apply_verdict(
+                r, ids, lps, finished, steps, verdict, items[r.group], self.tokenizer, self.min_kept_tokens
+            )
             r.finished = False  # the episode goes on; apply_verdict's flag is the turn's
             if fix is not None:
                 fix.entry = items[r.group].entry

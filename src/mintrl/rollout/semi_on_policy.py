@@ -37,19 +37,32 @@ from mintrl.training.checks import check_int, check_range
 
 
 def apply_verdict(
-    rollout: Rollout, ids: list[int], logprobs: list[float], finished: bool, steps, verdict, item: PromptItem, tokenizer
+    rollout: Rollout,
+    ids: list[int],
+    logprobs: list[float],
+    finished: bool,
+    steps,
+    verdict,
+    item: PromptItem,
+    tokenizer,
+    min_kept_tokens: int = 0,
 ) -> InterventionRequest | None:
     """Apply a judge verdict to a freshly sampled chunk (MInTRL Alg. 1, lines 5-8).
 
     Keep (or an unusable verdict): the whole chunk joins the accepted prefix. Revise at step ``e``:
     only the tokens wholly before step ``e`` are kept (the cut drops any EOS) and an intervention
-    request for the retained prefix is returned. Counts reviews, revisions and unparseable verdicts,
-    and appends the review to ``rollout.review_records`` (:class:`mintrl.rollout.batch.ReviewRecord`).
+    request for the retained prefix is returned. A Revise whose cut would leave fewer than
+    ``min_kept_tokens`` response tokens (the accepted prefix plus the chunk's tokens before step
+    ``e``) is not applied: the chunk is kept as sampled, counted in ``rollout.early_cuts``
+    (``min_kept_tokens=1``: no correction replaces a response from its first token). Counts
+    reviews, revisions and unparseable verdicts, and appends the review to ``rollout.review_records``
+    (:class:`mintrl.rollout.batch.ReviewRecord`).
 
     Args:
         rollout: the rollout to extend (mutated). ids, logprobs: the chunk's tokens and log-probs.
         finished: the chunk ended with EOS. steps: ``split_steps`` of the decoded chunk.
         verdict: the judge's verdict. item: the prompt. tokenizer: policy tokenizer.
+        min_kept_tokens: fewest response tokens a cut may leave (tokens; 0: every Revise applies).
 
     Returns:
         The :class:`InterventionRequest` on Revise, else None.
@@ -58,13 +71,16 @@ def apply_verdict(
     rollout.unparseable += verdict.kind == UNPARSEABLE
     rollout.failed += verdict.kind == FAILED
     revise = verdict.kind == REVISE and verdict.step is not None and 0 <= verdict.step < len(steps)
+    keep = token_index_of_char(tokenizer, ids, steps[verdict.step].start) if revise else len(ids)
+    if revise and len(rollout.response_ids) + keep < min_kept_tokens:
+        revise = False
+        rollout.early_cuts += 1
     if not revise:
         rollout.append(ids, logprobs, intervention=False)
         rollout.finished = finished
     else:
         rollout.revisions += 1
         rollout.revision_steps.append(verdict.step)
-        keep = token_index_of_char(tokenizer, ids, steps[verdict.step].start)
         rollout.append(ids[:keep], logprobs[:keep], intervention=False)
     rollout.review_records.append(
         ReviewRecord(
@@ -109,6 +125,9 @@ class SemiOnPolicyRollout:
         max_reviews: judge reviews per semi-on-policy rollout.
         continuation_len: maximum intervention tokens per revision (tokens).
         max_response_tokens: response length limit, intervention tokens included (tokens).
+        min_kept_tokens: a Revise is applied only when its cut keeps at least this many response
+            tokens (tokens; 0: always; 1: never from the response's first token); the others
+            keep the chunk as sampled and are logged as ``judge/early_cuts`` (see :func:`apply_verdict`).
         temperature, top_p: policy sampling parameters.
         intervention_steps: interventions happen during the first this-many optimizer steps;
             afterwards every rollout is a pure on-policy control rollout (early stopping, sec. 2.3).
@@ -160,6 +179,7 @@ class SemiOnPolicyRollout:
         reward_timeout_s: float | None = 600.0,
         guide: Guide | None = None,
         mark_first_error: bool = False,
+        min_kept_tokens: int = 0,
     ):
         for name, value, low in (
             ("n_control", n_control, 1),
@@ -169,6 +189,7 @@ class SemiOnPolicyRollout:
             ("continuation_len", continuation_len, 1),
             ("max_response_tokens", max_response_tokens, 1),
             ("intervention_steps", intervention_steps, 0),
+            ("min_kept_tokens", min_kept_tokens, 0),
         ):
             check_int(f"rollout.{name}", value, low)
         check_range("rollout.temperature", temperature, 0, low_open=True)
@@ -193,6 +214,7 @@ class SemiOnPolicyRollout:
         self.guide = guide
         self.pad_token_id = sampler.pad_token_id
         self.mark_first_error = mark_first_error
+        self.min_kept_tokens = min_kept_tokens
 
     # The judge and reward are always guarded (mintrl.rollout.guards), also when swapped later (the pilot does).
     @property
@@ -260,7 +282,17 @@ class SemiOnPolicyRollout:
         verdicts = self.judge.review(requests)
         fixes = []
         for r, verdict, (ids, lps, finished, steps) in zip(active, verdicts, cuts):
-            fix = apply_verdict(r, ids.tolist(), lps.tolist(), finished, steps, verdict, items[r.group], self.tokenizer)
+            fix = apply_verdict(
+                r,
+                ids.tolist(),
+                lps.tolist(),
+                finished,
+                steps,
+                verdict,
+                items[r.group],
+                self.tokenizer,
+                self.min_kept_tokens,
+            )
             if fix is not None:
                 fixes.append((r, fix))
         self._intervene(fixes)
@@ -387,8 +419,9 @@ class SemiOnPolicyRollout:
         request = ReviewRequest(
             item.question, item.reference, self.tokenizer.decode(child.response_ids), [x.text for x in steps], finished
         )
+        verdict = self.judge.review([request])[0]
         fix = apply_verdict(
-            child, list(ids), list(lps), finished, steps, self.judge.review([request])[0], item, self.tokenizer
+            child, list(ids), list(lps), finished, steps, verdict, item, self.tokenizer, self.min_kept_tokens
         )
         if fix is None:
             return []

@@ -48,7 +48,10 @@ def rollout_stats(rollouts: list[Rollout], gen_seconds: float, white_box: bool =
         stats["reward/gap"] = stats["reward/semi"] - stats["reward/control"]
         stats["judge/reviews_per_rollout"] = _mean(r.reviews for r in semi)
         stats["judge/interventions_per_rollout"] = _mean(r.revisions for r in semi)
-        stats["judge/keep"] = float(sum(r.reviews - r.revisions - r.unparseable - r.failed for r in semi))
+        stats["judge/keep"] = float(
+            sum(r.reviews - r.revisions - r.unparseable - r.failed - r.early_cuts for r in semi)
+        )
+        stats["judge/early_cuts"] = float(sum(r.early_cuts for r in semi))
         stats["judge/revise"] = float(sum(r.revisions for r in semi))
         stats["judge/unparseable"] = float(sum(r.unparseable for r in semi))
         stats["judge/failed"] = float(sum(r.failed for r in semi))
