@@ -56,7 +56,7 @@ ROWS = [
 ]
 
 
-@pytest.mark.slow  # 1-4 minutes per row alone on 2 cores (the model dominates)
+@pytest.mark.slow  # 1-4 min per row (62-230 s measured at nice 19 beside a training job on 2 cores; 10 rows 26 min)
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("row", ROWS)
 def test_every_agent_row_trains_two_steps(row, tmp_path):
