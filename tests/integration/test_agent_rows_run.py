@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 from shell_helpers import sandbox_processes
+from test_agent_run import SMALL as EPISODES
 
 from mintrl.eval.rollouts import read_records, record_files
 from mintrl.eval.tensorboard import load_scalars
@@ -19,19 +20,11 @@ from mintrl.training.config import CONFIG_DIR
 from mintrl.training.run import run
 
 UID_BASE = 65400  # sandbox uids of these runs (python_tool slots, shell slots, the shell judge): no other test's
-SMALL = [  # 1 task x 4 episodes of up to 2 short turns
+SMALL = [  # test_agent_run's tiny episodes (1 task x 4 episodes of up to 2 short turns), 2 steps
+    *EPISODES,
     "trainer.max_steps=2",
     "callbacks=sweep",
     "callbacks.hf_export=null",
-    "data.prompts_per_step=1",
-    "data.prompts.val_size=1",
-    "data.val_samples_per_prompt=1",
-    "rollout.max_turns=2",
-    "rollout.max_action_tokens=20",
-    "rollout.continuation_len=40",
-    "rollout.max_response_tokens=128",
-    "rollout.progress=false",
-    "seed=0",
 ]
 ENV = {
     "sql": [],
