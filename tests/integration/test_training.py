@@ -23,6 +23,8 @@ from mintrl.training.config import CONFIG_DIR
 from mintrl.training.module import PolicyModule
 from mintrl.training.run import run
 
+REPO = Path(__file__).resolve().parents[2]
+
 
 def test_one_training_step_changes_weights_and_lowers_the_loss(embedded, fresh_policy, tokenizer):
     items = ReasoningGymPrompts(task_kwargs=ARITHMETIC, train_size=8, val_size=2).build("train", tokenizer)
@@ -173,8 +175,10 @@ def test_analysis_notebook_runs_on_the_tiny_run(tiny_run, monkeypatch, tmp_path)
 
 def test_sweep_callbacks_keep_tensorboard_summary_and_bf16_policy_but_no_checkpoint(tmp_path):
     """`callbacks=sweep` (configs/sweep/*.yaml): TensorBoard, summary.json and the final policy in
-    bf16, no Lightning checkpoint (no last.ckpt with the optimizer state, no best checkpoint)."""
+    bf16, no Lightning checkpoint (no last.ckpt with the optimizer state, no best checkpoint); every run
+    writes provenance.json with the commit of the code it imported (this checkout's HEAD)."""
     import json
+    import subprocess
 
     from safetensors import safe_open
 
@@ -185,6 +189,10 @@ def test_sweep_callbacks_keep_tensorboard_summary_and_bf16_policy_but_no_checkpo
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written["steps"] == summary["steps"] == 2 and written["val_reward_last"] == summary["val_reward_last"]
     assert written["checkpoint"] == "" and written["best_checkpoint"] is None
+    provenance = json.loads((tmp_path / "provenance.json").read_text())
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert len(head) == 40 and provenance["commit"].startswith(head)
+    assert provenance["source"] == str(REPO / "src" / "mintrl") and provenance["machine"]["cpu_count"] >= 1
     assert not list(tmp_path.rglob("*.ckpt")), "no Lightning checkpoint"
     with safe_open(str(tmp_path / "hf_policy" / "model.safetensors"), framework="pt") as f:
         assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}

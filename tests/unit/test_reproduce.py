@@ -165,8 +165,44 @@ def test_report_markdown_has_commit_rows_intervals_and_figures(methods, intensit
         assert (out.parent / png).stat().st_size > 1000 and f"]({png})" in text
 
 
-def test_commit_is_unknown_outside_a_repository(tmp_path):
-    assert rp.git_commit(tmp_path) == "unknown"
+def test_seeds_added_by_a_second_multirun_are_pooled_and_their_commits_named(tmp_path):
+    """Seeds 0-2 in one multirun, seed 3 in another (same overrides): one row per setting with 4 seeds;
+    the commit line names what each job's provenance.json recorded."""
+    import json
+
+    from multirun_helpers import repro_config, write_job
+
+    first = write_reproduce_multirun(tmp_path / "first")
+    later = tmp_path / "later"
+    for job, (experiment, final) in enumerate((("math/mintrl_const_cpu", 0.45), ("math/grpo_cpu", 0.25))):
+        scalars = {"val/pass@1": [(0, 0.05), (6, final)], "perf/step_seconds": [(s, 10.0) for s in range(1, 7)]}
+        config = repro_config(4, 0) if experiment == "math/grpo_cpu" else repro_config(2, 2)
+        write_job(later / str(job), [f"experiment={experiment}", "seed=3", "+sweep=reproduce_core"], scalars, config)
+        (later / str(job) / "provenance.json").write_text(json.dumps({"commit": "b" * 40}))
+    (first / "0" / "provenance.json").write_text(json.dumps({"commit": "a" * 40}))
+    report = rp.build_report([first, later], repo_dir=tmp_path)
+    const, grpo = rp.find_row(report["rows"], "MInTRL-Const"), rp.find_row(report["rows"], "GRPO")
+    assert [rp.seed_of(j) for j in const.jobs] == ["0", "1", "2", "3"] and len(grpo.jobs) == 4
+    diff = report["const_minus_grpo"]
+    assert diff["seeds"] == ["0", "1", "2", "3"] and diff["diffs"] == pytest.approx([0.10, 0.15, 0.05, 0.20])
+    assert diff["mean"] == pytest.approx(0.125) and diff["n"] == 4
+    assert (
+        report["commit"]
+        == f"`{'a' * 40}` (1 job); `{'b' * 40}` (2 jobs); not recorded (8 jobs) (each job's provenance.json)"
+    )
+    assert report["multirun_dir"] == f"{first}, {later}"
+    # nothing recorded: the report's checkout is named instead (here: no repository)
+    assert rp.fmt_commits({"not recorded": ["0"]}, "unknown").startswith("`unknown` (the checkout writing the report")
+
+
+def test_a_seed_run_twice_for_one_row_is_refused(tmp_path):
+    first = write_reproduce_multirun(tmp_path / "first")
+    again = write_reproduce_multirun(tmp_path / "again")
+    with pytest.raises(ValueError, match="seed=0"):
+        rp.build_report([first, again])
+    with pytest.raises(SystemExit) as e:
+        reproduce_main([str(first), str(again), "--out", str(tmp_path / "r.md")])
+    assert e.value.code == 2
 
 
 def test_unequal_budget_is_flagged():
@@ -189,6 +225,13 @@ def test_wall_time_from_file_times(tmp_path):
         p.write_text("x")
         os.utime(p, (t, t))
     assert rp.wall_time([tmp_path / "0"], [])["elapsed"] == pytest.approx(3600.0)
+    # a second multirun a day later: its own span (60 s) adds, not the day between them
+    for name, t in (("a", 90000.0), ("b", 90060.0)):
+        p = tmp_path / "later" / "0" / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("x")
+        os.utime(p, (t, t))
+    assert rp.wall_time([tmp_path / "0", tmp_path / "later" / "0"], [])["elapsed"] == pytest.approx(3660.0)
     assert rp.fmt_seconds(3720) == "1 h 02 min" and rp.fmt_seconds(90) == "1.5 min" and rp.fmt_seconds(None) == "n/a"
 
 

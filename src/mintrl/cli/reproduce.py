@@ -11,24 +11,30 @@ from mintrl.eval.reproduce import write_report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``mintrl-reproduce <multirun_dir> [--intensity <multirun_dir>] [--out docs/reproduction.md] [--repo .]``.
+    """``mintrl-reproduce <multirun_dir> [<multirun_dir> ...] [--intensity <multirun_dir>] [--out docs/reproduction.md]
+    [--repo .]``.
 
     Writes the markdown report and its PNG figures next to it, then prints the path and each claim's
     verdict. Returns 0; exits with status 2 (argparse) and a message naming the folder when a multirun
-    folder does not exist or holds no jobs."""
+    folder does not exist or holds no jobs, or two folders run the same row with the same seed."""
     parser = argparse.ArgumentParser(
         prog="mintrl-reproduce",
         description="Reproduction report of the paper's comparison (make reproduce): rows with 95%% intervals over "
         "seeds, MInTRL-Const minus GRPO paired by seed, figures, commit, machine, wall time, claims with verdicts.",
     )
-    parser.add_argument("multirun_dir", help="the +sweep=reproduce_core (or reproduce_full) multirun folder")
+    parser.add_argument(
+        "multirun_dir",
+        nargs="+",
+        help="the +sweep=reproduce_core (or reproduce_full) multirun folder; several folders pool their jobs "
+        "(seeds added by a later multirun with the same overrides)",
+    )
     parser.add_argument("--intensity", metavar="DIR", help="the +sweep=reproduce_intensity multirun (claim iv)")
     parser.add_argument("--out", default="docs/reproduction.md", help="markdown path (figures go next to it)")
     parser.add_argument("--repo", default=".", help="git repository whose HEAD the report names (default: .)")
     args = parser.parse_args(argv)
     try:
         report = write_report(args.multirun_dir, args.out, args.intensity, args.repo)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, ValueError) as e:
         parser.error(str(e))
     print(f"report: {report['out']}")
     for path in report["figures"].values():

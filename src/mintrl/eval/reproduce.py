@@ -34,11 +34,8 @@ seeds that would decide it if the mean and standard deviation stayed as observed
 from __future__ import annotations
 
 import math
-import os
-import platform
-import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -63,6 +60,7 @@ from mintrl.eval.summary import (
     summarize_seeds,
     t_quantile_975,
 )
+from mintrl.training.provenance import git_commit, machine, read_commit
 
 # experiment config -> the row's name in the paper's terms
 ROW_NAMES = {
@@ -79,6 +77,7 @@ ENTROPY_TAG = "train/policy_entropy"
 STEP_SECONDS_TAG = "perf/step_seconds"
 HOLDS, FAILS, UNDECIDED = "holds", "does not hold", "undecided"
 MAX_SEEDS = 1000  # seeds_needed gives up above this
+NOT_RECORDED = "not recorded"
 
 
 @dataclass
@@ -476,55 +475,52 @@ def inverted_u(points: Sequence[dict]) -> tuple[str, str]:
 # --- provenance -----------------------------------------------------------------------------------
 
 
-def git_commit(repo_dir: str | Path = ".") -> str:
-    """``git rev-parse HEAD`` in ``repo_dir``, with `` (uncommitted changes)`` when ``git status
-    --porcelain`` lists tracked changes; ``unknown`` when git or the repository is unavailable."""
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=repo_dir, capture_output=True, text=True, timeout=30, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=repo_dir,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return f"{head} (uncommitted changes)" if dirty and head else head or "unknown"
-
-
-def machine() -> dict:
-    """The machine writing the report (``make reproduce`` runs the jobs on it): ``platform``,
-    ``processor``, ``cpu_count`` (logical CPUs), ``python`` and ``torch`` versions."""
-    try:
-        import torch
-
-        torch_version = torch.__version__
-    except ImportError:
-        torch_version = "not installed"
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpu_count": os.cpu_count(),
-        "python": platform.python_version(),
-        "torch": torch_version,
-    }
-
-
 def wall_time(job_dirs: Sequence[Path], jobs: Sequence[Job]) -> dict:
     """The wall time of the jobs, two ways (seconds):
 
     * ``step_seconds``: the sum over jobs of the logged ``perf/step_seconds`` (training steps, including
       validations between steps; not start-up, model loading or the validation before step 1);
-    * ``elapsed``: last minus first modification time of any file inside the job folders (start-up and
-      validations included; None without files).
+    * ``elapsed``: per multirun folder (the jobs' parent folder) the last minus the first modification
+      time of any file inside its job folders, summed over the folders (so seeds added by a later multirun
+      do not count the hours between the two; start-up and validations included; None without files).
     """
     step_seconds = sum(sum(tag_values(j.scalars, STEP_SECONDS_TAG)) for j in jobs)
-    mtimes = [p.stat().st_mtime for d in job_dirs for p in Path(d).rglob("*") if p.is_file()]
-    return {"step_seconds": step_seconds, "elapsed": max(mtimes) - min(mtimes) if mtimes else None}
+    by_folder: dict[Path, list[float]] = {}
+    for d in job_dirs:
+        times = by_folder.setdefault(Path(d).parent, [])
+        times += [p.stat().st_mtime for p in Path(d).rglob("*") if p.is_file()]
+    spans = [max(t) - min(t) for t in by_folder.values() if t]
+    return {"step_seconds": step_seconds, "elapsed": sum(spans) if spans else None}
+
+
+def job_commits(jobs: Sequence[Job]) -> dict[str, list[str]]:
+    """``{commit: [job names]}`` from each job's ``provenance.json``
+    (:func:`mintrl.training.provenance.read_commit`), in order of first appearance; jobs without the file
+    are listed under ``not recorded``.
+
+    Raises:
+        ValueError: a job's provenance file is not valid JSON.
+    """
+    out: dict[str, list[str]] = {}
+    for job in jobs:
+        out.setdefault(read_commit(job.path) or NOT_RECORDED, []).append(job.name)
+    return out
+
+
+def fmt_commits(commits: dict[str, list[str]], head: str) -> str:
+    """The report's commit line: the commit(s) the jobs recorded with their job counts, or ``head`` (the
+    report's checkout) when no job recorded one."""
+    recorded = {c: names for c, names in commits.items() if c != NOT_RECORDED}
+    if not recorded:
+        return f"`{head}` (the checkout writing the report: the jobs recorded no provenance.json)"
+
+    def jobs(names: list[str]) -> str:
+        return f"{len(names)} job" + ("" if len(names) == 1 else "s")
+
+    parts = [f"`{c}` ({jobs(names)})" for c, names in recorded.items()]
+    if NOT_RECORDED in commits:
+        parts.append(f"not recorded ({jobs(commits[NOT_RECORDED])})")
+    return "; ".join(parts) + " (each job's provenance.json)"
 
 
 def fmt_seconds(seconds: float | None) -> str:
@@ -665,23 +661,55 @@ def paired_table(const: Row, grpo: Row, diff: dict) -> str:
     return "\n".join(lines)
 
 
-def build_report(multirun_dir: str | Path, intensity_dir: str | Path | None = None, repo_dir: str | Path = ".") -> dict:
-    """Read the multirun(s) and compute everything the report says (no files written).
-
-    Args:
-        multirun_dir: the methods multirun (``+sweep=reproduce_core`` or ``reproduce_full``).
-        intensity_dir: the ``+sweep=reproduce_intensity`` multirun, or None (claim (iv) not measured).
-        repo_dir: where ``git rev-parse HEAD`` runs.
-
-    Returns:
-        ``{"rows", "intensity_rows", "claims", "const_minus_grpo", "points", "commit", "machine", "wall",
-        "equal_budget", "multirun_dir", "intensity_dir"}``.
+def read_multiruns(multirun_dirs: Sequence[str | Path]) -> tuple[list[Path], list[Job]]:
+    """The job folders and jobs of one or more multiruns (e.g. seeds 0-2, then seeds 3-6 run later with the
+    same overrides). With several folders a job is named by its folder's path, so names stay unique.
 
     Raises:
         FileNotFoundError: a folder is missing or holds no Hydra job (:func:`mintrl.eval.summary.find_jobs`).
+        ValueError: two jobs of the same row (overrides equal apart from the seed) have the same seed
+            (names both): their pairing by seed would be ambiguous.
     """
-    dirs = list(find_jobs(multirun_dir))
-    jobs = read_multirun(multirun_dir)
+    dirs, jobs = [], []
+    for folder in multirun_dirs:
+        dirs += find_jobs(folder)
+        for job in read_multirun(folder):
+            jobs.append(job if len(multirun_dirs) == 1 else replace(job, name=str(job.path)))
+    for group in group_by_seed(jobs):
+        seen: dict[str, Job] = {}
+        for job in group:
+            other = seen.setdefault(seed_of(job), job)
+            if other is not job:
+                raise ValueError(
+                    f"jobs {other.path} and {job.path} run the same setting with seed={seed_of(job)}: "
+                    "give each multirun other seeds"
+                )
+    return dirs, jobs
+
+
+def build_report(
+    multirun_dir: str | Path | Sequence[str | Path], intensity_dir: str | Path | None = None, repo_dir: str | Path = "."
+) -> dict:
+    """Read the multirun(s) and compute everything the report says (no files written).
+
+    Args:
+        multirun_dir: the methods multirun (``+sweep=reproduce_core`` or ``reproduce_full``), or a list of
+            such folders whose jobs are pooled (:func:`read_multiruns`: seeds added by a later multirun).
+        intensity_dir: the ``+sweep=reproduce_intensity`` multirun, or None (claim (iv) not measured).
+        repo_dir: where ``git rev-parse HEAD`` runs (named when the jobs recorded no commit).
+
+    Returns:
+        ``{"rows", "intensity_rows", "claims", "const_minus_grpo", "points", "commit", "machine", "wall",
+        "equal_budget", "multirun_dir", "intensity_dir"}``; ``commit`` is the markdown of
+        :func:`fmt_commits`, ``multirun_dir`` the folders joined by ``, ``.
+
+    Raises:
+        FileNotFoundError: a folder is missing or holds no Hydra job (:func:`mintrl.eval.summary.find_jobs`).
+        ValueError: a seed is run twice for one row (:func:`read_multiruns`), or a job's provenance.json is
+            not valid JSON.
+    """
+    folders = [multirun_dir] if isinstance(multirun_dir, (str, Path)) else list(multirun_dir)
+    dirs, jobs = read_multiruns(folders)
     rows = rows_of(jobs)
     const, grpo = find_row(rows, CONST), find_row(rows, GRPO)
     c1, diff = claim_beats_grpo(const, grpo)
@@ -713,11 +741,11 @@ def build_report(multirun_dir: str | Path, intensity_dir: str | Path | None = No
         "claims": [c1, c2, c3, c4],
         "const_minus_grpo": diff,
         "points": points,
-        "commit": git_commit(repo_dir),
+        "commit": fmt_commits(job_commits(all_jobs), git_commit(repo_dir)),
         "machine": machine(),
         "wall": wall_time(dirs, all_jobs),
         "equal_budget": equal_budget(rows + intensity_rows),
-        "multirun_dir": str(multirun_dir),
+        "multirun_dir": ", ".join(str(f) for f in folders),
         "intensity_dir": None if intensity_dir is None else str(intensity_dir),
     }
 
@@ -733,9 +761,9 @@ def render_markdown(report: dict, figures: dict[str, str]) -> str:
         "",
         f"Written by `mintrl-reproduce` on {time.strftime('%Y-%m-%d %H:%M %Z')}; numbers below are measured, not copied.",
         "",
-        f"- **multirun**: `{report['multirun_dir']}`"
+        f"- **multirun(s)**: `{report['multirun_dir']}`"
         + (f", intensity sweep `{report['intensity_dir']}`" if report["intensity_dir"] else ""),
-        f"- **commit**: `{report['commit']}`",
+        f"- **commit**: {report['commit']}",
         f"- **machine** (the one writing this report): {m['platform']}, {m['processor']}, {m['cpu_count']} logical CPUs, "
         f"Python {m['python']}, torch {m['torch']}",
         f"- **wall time**: {fmt_seconds(w['elapsed'])} from the first to the last file written in the job folders; "
@@ -798,7 +826,7 @@ def render_markdown(report: dict, figures: dict[str, str]) -> str:
 
 
 def write_report(
-    multirun_dir: str | Path,
+    multirun_dir: str | Path | Sequence[str | Path],
     out: str | Path = "docs/reproduction.md",
     intensity_dir: str | Path | None = None,
     repo_dir: str | Path = ".",
@@ -812,6 +840,7 @@ def write_report(
 
     Raises:
         FileNotFoundError: a multirun folder is missing or holds no job.
+        ValueError: see :func:`build_report`.
     """
     import matplotlib.pyplot as plt
 

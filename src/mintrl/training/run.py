@@ -11,6 +11,7 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from mintrl.training.build import build_components
+from mintrl.training.provenance import write_provenance
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +36,15 @@ def resume_checkpoint(cfg: DictConfig) -> str | None:
 
 def run(cfg: DictConfig) -> dict:
     """Build, validate at step 0 (not when resuming), train (from :func:`resume_checkpoint` when
-    there is one), export; returns the run summary (see ``RunSummary``)."""
+    there is one), export; returns the run summary (see ``RunSummary``). First writes
+    ``<paths.output_dir>/provenance.json`` (the commit of the imported code, the machine, the command line:
+    :mod:`mintrl.training.provenance`)."""
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
     warnings.filterwarnings("ignore", ".*IterableDataset.*__len__.*")
     # manual optimisation: checkpoints hold the weights after the step's updates, which is what resuming needs
     warnings.filterwarnings("ignore", ".*ModelCheckpoint with manual optimization.*")
     L.seed_everything(cfg.seed, workers=True)
+    write_provenance(cfg.paths.output_dir)
     c = build_components(cfg)
     log.info("policy: %s", c.context.source)
     ckpt_path = resume_checkpoint(cfg)
