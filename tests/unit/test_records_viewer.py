@@ -17,9 +17,11 @@ from mintrl.eval.rollouts import (
     filter_records,
     format_record,
     format_run,
+    format_stats,
     highlight,
     read_records,
     record_files,
+    step_stats,
     summary_line,
 )
 from mintrl.judge.base import KEEP, REVISE, Verdict
@@ -134,6 +136,42 @@ def test_batch_records_hold_provenance_verdicts_advantages_and_branches():
     # validation batches: no objective, so no advantage
     plain = batch_records(hand_batch(), CharTokenizer(), "val", 0)
     assert [r["advantage"] for r in plain] == [None] * 4 and [r["trains"] for r in plain] == [None] * 4
+
+
+def test_step_stats_count_what_the_judge_and_intervention_did(tmp_path):
+    records = batch_records(hand_batch(), CharTokenizer(), "train", 0)
+    branch_reward = records[2]["reward"]
+    assert branch_reward == 0.0  # a Rollout's reward before scoring
+    stats = step_stats(records)
+    # rows: control (6 policy tokens, reward 1), semi (9 policy + 2 intervention, revised at token 4, reward 0),
+    # branch (3 policy, reward 0), other (1 policy, reward NaN -> None, left out of the means)
+    assert stats == {
+        "rollouts": 4,
+        "semi": 1,
+        "intervened": 1,
+        "revises": 1,
+        "cuts_at_0": 0,
+        "offpolicy_frac": pytest.approx(2 / 21),
+        "iv_share_intervened": pytest.approx(2 / 11),
+        "reward_control": pytest.approx(0.5),
+        "reward_semi": 0.0,
+        "rewarded_intervened": 0,
+    }
+    records[1]["reviews"][0]["at_token"], records[1]["reward"] = 0, 1.0
+    again = step_stats(records)
+    assert (again["cuts_at_0"], again["rewarded_intervened"], again["reward_semi"]) == (1, 1, 1.0)
+    assert step_stats([])["iv_share_intervened"] is None and step_stats([])["reward_control"] is None
+    # the table: one row per step file and the pooled row
+    writer = RecordWriter(tmp_path / "rollouts", max_mib=None)
+    writer.write("train", 0, batch_records(hand_batch(), CharTokenizer(), "train", 0))
+    writer.write("train", 1, records)
+    table = format_stats(tmp_path)
+    lines = table.splitlines()
+    assert lines[0].startswith("| step | rollouts | semi-on-policy | intervened | revise verdicts | cut at token 0 |")
+    assert lines[2] == "| 0 | 4 | 1 | 1 | 1 | 0 | 0.095 | 0.182 | 0.500 | 0.000 | 0 |"
+    assert lines[3] == "| 1 | 4 | 1 | 1 | 1 | 1 | 0.095 | 0.182 | 0.500 | 1.000 | 1 |"
+    assert lines[4] == "| all | 8 | 2 | 2 | 2 | 1 | 0.095 | 0.182 | 0.500 | 0.500 | 1 |"
+    assert rollouts_main([str(tmp_path), "--stats"]) == 0
 
 
 def test_traces_follow_select_and_concat():

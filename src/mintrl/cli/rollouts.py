@@ -7,11 +7,11 @@ import os
 import sys
 from typing import Sequence
 
-from mintrl.eval.rollouts import format_run
+from mintrl.eval.rollouts import format_run, format_stats
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``mintrl-rollouts RUN [--step N] [--split train|val] [--intervened] [--reward VALUE] [--color WHEN]``.
+    """``mintrl-rollouts RUN [--step N] [--split train|val] [--intervened] [--reward VALUE] [--color WHEN] [--stats]``.
 
     Prints the records; exits with status 2 and a message naming the folder when there are none."""
     parser = argparse.ArgumentParser(
@@ -30,10 +30,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="auto",
         help="ANSI colour for intervention tokens (auto: when stdout is a terminal; else [[...]])",
     )
+    parser.add_argument(
+        "--stats",
+        action="store_true",
+        help="instead of the records: a table per step of what the judge and intervention did (revisions, cuts at "
+        "token 0, intervention token shares, rewards)",
+    )
     args = parser.parse_args(argv)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     try:
-        text = format_run(args.run, args.split, args.step, args.intervened, args.reward, color)
+        if args.stats:
+            text = format_stats(args.run, args.split, args.step)
+        else:
+            text = format_run(args.run, args.split, args.step, args.intervened, args.reward, color)
     except FileNotFoundError as e:
         parser.error(str(e))
     try:

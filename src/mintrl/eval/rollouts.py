@@ -157,6 +157,90 @@ def summary_line(records: list[dict]) -> str:
     )
 
 
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def step_stats(records: list[dict]) -> dict:
+    """What the judge and the intervention did in one step's records (MInTRL issue 19, item 7: how much
+    of each response the corrections write).
+
+    Args:
+        records: one step's records (:func:`read_records`).
+
+    Returns:
+        ``rollouts``, ``semi`` (semi-on-policy rollouts), ``intervened`` (rollouts with intervention
+        tokens), ``revises`` (Revise verdicts applied, i.e. ``revised``), ``cuts_at_0`` (of those, cut at
+        response token 0: the correction replaces the response from its start), ``offpolicy_frac``
+        (intervention / (policy + intervention) tokens over all rollouts), ``iv_share_intervened`` (the same
+        ratio over the intervened rollouts only; None without any), ``reward_control`` and ``reward_semi``
+        (mean rewards, None without such rollouts or rewards), ``rewarded_intervened`` (rollouts with reward
+        > 0 and intervention tokens). Token counts are the records' ``tokens`` (tokens).
+    """
+    revises = [v for r in records for v in r["reviews"] if v["revised"]]
+    intervened = [r for r in records if intervention_tokens(r) > 0]
+
+    def share(rows: list[dict]) -> float | None:
+        total = sum(r["tokens"]["policy"] + r["tokens"]["intervention"] for r in rows)
+        return sum(intervention_tokens(r) for r in rows) / total if total else None
+
+    def rewards(control: bool) -> list[float]:
+        return [r["reward"] for r in records if r["control"] == control and r["reward"] is not None]
+
+    return {
+        "rollouts": len(records),
+        "semi": sum(not r["control"] for r in records),
+        "intervened": len(intervened),
+        "revises": len(revises),
+        "cuts_at_0": sum(v["at_token"] == 0 for v in revises),
+        "offpolicy_frac": share(records) or 0.0,
+        "iv_share_intervened": share(intervened),
+        "reward_control": _mean(rewards(True)),
+        "reward_semi": _mean(rewards(False)),
+        "rewarded_intervened": sum((r["reward"] or 0) > 0 for r in intervened),
+    }
+
+
+STATS_COLUMNS = (
+    ("step", "step"),
+    ("rollouts", "rollouts"),
+    ("semi", "semi-on-policy"),
+    ("intervened", "intervened"),
+    ("revises", "revise verdicts"),
+    ("cuts_at_0", "cut at token 0"),
+    ("offpolicy_frac", "off-policy token fraction"),
+    ("iv_share_intervened", "intervention share of intervened rollouts"),
+    ("reward_control", "control reward"),
+    ("reward_semi", "semi-on-policy reward"),
+    ("rewarded_intervened", "rewarded with intervention tokens"),
+)
+
+
+def format_stats(run: str | Path, split: str = "train", step: int | None = None) -> str:
+    """What ``mintrl-rollouts RUN --stats`` prints: a markdown table of :func:`step_stats` per step file,
+    then a row summed (counts) or pooled over all records (fractions, mean rewards).
+
+    Raises:
+        FileNotFoundError, ValueError: see :func:`record_files`.
+    """
+    rows, everything = [], []
+    for s, path in record_files(run, split, step):
+        records = read_records(path)
+        everything += records
+        rows.append({"step": str(s), **step_stats(records)})
+    rows.append({"step": "all", **step_stats(everything)})
+
+    def cell(v) -> str:
+        return v if isinstance(v, str) else _fmt(v) if isinstance(v, float) or v is None else str(v)
+
+    lines = [
+        "| " + " | ".join(title for _, title in STATS_COLUMNS) + " |",
+        "|" + "---|" * len(STATS_COLUMNS),
+    ]
+    lines += ["| " + " | ".join(cell(r[key]) for key, _ in STATS_COLUMNS) + " |" for r in rows]
+    return "\n".join(lines)
+
+
 def format_run(
     run: str | Path,
     split: str = "train",
