@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import os
-import random
 from typing import Any
 
-from mintrl.data.base import PromptItem, PromptSource, RowFilter, prompt_ids
+from mintrl.data.base import RowFilter
+from mintrl.env.source import EnvTaskSource
 from mintrl.env.sql.loader import load_dbbench
 from mintrl.env.sql.tasks import Difficulty, example_messages, generate_task, render_instruction
-from mintrl.training.checks import check_int
 
 TASK = "sql"
 
 
-class SqlTasks(PromptSource):
+class SqlTasks(EnvTaskSource):
     """Train and validation SQL tasks (:mod:`mintrl.env.sql.tasks`) as prompt items.
 
     Each item's ``question`` is the instruction (table, question, protocol:
@@ -45,6 +43,8 @@ class SqlTasks(PromptSource):
             file.
     """
 
+    task = TASK
+
     def __init__(
         self,
         path: str | None = None,
@@ -65,11 +65,10 @@ class SqlTasks(PromptSource):
         chat_template_kwargs: dict | None = None,
         example: bool = True,
     ):
-        check_int("data.prompts.train_size", train_size, none_ok=path is not None)
-        check_int("data.prompts.val_size", val_size)
-        check_int("data.prompts.max_prompt_tokens", max_prompt_tokens)
-        if train_seed == val_seed:
-            raise ValueError("data.prompts.train_seed and val_seed must differ (disjoint seeds)")
+        super().__init__(
+            path, train_size, val_size, train_seed, val_seed, split_seed, max_prompt_tokens, chat_template_kwargs,
+            example,
+        )  # fmt: skip
         self.difficulty = Difficulty(
             min_columns=min_columns,
             max_columns=max_columns,
@@ -80,71 +79,15 @@ class SqlTasks(PromptSource):
             aggregate_prob=aggregate_prob,
             mutation_fraction=mutation_fraction,
         )
-        self.path = os.path.expanduser(path) if path else None
-        if self.path is not None and not os.path.isfile(self.path):
-            raise ValueError(f"data.prompts.path={path!r}: no such file")
-        self.sizes = {"train": train_size, "val": val_size}
-        self.seeds = {"train": train_seed, "val": val_seed}
-        self.split_seed, self.max_prompt_tokens = split_seed, max_prompt_tokens
-        self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self.example = bool(example)
 
-    def _generated(self, split: str) -> list[dict[str, Any]]:
-        if split == "val":
-            return [generate_task(self.seeds["val"], i, self.difficulty) for i in range(self.sizes["val"])]
-        held_out = {render_instruction(t) for t in self._generated("val")}
-        tasks, index = [], 0
-        while len(tasks) < self.sizes["train"]:
-            task = generate_task(self.seeds["train"], index, self.difficulty)
-            index += 1
-            if render_instruction(task) not in held_out:
-                tasks.append(task)
-        return tasks
+    def generate(self, seed: int, index: int) -> dict[str, Any]:
+        return generate_task(seed, index, self.difficulty)
 
-    def _loaded(self, split: str, rows: RowFilter | None) -> list[dict[str, Any]]:
-        entries = load_dbbench(self.path, rows)
-        if self.sizes["val"] >= len(entries):
-            raise ValueError(f"data.prompts.val_size={self.sizes['val']} leaves no training task of {len(entries)}")
-        order = list(range(len(entries)))
-        random.Random(self.split_seed).shuffle(order)
-        val, train = order[: self.sizes["val"]], order[self.sizes["val"] :]
-        chosen = val if split == "val" else train[: self.sizes["train"]]
-        return [entries[k] for k in chosen]
+    def render(self, entry: dict[str, Any]) -> str:
+        return render_instruction(entry)
 
-    def tasks(self, split: str, rows: RowFilter | None = None) -> list[dict[str, Any]]:
-        """The task entries of ``split`` ("train" or "val"), without tokenizing.
+    def examples(self) -> list[dict[str, str]]:
+        return example_messages()
 
-        Raises:
-            ValueError: an unknown split, or ``val_size`` that leaves no training task of a file.
-            InvalidRow: a bad file row (unless ``rows`` skips it).
-        """
-        if split not in self.sizes:
-            raise ValueError(f"split must be 'train' or 'val', got {split!r}")
-        return self._generated(split) if self.path is None else self._loaded(split, rows)
-
-    def build(self, split: str, tokenizer, rows: RowFilter | None = None) -> list[PromptItem]:
-        """Chat-templated prompt items of ``split``.
-
-        Raises:
-            InvalidRow: a bad file row, or a prompt longer than ``max_prompt_tokens`` (the row is
-                named; ``rows`` may skip it instead).
-        """
-        rows = rows or RowFilter()
-        items = []
-        for entry in self.tasks(split, rows):
-            instruction = render_instruction(entry)
-            where = f"sql {split} task {entry['index']} ({entry['source']})"
-            ids = rows(
-                lambda: prompt_ids(
-                    tokenizer,
-                    "{question}",
-                    instruction,
-                    self.max_prompt_tokens,
-                    where,
-                    history=example_messages() if self.example else (),
-                    **self.chat_template_kwargs,
-                )
-            )
-            if ids is not None:
-                items.append(PromptItem(len(items), instruction, entry["reference_action"], ids, entry, TASK))
-        return items
+    def load(self, rows: RowFilter | None) -> list[dict[str, Any]]:
+        return load_dbbench(self.path, rows)
