@@ -24,22 +24,18 @@ Reviews run one at a time under a lock, as uid ``uid`` (one live shell at a time
 
 from __future__ import annotations
 
-import logging
 import threading
-from typing import Sequence
+from typing import Any
 
 from mintrl.env.shell.environment import check_task
 from mintrl.env.shell.protocol import answers_match, find_command, parse_action
 from mintrl.env.shell.session import ShellLimits, run_script
 from mintrl.env.shell.tasks import reference_action
-from mintrl.judge.base import REVISE, Judge, ReviewRequest, Verdict
-from mintrl.judge.sql import step_at
+from mintrl.judge.action import ActionJudge
 from mintrl.training.checks import check_int, check_range
 
-log = logging.getLogger(__name__)
 
-
-class ShellJudge(Judge):
+class ShellJudge(ActionJudge):
     """Execution-based judge of shell actions (see module docstring).
 
     Args:
@@ -53,6 +49,9 @@ class ShellJudge(Judge):
         ValueError: a field out of its range (named ``judge.<field>``).
     """
 
+    name = "shell"
+    action_kind = "run"
+
     def __init__(
         self,
         context=None,
@@ -63,13 +62,12 @@ class ShellJudge(Judge):
         processes: int = 32,
     ):
         check_range("judge.command_timeout_s", command_timeout_s, 0.0, low_open=True)
-        check_int("judge.max_action_chars", max_action_chars)
+        super().__init__(max_action_chars)
         check_int("judge.uid", uid)
-        self.command_timeout_s, self.max_action_chars, self.uid = float(command_timeout_s), max_action_chars, uid
+        self.command_timeout_s, self.uid = float(command_timeout_s), uid
         self.limits = ShellLimits(
             wall_s=3 * self.command_timeout_s + 5.0, memory_mb=memory_mb, processes=processes, field="judge"
         )
-        self.errors = 0
         self._lock = threading.Lock()
 
     def _answers(self, entry: dict, command: str) -> bool:
@@ -78,50 +76,21 @@ class ShellJudge(Judge):
             result = run_script(entry["init"], command, self.uid, self.limits, self.command_timeout_s)
         return result.finished and answers_match(result.output, entry["label"], entry["check"])
 
-    def review_one(self, request: ReviewRequest) -> Verdict:
-        """Verdict for one request (see module docstring); never raises."""
-        entry = request.entry
-        if entry is None:
-            return Verdict()
-        try:
-            return self._review(request, entry)
-        except Exception as err:  # noqa: BLE001 - a judge never raises on model output
-            self.errors += 1
-            log.warning("shell judge failed: %s: %s", type(err).__name__, err)
-            return Verdict()
-
-    def _review(self, request: ReviewRequest, entry: dict) -> Verdict:
+    def check_entry(self, entry: dict[str, Any]) -> None:
         check_task(entry)
-        prefix = request.prefix_text or ""
-        text = prefix + "".join(request.steps)
-        if not request.final:
-            block = find_command(text, allow_open=False)
-            if block is None or block.end <= len(prefix):
-                return Verdict()
-            action = parse_action(text, self.max_action_chars, allow_open=False)
-            if action.kind != "run":
-                return Verdict()  # an answer or over-long text in an unfinished turn waits for its end
-        else:
-            action = parse_action(text, self.max_action_chars)
-        correction = entry.get("reference_action") or reference_action(entry)
-        if action.kind == "invalid":
-            return Verdict(kind=REVISE, step=0, correction=correction)
-        if action.end <= len(prefix):
-            return Verdict()  # judged with the accepted prefix
-        step = step_at(request.steps, max(action.start - len(prefix), 0))
-        if action.kind == "answer":
-            if answers_match(action.text, entry["label"], entry["check"]):
-                return Verdict()
-            return Verdict(kind=REVISE, step=step, correction=f"<answer>{entry['label']}</answer>")
-        if self._answers(entry, action.text):
-            return Verdict()
-        return Verdict(kind=REVISE, step=step, correction=correction)
 
-    def review(self, requests: Sequence[ReviewRequest]) -> list[Verdict]:
-        """One verdict per request (never raises)."""
-        return [self.review_one(r) for r in requests]
+    def find_block(self, text: str, allow_open: bool):
+        return find_command(text, allow_open=allow_open)
 
-    def metrics(self) -> dict[str, float]:
-        """``judge/shell_errors``: requests the judge could not evaluate (kept), since the last call."""
-        out, self.errors = {"judge/shell_errors": float(self.errors)}, 0
-        return out
+    def parse(self, text: str, allow_open: bool = True):
+        return parse_action(text, self.max_action_chars, allow_open=allow_open)
+
+    def reference(self, entry: dict[str, Any]) -> str:
+        return reference_action(entry)
+
+    def answer_ok(self, entry: dict[str, Any], answer: str) -> bool:
+        return answers_match(answer, entry["label"], entry["check"])
+
+    def action_ok(self, entry: dict[str, Any], action: str) -> bool:
+        """Kept when the command prints the task's answer on its initial state."""
+        return self._answers(entry, action)

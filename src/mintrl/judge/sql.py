@@ -24,29 +24,16 @@ judge cannot evaluate (no reference statement, a failure), is kept (and a failur
 
 from __future__ import annotations
 
-import logging
-from itertools import accumulate
-from typing import Sequence
+from typing import Any
 
 from mintrl.env.sql.database import TaskDatabase, result_multiset
 from mintrl.env.sql.protocol import answers_match, find_query, parse_action
 from mintrl.env.sql.tasks import check_entry, reference_action
-from mintrl.judge.base import REVISE, Judge, ReviewRequest, Verdict
+from mintrl.judge.action import ActionJudge, step_at
 from mintrl.training.checks import check_int, check_range
 
-log = logging.getLogger(__name__)
 
-
-def step_at(steps: Sequence[str], offset: int) -> int:
-    """Index of the step holding character ``offset`` of ``"".join(steps)`` (0 when before it, the
-    last step when past it)."""
-    for index, end in enumerate(accumulate(len(s) for s in steps)):
-        if offset < end:
-            return index
-    return max(len(steps) - 1, 0)
-
-
-class SqlJudge(Judge):
+class SqlJudge(ActionJudge):
     """Execution-based judge of SQL actions (see module docstring).
 
     Args:
@@ -60,18 +47,16 @@ class SqlJudge(Judge):
         ValueError: a field out of its range (named ``judge.<field>``).
     """
 
+    name = "sql"
+    action_kind = "query"
+
     def __init__(
         self, context=None, query_timeout_s: float = 1.0, max_action_chars: int = 1000, max_result_rows: int = 1000
     ):
         check_range("judge.query_timeout_s", query_timeout_s, 0.0, low_open=True)
-        check_int("judge.max_action_chars", max_action_chars)
+        super().__init__(max_action_chars)
         check_int("judge.max_result_rows", max_result_rows)
-        self.query_timeout_s, self.max_action_chars, self.max_result_rows = (
-            query_timeout_s,
-            max_action_chars,
-            max_result_rows,
-        )
-        self.errors = 0
+        self.query_timeout_s, self.max_result_rows = query_timeout_s, max_result_rows
 
     def _run(self, entry: dict, sql: str) -> tuple[bool, list[tuple], list[tuple]]:
         """(ok, result rows as a multiset, table afterwards) of ``sql`` on a fresh copy of the task."""
@@ -90,50 +75,25 @@ class SqlJudge(Judge):
         _, ref_rows, ref_table = self._run(entry, entry["query"])
         return rows == ref_rows if entry["kind"] == "select" else table == ref_table
 
-    def review_one(self, request: ReviewRequest) -> Verdict:
-        """Verdict for one request (see module docstring); never raises."""
-        entry = request.entry
-        if entry is None:
-            return Verdict()
-        try:
-            return self._review(request, entry)
-        except Exception as err:  # noqa: BLE001 - a judge never raises on model output
-            self.errors += 1
-            log.warning("SQL judge failed: %s: %s", type(err).__name__, err)
-            return Verdict()
-
-    def _review(self, request: ReviewRequest, entry: dict) -> Verdict:
+    def check_entry(self, entry: dict[str, Any]) -> None:
         check_entry(entry)
-        prefix = request.prefix_text or ""
-        text = prefix + "".join(request.steps)
-        if not request.final:
-            block = find_query(text, allow_open=False)
-            if block is None or block.end <= len(prefix):
-                return Verdict()
-            action = parse_action(text, self.max_action_chars, allow_open=False)
-            if action.kind != "query":
-                return Verdict()  # an answer or over-long text in an unfinished turn waits for its end
-        else:
-            action = parse_action(text, self.max_action_chars)
-        correction = entry.get("reference_action") or reference_action(entry)
-        if action.kind == "invalid":
-            return Verdict(kind=REVISE, step=0, correction=correction)
-        if action.end <= len(prefix):
-            return Verdict()  # judged with the accepted prefix
-        step = step_at(request.steps, max(action.start - len(prefix), 0))
-        if action.kind == "answer":
-            if entry["kind"] != "select" or answers_match(action.text, entry["label"]):
-                return Verdict()
-            return Verdict(kind=REVISE, step=step, correction=f"<answer>{entry['label']}</answer>")
-        if not entry["query"].strip() or self._same(entry, action.text):
-            return Verdict()
-        return Verdict(kind=REVISE, step=step, correction=correction)
 
-    def review(self, requests: Sequence[ReviewRequest]) -> list[Verdict]:
-        """One verdict per request (never raises)."""
-        return [self.review_one(r) for r in requests]
+    def find_block(self, text: str, allow_open: bool):
+        return find_query(text, allow_open=allow_open)
 
-    def metrics(self) -> dict[str, float]:
-        """``judge/sql_errors``: requests the judge could not evaluate (kept), since the last call."""
-        out, self.errors = {"judge/sql_errors": float(self.errors)}, 0
-        return out
+    def parse(self, text: str, allow_open: bool = True):
+        return parse_action(text, self.max_action_chars, allow_open=allow_open)
+
+    def reference(self, entry: dict[str, Any]) -> str:
+        return reference_action(entry)
+
+    def answer_ok(self, entry: dict[str, Any], answer: str) -> bool:
+        """An answer to a change task is kept (the environment scores the table); a SELECT's must match."""
+        return entry["kind"] != "select" or answers_match(answer, entry["label"])
+
+    def action_ok(self, entry: dict[str, Any], action: str) -> bool:
+        """Kept when the task has no reference statement, or the statement does what it does."""
+        return not entry["query"].strip() or self._same(entry, action)
+
+
+__all__ = ["SqlJudge", "step_at"]
