@@ -21,12 +21,20 @@ itself ends that episode with no reward (``StepResult.error``), never the run.
 
 from __future__ import annotations
 
+import logging
+import math
 import threading
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from mintrl.data.base import PromptItem
+
+log = logging.getLogger(__name__)
+
+# one action's outcome: (observation, reward, done, action kind, invalid), as in StepResult's columns
+ActionOutcome = tuple[str, float, bool, str, bool]
 
 
 @dataclass
@@ -135,6 +143,66 @@ def check_episodes(episodes: Sequence[int], opened: Sequence) -> None:
         if e in seen:
             raise ValueError(f"episode {e} is listed twice in one call")
         seen.add(e)
+
+
+def check_step(episodes: Sequence[int], actions: Sequence[str], opened: Sequence) -> None:
+    """Check the arguments of one ``step`` call: as many actions as episodes, and the indices
+    (:func:`check_episodes`).
+
+    Raises:
+        ValueError: lengths that differ, an unknown, repeated or finished episode index.
+    """
+    if len(episodes) != len(actions):
+        raise ValueError(f"step got {len(episodes)} episodes and {len(actions)} actions")
+    check_episodes(episodes, opened)
+
+
+def step_result(
+    name: str,
+    episodes: Sequence[int],
+    outcomes: Sequence[ActionOutcome | Exception],
+    opened: Sequence,
+    counters: Counters,
+    start: float,
+    finish: Callable[[object], None] | None = None,
+) -> StepResult:
+    """The :class:`StepResult` of one ``step`` call from each acting episode's outcome.
+
+    An outcome that is an exception (the environment failed on that episode) ends the episode with
+    reward NaN and action kind ``error``; it is logged with the environment's ``name`` and counted in
+    ``errors``. An episode that is done gets ``done = True`` and is passed to ``finish`` (free its
+    state). The call's wall time (``time.perf_counter()`` now minus ``start``, seconds) is the result's
+    ``seconds`` and is added to the ``seconds`` counter.
+
+    Args:
+        name: the environment's name, for the log (``shell``, ``sql``, ``python_tool``).
+        episodes: the acting episodes' indices into ``opened`` (checked by :func:`check_step`).
+        outcomes: one :data:`ActionOutcome` or exception per acting episode, in the same order.
+        opened: the environment's episodes (objects with a ``done`` flag).
+        counters: the environment's counters; must declare ``errors`` and ``seconds``.
+        start: ``time.perf_counter()`` when the call began (seconds).
+        finish: called with each episode that ended (None: nothing to free).
+    """
+    out = StepResult([], [], [], [], [], [])
+    for e, outcome in zip(episodes, outcomes):
+        error = isinstance(outcome, Exception)
+        if error:
+            log.warning("%s episode %d failed: %s: %s", name, e, type(outcome).__name__, outcome)
+            counters.add("errors", 1)
+            outcome = ("", math.nan, True, "error", False)
+        observation, reward, done, kind, invalid = outcome
+        if done:
+            opened[e].done = True
+            if finish is not None:
+                finish(opened[e])
+        for column, value in zip(
+            (out.observations, out.rewards, out.done, out.action_kinds, out.invalid, out.error),
+            (observation, reward, done, kind, invalid, error),
+        ):
+            column.append(value)
+    out.seconds = time.perf_counter() - start
+    counters.add("seconds", out.seconds)
+    return out
 
 
 def replay(env: Environment, item: PromptItem, actions: Sequence[str]) -> tuple[list[str], StepResult | None]:

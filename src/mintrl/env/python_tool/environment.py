@@ -33,7 +33,7 @@ from typing import Sequence
 import reasoning_gym
 
 from mintrl.data.base import PromptItem
-from mintrl.env.base import Counters, Environment, StepResult, check_episodes
+from mintrl.env.base import ActionOutcome, Counters, Environment, StepResult, check_episodes, check_step, step_result
 from mintrl.env.python_tool.program import program_source, result_text
 from mintrl.env.python_tool.protocol import output_observation, parse_action
 from mintrl.reward.reasoning_gym import ReasoningGymReward
@@ -181,10 +181,8 @@ class PythonToolEnvironment(Environment):
             ValueError: lengths that differ, an unknown, repeated or finished episode index.
         """
         start = time.perf_counter()
-        if len(episodes) != len(actions):
-            raise ValueError(f"step got {len(episodes)} episodes and {len(actions)} actions")
-        check_episodes(episodes, self.episodes)
-        rows: list[tuple | Exception | None] = [None] * len(episodes)
+        check_step(episodes, actions, self.episodes)
+        rows: list[ActionOutcome | Exception | None] = [None] * len(episodes)
         calls: list[tuple[int, _Episode, str]] = []
         for pos, (e, text) in enumerate(zip(episodes, actions)):
             ep = self.episodes[e]
@@ -210,23 +208,7 @@ class PythonToolEnvironment(Environment):
                     rows[pos] = got
                 else:
                     rows[pos] = self._limit(ep, output_observation(*got), "run" if got[1] else "run_error")
-        out = StepResult([], [], [], [], [], [])
-        for pos, e in enumerate(episodes):
-            row = rows[pos]
-            if isinstance(row, Exception):
-                log.warning("python_tool episode %d failed: %s: %s", e, type(row).__name__, row)
-                self.counters.add("errors", 1)
-                row = ("", math.nan, True, "error", False)
-            observation, reward, done, kind, invalid = row
-            self.episodes[e].done = done
-            for column, value in zip(
-                (out.observations, out.rewards, out.done, out.action_kinds, out.invalid, out.error),
-                (observation, reward, done, kind, invalid, kind == "error"),
-            ):
-                column.append(value)
-        out.seconds = time.perf_counter() - start
-        self.counters.add("seconds", out.seconds)
-        return out
+        return step_result("python_tool", episodes, rows, self.episodes, self.counters, start)
 
     def score_final(self, episodes: Sequence[int]) -> list[float]:
         """End episodes that ran out of turns or tokens without an answer: 0.0 each, NaN for an

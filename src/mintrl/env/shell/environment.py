@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from mintrl.data.base import PromptItem
-from mintrl.env.base import Counters, Environment, StepResult, check_episodes
+from mintrl.env.base import ActionOutcome, Counters, Environment, StepResult, check_episodes, check_step, step_result
 from mintrl.env.shell.protocol import CHECKS, answers_match, output_observation, parse_action
 from mintrl.env.shell.session import CommandResult, ShellLimits, ShellSession
 from mintrl.training.checks import check_int, check_range
@@ -308,30 +308,14 @@ class ShellEnvironment(Environment):
             ValueError: lengths that differ, an unknown, repeated or finished episode index.
         """
         start = time.perf_counter()
-        if len(episodes) != len(actions):
-            raise ValueError(f"step got {len(episodes)} episodes and {len(actions)} actions")
-        check_episodes(episodes, self.episodes)
-        out = StepResult([], [], [], [], [], [])
+        check_step(episodes, actions, self.episodes)
+        outcomes: list[ActionOutcome | Exception] = []
         for e, text in zip(episodes, actions):
-            ep = self.episodes[e]
             try:
-                observation, reward, done, kind, invalid = self._act(ep, text)
-                error = False
+                outcomes.append(self._act(self.episodes[e], text))
             except Exception as err:  # noqa: BLE001 - one episode's failure never stops the run
-                log.warning("shell episode %d failed: %s: %s", e, type(err).__name__, err)
-                self.counters.add("errors", 1)
-                observation, reward, done, kind, invalid, error = "", math.nan, True, "error", False, True
-            if done:
-                ep.done = True
-                self._release(ep)
-            for column, value in zip(
-                (out.observations, out.rewards, out.done, out.action_kinds, out.invalid, out.error),
-                (observation, reward, done, kind, invalid, error),
-            ):
-                column.append(value)
-        out.seconds = time.perf_counter() - start
-        self.counters.add("seconds", out.seconds)
-        return out
+                outcomes.append(err)
+        return step_result("shell", episodes, outcomes, self.episodes, self.counters, start, self._release)
 
     def score_final(self, episodes: Sequence[int]) -> list[float]:
         """End episodes that ran out of turns or tokens without an answer: 0.0 each, NaN for an

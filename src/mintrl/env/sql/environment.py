@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from mintrl.data.base import PromptItem
-from mintrl.env.base import Counters, Environment, StepResult, check_episodes
+from mintrl.env.base import ActionOutcome, Counters, Environment, StepResult, check_episodes, check_step, step_result
 from mintrl.env.sql.database import TaskDatabase
 from mintrl.env.sql.protocol import answers_match, parse_action, result_observation
 from mintrl.env.sql.tasks import check_entry, expected_table
@@ -157,29 +157,14 @@ class SqlEnvironment(Environment):
             ValueError: lengths that differ, an unknown, repeated or finished episode index.
         """
         start = time.perf_counter()
-        if len(episodes) != len(actions):
-            raise ValueError(f"step got {len(episodes)} episodes and {len(actions)} actions")
-        check_episodes(episodes, self.episodes)
-        out = StepResult([], [], [], [], [], [])
+        check_step(episodes, actions, self.episodes)
+        outcomes: list[ActionOutcome | Exception] = []
         for e, text in zip(episodes, actions):
-            ep = self.episodes[e]
             try:
-                observation, reward, done, kind, invalid = self._act(ep, text)
-                error = False
+                outcomes.append(self._act(self.episodes[e], text))
             except Exception as err:  # noqa: BLE001 - one episode's failure never stops the run
-                log.warning("SQL episode %d failed: %s: %s", e, type(err).__name__, err)
-                self.counters.add("errors", 1)
-                observation, reward, done, kind, invalid, error = "", math.nan, True, "error", False, True
-            if done:
-                self._finish(ep)
-            for column, value in zip(
-                (out.observations, out.rewards, out.done, out.action_kinds, out.invalid, out.error),
-                (observation, reward, done, kind, invalid, error),
-            ):
-                column.append(value)
-        out.seconds = time.perf_counter() - start
-        self.counters.add("seconds", out.seconds)
-        return out
+                outcomes.append(err)
+        return step_result("SQL", episodes, outcomes, self.episodes, self.counters, start, self._finish)
 
     def score_final(self, episodes: Sequence[int]) -> list[float]:
         """End episodes that ran out of turns or tokens without an answer: a change task is scored on
