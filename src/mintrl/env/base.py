@@ -205,6 +205,44 @@ def step_result(
     return out
 
 
+class SerialEnvironment(Environment):
+    """An environment that applies a step's actions one episode at a time (``env=shell``, ``env=sql``).
+
+    A subclass names itself (:attr:`name`, for the log), keeps its open episodes in ``self.episodes``
+    (objects with a ``done`` flag) and its counters in ``self.counters`` (declaring ``errors`` and
+    ``seconds``), and provides :meth:`act` and :meth:`free`; :meth:`step` is shared: an exception in
+    ``act`` ends that episode with reward NaN (:func:`step_result`), never the call.
+    """
+
+    name: str = "environment"
+    episodes: list
+    counters: Counters
+
+    @abstractmethod
+    def act(self, episode, text: str) -> ActionOutcome:
+        """Apply one action to one open episode."""
+
+    def free(self, episode) -> None:
+        """Free a finished episode's state (default: nothing to free)."""
+
+    def step(self, episodes: Sequence[int], actions: Sequence[str]) -> StepResult:
+        """Apply ``actions[i]`` to episode ``episodes[i]`` through :meth:`act`, in call order; each
+        episode that ends is passed to :meth:`free`.
+
+        Raises:
+            ValueError: lengths that differ, an unknown, repeated or finished episode index.
+        """
+        start = time.perf_counter()
+        check_step(episodes, actions, self.episodes)
+        outcomes: list[ActionOutcome | Exception] = []
+        for e, text in zip(episodes, actions):
+            try:
+                outcomes.append(self.act(self.episodes[e], text))
+            except Exception as err:  # noqa: BLE001 - one episode's failure never stops the run
+                outcomes.append(err)
+        return step_result(self.name, episodes, outcomes, self.episodes, self.counters, start, self.free)
+
+
 def replay(env: Environment, item: PromptItem, actions: Sequence[str]) -> tuple[list[str], StepResult | None]:
     """Rebuild an episode by replaying its actions in ``env`` (reset to this one item).
 

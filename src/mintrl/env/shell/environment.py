@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from mintrl.data.base import PromptItem
-from mintrl.env.base import ActionOutcome, Counters, Environment, StepResult, check_episodes, check_step, step_result
+from mintrl.env.base import Counters, SerialEnvironment, check_episodes
 from mintrl.env.shell.protocol import CHECKS, answers_match, output_observation, parse_action
 from mintrl.env.shell.session import CommandResult, ShellLimits, ShellSession
 from mintrl.training.checks import check_int, check_range
@@ -102,7 +102,7 @@ class _Episode:
     started: float | None = None  # monotonic start of the live shell
 
 
-class ShellEnvironment(Environment):
+class ShellEnvironment(SerialEnvironment):
     """Many shell episodes at once (see the module docstring). Thread-safe for disjoint episodes:
     each episode has its own shell; slots come from a thread-safe queue, counters under a lock.
 
@@ -125,6 +125,7 @@ class ShellEnvironment(Environment):
         ValueError: a field out of its range (named ``env.<field>``).
     """
 
+    name = "shell"
     thread_safe = True
     action_kinds = ("run", "run_error", "answer", "invalid", "error")
 
@@ -190,7 +191,7 @@ class ShellEnvironment(Environment):
             ep.session = None
             ep.shell_seconds += time.monotonic() - ep.started
 
-    def _release(self, ep: _Episode) -> None:
+    def free(self, ep: _Episode) -> None:
         """Close the episode's shell and give its slot back."""
         self._stop_shell(ep)
         if ep.slot is not None:
@@ -279,7 +280,7 @@ class ShellEnvironment(Environment):
         self.counters.add("seconds", time.perf_counter() - start)
         return [""] * len(items)
 
-    def _act(self, ep: _Episode, text: str) -> tuple[str, float, bool, str, bool]:
+    def act(self, ep: _Episode, text: str) -> tuple[str, float, bool, str, bool]:
         """One action: (observation, reward, done, kind, invalid)."""
         if ep.failure is not None:
             raise RuntimeError(ep.failure)
@@ -301,22 +302,6 @@ class ShellEnvironment(Environment):
             return "", 0.0, True, kind, kind == "invalid"
         return observation, 0.0, False, kind, kind == "invalid"
 
-    def step(self, episodes: Sequence[int], actions: Sequence[str]) -> StepResult:
-        """Apply ``actions[i]`` to episode ``episodes[i]`` (see the module docstring).
-
-        Raises:
-            ValueError: lengths that differ, an unknown, repeated or finished episode index.
-        """
-        start = time.perf_counter()
-        check_step(episodes, actions, self.episodes)
-        outcomes: list[ActionOutcome | Exception] = []
-        for e, text in zip(episodes, actions):
-            try:
-                outcomes.append(self._act(self.episodes[e], text))
-            except Exception as err:  # noqa: BLE001 - one episode's failure never stops the run
-                outcomes.append(err)
-        return step_result("shell", episodes, outcomes, self.episodes, self.counters, start, self._release)
-
     def score_final(self, episodes: Sequence[int]) -> list[float]:
         """End episodes that ran out of turns or tokens without an answer: 0.0 each, NaN for an
         episode whose task entry is bad (counted in ``env/errors``); their shells are closed.
@@ -333,13 +318,13 @@ class ShellEnvironment(Environment):
                 self.counters.add("errors", 1)
             rewards.append(math.nan if ep.failure is not None else 0.0)
             ep.done = True
-            self._release(ep)
+            self.free(ep)
         return rewards
 
     def close(self) -> None:
         """Close every episode's shell (nothing started in one survives) and forget the episodes."""
         for ep in self.episodes:
-            self._release(ep)
+            self.free(ep)
         self.episodes = []
 
     def live_shells(self) -> int:

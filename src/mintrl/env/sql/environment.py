@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from mintrl.data.base import PromptItem
-from mintrl.env.base import ActionOutcome, Counters, Environment, StepResult, check_episodes, check_step, step_result
+from mintrl.env.base import Counters, SerialEnvironment, check_episodes
 from mintrl.env.sql.database import TaskDatabase
 from mintrl.env.sql.protocol import answers_match, parse_action, result_observation
 from mintrl.env.sql.tasks import check_entry, expected_table
@@ -48,7 +48,7 @@ class _Episode:
     expected: list[tuple] | None = None  # the reference table of a change task (built once)
 
 
-class SqlEnvironment(Environment):
+class SqlEnvironment(SerialEnvironment):
     """Many SQL episodes at once (see the module docstring). Thread-safe for disjoint episodes:
     each episode has its own connection (``check_same_thread=False``), the counters a lock.
 
@@ -64,6 +64,7 @@ class SqlEnvironment(Environment):
         ValueError: a field out of its range (named ``env.<field>``).
     """
 
+    name = "SQL"
     thread_safe = True
     action_kinds = ("query", "query_error", "answer", "invalid", "error")
 
@@ -108,7 +109,8 @@ class SqlEnvironment(Environment):
         self.counters.add("seconds", time.perf_counter() - start)
         return [""] * len(items)
 
-    def _finish(self, ep: _Episode) -> None:
+    def free(self, ep: _Episode) -> None:
+        """Mark the episode done and close its database."""
         ep.done = True
         if ep.db is not None:
             ep.db.close()
@@ -124,7 +126,7 @@ class SqlEnvironment(Environment):
         """The reward of an episode that ends without an answer: a change task's table, else 0.0."""
         return self._table_reward(ep) if ep.entry["kind"] != "select" else 0.0
 
-    def _act(self, ep: _Episode, text: str) -> tuple[str, float, bool, str, bool]:
+    def act(self, ep: _Episode, text: str) -> tuple[str, float, bool, str, bool]:
         """One action: (observation, reward, done, kind, invalid)."""
         if ep.failure is not None:
             raise RuntimeError(ep.failure)
@@ -150,22 +152,6 @@ class SqlEnvironment(Environment):
             return "", self._final_reward(ep), True, kind, kind == "invalid"
         return observation, 0.0, False, kind, kind == "invalid"
 
-    def step(self, episodes: Sequence[int], actions: Sequence[str]) -> StepResult:
-        """Apply ``actions[i]`` to episode ``episodes[i]`` (see the module docstring).
-
-        Raises:
-            ValueError: lengths that differ, an unknown, repeated or finished episode index.
-        """
-        start = time.perf_counter()
-        check_step(episodes, actions, self.episodes)
-        outcomes: list[ActionOutcome | Exception] = []
-        for e, text in zip(episodes, actions):
-            try:
-                outcomes.append(self._act(self.episodes[e], text))
-            except Exception as err:  # noqa: BLE001 - one episode's failure never stops the run
-                outcomes.append(err)
-        return step_result("SQL", episodes, outcomes, self.episodes, self.counters, start, self._finish)
-
     def score_final(self, episodes: Sequence[int]) -> list[float]:
         """End episodes that ran out of turns or tokens without an answer: a change task is scored on
         its current table (1.0 or 0.0), a SELECT task gets 0.0, an episode whose environment failed
@@ -187,7 +173,7 @@ class SqlEnvironment(Environment):
                 log.warning("SQL episode %d failed: %s: %s", e, type(err).__name__, err)
                 self.counters.add("errors", 1)
                 rewards.append(math.nan)
-            self._finish(ep)
+            self.free(ep)
         self.counters.add("seconds", time.perf_counter() - start)
         return rewards
 
