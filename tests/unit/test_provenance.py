@@ -3,8 +3,10 @@ changes, outside a repository, and what a run folder's file gives back."""
 
 from __future__ import annotations
 
+import calendar
 import json
 import subprocess
+import time
 
 import pytest
 
@@ -44,11 +46,15 @@ def test_written_file_reads_back_and_names_the_imported_package(tmp_path):
     assert data["started_utc"].endswith("Z") and len(data["started_utc"]) == 20
     assert set(data["machine"]) == {"platform", "processor", "cpu_count", "python", "torch"}
     assert pv.read_commit(tmp_path / "run") == data["commit"] != ""
+    assert pv.read_started(tmp_path / "run") == calendar.timegm(
+        time.strptime(data["started_utc"], "%Y-%m-%dT%H:%M:%SZ")
+    )
 
 
 def test_read_commit_without_file_or_with_a_broken_one(tmp_path):
-    assert pv.read_commit(tmp_path) is None
+    assert pv.read_commit(tmp_path) is None and pv.read_started(tmp_path) is None
     (tmp_path / "provenance.json").write_text("{not json")
+    assert pv.read_started(tmp_path) is None
     with pytest.raises(ValueError, match="provenance.json"):
         pv.read_commit(tmp_path)
     (tmp_path / "provenance.json").write_text(json.dumps({"commit": ""}))

@@ -232,6 +232,23 @@ def test_wall_time_from_file_times(tmp_path):
         p.write_text("x")
         os.utime(p, (t, t))
     assert rp.wall_time([tmp_path / "0", tmp_path / "later" / "0"], [])["elapsed"] == pytest.approx(3660.0)
+    # logged scalars carry their own wall times (a git checkout resets file times): the job ran from its
+    # provenance start (1000 s) to its last scalar (1900 s), whatever the files' times say
+    import json
+
+    from torch.utils.tensorboard import SummaryWriter
+
+    job = tmp_path / "logged" / "0"
+    writer = SummaryWriter(log_dir=str(job / "tensorboard"))
+    for step, t in ((0, 1100.0), (1, 1900.0)):
+        writer.add_scalar("val/pass@1", 0.1, step, walltime=t)
+    writer.close()
+    (job / "provenance.json").write_text(json.dumps({"started_utc": "1970-01-01T00:16:40Z"}))  # 1000 s
+    assert rp.job_span(job) == (1000.0, 1900.0)
+    assert rp.wall_time([job], [])["elapsed"] == pytest.approx(900.0)
+    (job / "provenance.json").unlink()
+    assert rp.job_span(job) == (1100.0, 1900.0)  # no provenance: from the first scalar
+
     assert rp.fmt_seconds(3720) == "1 h 02 min" and rp.fmt_seconds(90) == "1.5 min" and rp.fmt_seconds(None) == "n/a"
 
 

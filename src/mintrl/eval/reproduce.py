@@ -60,7 +60,8 @@ from mintrl.eval.summary import (
     summarize_seeds,
     t_quantile_975,
 )
-from mintrl.training.provenance import git_commit, machine, read_commit
+from mintrl.eval.tensorboard import event_times
+from mintrl.training.provenance import git_commit, machine, read_commit, read_started
 
 # experiment config -> the row's name in the paper's terms
 ROW_NAMES = {
@@ -475,21 +476,35 @@ def inverted_u(points: Sequence[dict]) -> tuple[str, str]:
 # --- provenance -----------------------------------------------------------------------------------
 
 
+def job_span(job_dir: Path) -> tuple[float, float] | None:
+    """When a job ran (seconds since the epoch): from its ``provenance.json`` start (else its first
+    logged scalar) to its last logged scalar (:func:`mintrl.eval.tensorboard.event_times`); without event
+    files, the first and last modification time of its files. None for an empty folder."""
+    logged = event_times(job_dir)
+    if logged is not None:
+        started = read_started(job_dir)
+        return (min(started, logged[0]) if started is not None else logged[0]), logged[1]
+    mtimes = [p.stat().st_mtime for p in Path(job_dir).rglob("*") if p.is_file()]
+    return (min(mtimes), max(mtimes)) if mtimes else None
+
+
 def wall_time(job_dirs: Sequence[Path], jobs: Sequence[Job]) -> dict:
     """The wall time of the jobs, two ways (seconds):
 
     * ``step_seconds``: the sum over jobs of the logged ``perf/step_seconds`` (training steps, including
       validations between steps; not start-up, model loading or the validation before step 1);
-    * ``elapsed``: per multirun folder (the jobs' parent folder) the last minus the first modification
-      time of any file inside its job folders, summed over the folders (so seeds added by a later multirun
-      do not count the hours between the two; start-up and validations included; None without files).
+    * ``elapsed``: per multirun folder (the jobs' parent folder) the last job's end minus the first job's
+      start (:func:`job_span`: recorded times, which survive a copy or a git checkout), summed over the
+      folders, so seeds added by a later multirun do not count the hours between the two (start-up and
+      validations included; None without any job span).
     """
     step_seconds = sum(sum(tag_values(j.scalars, STEP_SECONDS_TAG)) for j in jobs)
-    by_folder: dict[Path, list[float]] = {}
+    by_folder: dict[Path, list[tuple[float, float]]] = {}
     for d in job_dirs:
-        times = by_folder.setdefault(Path(d).parent, [])
-        times += [p.stat().st_mtime for p in Path(d).rglob("*") if p.is_file()]
-    spans = [max(t) - min(t) for t in by_folder.values() if t]
+        span = job_span(Path(d))
+        if span is not None:
+            by_folder.setdefault(Path(d).parent, []).append(span)
+    spans = [max(e for _, e in s) - min(b for b, _ in s) for s in by_folder.values()]
     return {"step_seconds": step_seconds, "elapsed": sum(spans) if spans else None}
 
 
@@ -766,7 +781,8 @@ def render_markdown(report: dict, figures: dict[str, str]) -> str:
         f"- **commit**: {report['commit']}",
         f"- **machine** (the one writing this report): {m['platform']}, {m['processor']}, {m['cpu_count']} logical CPUs, "
         f"Python {m['python']}, torch {m['torch']}",
-        f"- **wall time**: {fmt_seconds(w['elapsed'])} from the first to the last file written in the job folders; "
+        f"- **wall time**: {fmt_seconds(w['elapsed'])} from the first job's start to the last job's last logged scalar "
+        "(per multirun folder, summed); "
         f"{fmt_seconds(w['step_seconds'])} summed over the jobs' logged `{STEP_SECONDS_TAG}` (training steps only)",
         f"- **task**: `{b.get('task')}`; {b.get('max_steps')} optimizer steps of {b.get('prompts_per_step')} prompts x "
         f"{b.get('rollouts_per_prompt')} rollouts (MInTRL rows: n_control + n_semi), responses up to "

@@ -37,6 +37,21 @@ def load_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
     return {tag: sorted(points) for tag, points in scalars.items()}
 
 
+def event_times(run_dir: str | Path) -> tuple[float, float] | None:
+    """The wall-clock times (seconds since the epoch) of the first and the last scalar logged under
+    ``run_dir`` (event files searched recursively): they travel with the event files, unlike file
+    modification times, which a copy or a git checkout resets. None without event files or scalars."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    times = []
+    for f in sorted(Path(run_dir).rglob("events.out.tfevents.*")):
+        acc = EventAccumulator(str(f), size_guidance={"scalars": 0})
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            times += [e.wall_time for e in acc.Scalars(tag)]
+    return (min(times), max(times)) if times else None
+
+
 def plot_curves(runs: dict[str, dict[str, list[tuple[int, float]]]], tags=DEFAULT_CURVES, columns: int = 4):
     """One panel per tag, one line per run (x: optimizer step). Returns the matplotlib Figure;
     tags absent from every run are skipped."""

@@ -10,6 +10,7 @@ and records ``unknown``.
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import platform
@@ -100,6 +101,17 @@ def write_provenance(output_dir: str | Path, argv: list[str] | None = None) -> P
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(provenance(argv), indent=2) + "\n")
     return path
+
+
+def read_started(run_dir: str | Path) -> float | None:
+    """The ``started_utc`` of ``<run_dir>/provenance.json`` in seconds since the epoch; None when the
+    file or the field is missing or the file is not valid JSON."""
+    path = Path(run_dir) / PROVENANCE_FILE
+    try:
+        started = json.loads(path.read_text()).get("started_utc")
+        return calendar.timegm(time.strptime(started, "%Y-%m-%dT%H:%M:%SZ"))
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
 
 
 def read_commit(run_dir: str | Path) -> str | None:
