@@ -132,6 +132,10 @@ def test_batch_records_hold_provenance_verdicts_advantages_and_branches():
     assert branch["branch"] == {"kind": "resample", "anchor": 2, "parent": 0, "temperature": 1.5}
     assert control["branch"] is None and control["reviews"] == []
     assert (other["reward"], other["advantage"], other["trains"]) == (None, None, False)  # NaN -> null
+    assert [r["first_error"] for r in records] == [None] * 4  # no judge marked a first wrong step
+    marked = hand_batch()
+    marked.first_error = torch.tensor([-1, 4, -1, 0])
+    assert [r["first_error"] for r in batch_records(marked, CharTokenizer(), "train", 3)] == [None, 4, None, 0]
     json.dumps(records, allow_nan=False)  # valid JSON
     # validation batches: no objective, so no advantage
     plain = batch_records(hand_batch(), CharTokenizer(), "val", 0)

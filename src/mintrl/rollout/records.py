@@ -20,6 +20,9 @@ order (groups of a prompt together, control rollouts first), with the keys:
 - ``reviews``: the judge's verdicts in order, ``{"round", "kind", "step", "correction", "revised",
   "at_token", "written", "written_text"}`` (see :class:`mintrl.rollout.batch.ReviewRecord`;
   ``written_text`` decodes the intervention tokens written after the verdict);
+- ``first_error``: the response token where the judge marked a failed rollout's first wrong step
+  (``objective=first_error``: :attr:`mintrl.rollout.batch.RolloutBatch.first_error`); null where none
+  was marked or no judge marks them;
 - ``branch``: null, or how the allocation branched the rollout ``{"kind", "anchor", "parent",
   "temperature"}`` (see :class:`mintrl.rollout.batch.BranchRecord`);
 - ``turns``: an episode's action turns in order (empty for single-turn rollouts), ``{"kind",
@@ -114,6 +117,7 @@ def batch_records(batch: RolloutBatch, tokenizer, split: str, step: int) -> list
     advantages = batch.extras.get("advantages")
     advantages = None if advantages is None else advantages.detach().float().cpu().tolist()
     trains = None if batch.train_rows is None else batch.train_rows.detach().cpu().tolist()
+    first_error = [-1] * len(batch) if batch.first_error is None else batch.first_error.detach().cpu().tolist()
     records = []
     for i in range(len(batch)):
         mask = provenance[i] != int(Provenance.NONE)  # [L] the whole response, observation turns included
@@ -142,6 +146,7 @@ def batch_records(batch: RolloutBatch, tokenizer, split: str, step: int) -> list
                 "reward": _number(rewards[i]),
                 "advantage": None if advantages is None else _number(advantages[i]),
                 "trains": None if trains is None else bool(trains[i]),
+                "first_error": None if first_error[i] < 0 else int(first_error[i]),
                 "reviews": [
                     {
                         "round": r.round,
