@@ -12,12 +12,14 @@ VLLM_STAMP := $(VLLM_VENV)/.mintrl-installed
 REPRO_STAMP := $(shell date +%Y-%m-%d_%H-%M-%S)
 REPRO_DIR ?= outputs/reproduce/$(REPRO_STAMP)
 REPRO_OUT ?= docs/reproduction.md
+# `make reproduce-report`: the committed runs behind docs/reproduction.md (one multirun folder per entry)
+RESULTS ?= $(sort $(wildcard results/reproduce_core/*/))
 # 1 optimizer step, 1 seed, tiny sizes: the wiring of `make reproduce` in a few minutes (tokens, prompts, rollouts)
 SMOKE_ARGS := seed=0 trainer.max_steps=1 trainer.val_check_interval=1 data.prompts_per_step=2 \
 	data.prompts.val_size=4 data.val_samples_per_prompt=1 rollout.max_response_tokens=24 rollout.chunk_size=8 \
 	rollout.continuation_len=8
 
-.PHONY: setup train test test-unit test-slow lint format setup-vllm test-vllm bench clean reproduce reproduce-full reproduce-smoke gpu-wheels
+.PHONY: setup train test test-unit test-slow lint format setup-vllm test-vllm bench clean reproduce reproduce-full reproduce-smoke reproduce-report gpu-wheels
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -72,6 +74,10 @@ reproduce-full: $(STAMP)
 	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_intensity hydra.sweep.dir=$(REPRO_DIR)/intensity \
 		$(ARGS) $(INTENSITY_ARGS)
 	$(BIN)/python -m mintrl.cli.reproduce $(REPRO_DIR)/methods --intensity $(REPRO_DIR)/intensity --out $(REPRO_OUT)
+
+# docs/reproduction.md again from the committed runs (results/README.md), no training
+reproduce-report: $(STAMP)
+	$(BIN)/python -m mintrl.cli.reproduce $(RESULTS) --out $(REPRO_OUT)
 
 # the core rows for 1 step and 1 seed; the report goes into the multirun folder, not docs/
 reproduce-smoke: $(STAMP)

@@ -354,3 +354,26 @@ def test_make_targets_run_the_sweeps_then_the_report():
     )
     smoke = dry("reproduce-smoke")
     assert "trainer.max_steps=1" in smoke and "seed=0" in smoke and "--out /tmp/r/smoke/reproduction.md" in smoke
+    report = dry("reproduce-report")  # the committed runs, every folder, in order
+    folders = " ".join(
+        f"results/reproduce_core/{p.name}/" for p in sorted((REPO / "results" / "reproduce_core").iterdir())
+    )
+    assert f"mintrl.cli.reproduce {folders} --out docs/reproduction.md" in report and "mintrl.cli.train" not in report
+
+
+def test_the_committed_report_is_what_the_committed_runs_give():
+    """docs/reproduction.md is `make reproduce-report` over results/reproduce_core/*: every row's final
+    pass@1 with its interval, the paired difference and each seed's values come from those runs."""
+    from mintrl.eval.summary import fmt_interval
+
+    folders = sorted(p for p in (REPO / "results" / "reproduce_core").iterdir() if p.is_dir())
+    assert len(folders) >= 3
+    report = rp.build_report(folders, repo_dir=REPO)
+    doc = (REPO / "docs" / "reproduction.md").read_text()
+    diff = report["const_minus_grpo"]
+    assert diff["n"] == len(folders) and rp.fmt_diff(diff) in doc
+    for row in report["rows"]:
+        assert f"| {row.name} |" in doc and fmt_interval(row.stats["final_pass_at_1"]) in doc
+    for seed, d in zip(diff["seeds"], diff["diffs"]):
+        assert f"| {seed} |" in doc and f"{d:+.3f} |" in doc
+    assert report["commit"] in doc
