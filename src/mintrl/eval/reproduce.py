@@ -4,7 +4,7 @@ intervals over seeds and a measured verdict for each of the paper's claims.
 Input: a Hydra multirun of ``configs/sweep/reproduce_core.yaml`` (or ``reproduce_full.yaml``), i.e. rows
 ``experiment=<row>`` crossed with ``seed=0,1,2``, and for the full reproduction a second multirun of
 ``reproduce_intensity.yaml`` (MInTRL-Const with chunk size x reviews x correction length). Jobs are read
-and grouped by seed with :mod:`mintrl.eval.summary` (:func:`~mintrl.eval.summary.read_multirun`,
+and grouped by seed with :mod:`mintrl.eval.summary` (:func:`~mintrl.eval.summary.read_job`,
 :func:`~mintrl.eval.summary.summarize_seeds`); a row is named after its ``experiment=`` override
 (:data:`ROW_NAMES`).
 
@@ -56,7 +56,7 @@ from mintrl.eval.summary import (
     parse_override,
     pass_at_1_curve,
     plot_curves,
-    read_multirun,
+    read_job,
     summarize_seeds,
     t_quantile_975,
 )
@@ -687,8 +687,9 @@ def read_multiruns(multirun_dirs: Sequence[str | Path]) -> tuple[list[Path], lis
     """
     dirs, jobs = [], []
     for folder in multirun_dirs:
-        dirs += find_jobs(folder)
-        for job in read_multirun(folder):
+        paths = find_jobs(folder)
+        dirs += paths
+        for job in map(read_job, paths):
             jobs.append(job if len(multirun_dirs) == 1 else replace(job, name=str(job.path)))
     for group in group_by_seed(jobs):
         seen: dict[str, Job] = {}
@@ -735,8 +736,9 @@ def build_report(
     text4 = "The off-policy intensity sweep shows an inverted U in the off-policy token fraction (paper: 2-4% best)."
     all_jobs = list(jobs)
     if intensity_dir is not None:
-        dirs += find_jobs(intensity_dir)
-        ijobs = read_multirun(intensity_dir)
+        ipaths = find_jobs(intensity_dir)
+        dirs += ipaths
+        ijobs = [read_job(p) for p in ipaths]
         all_jobs += ijobs
         intensity_rows = rows_of(ijobs)
         settings = intensity_rows + ([const] if const is not None else [])

@@ -144,16 +144,13 @@ def format_record(record: dict, color: bool = False) -> str:
 
 def summary_line(records: list[dict]) -> str:
     """Counts of one step: rollouts, intervened rollouts, revise verdicts, off-policy token
-    fraction (intervention / response tokens) and the mean reward of control rollouts."""
-    tokens = sum(r["tokens"]["policy"] + r["tokens"]["intervention"] for r in records)
-    off = sum(intervention_tokens(r) for r in records)
-    revised = sum(v["revised"] for r in records for v in r["reviews"])
-    control = [r["reward"] for r in records if r["control"] and r["reward"] is not None]
-    mean = sum(control) / len(control) if control else None
+    fraction (intervention / response tokens) and the mean reward of control rollouts
+    (:func:`step_stats`)."""
+    st = step_stats(records)
     return (
-        f"{len(records)} rollouts, {sum(intervention_tokens(r) > 0 for r in records)} with intervention tokens, "
-        f"{revised} revise verdicts, off-policy token fraction {off / max(tokens, 1):.4f}, "
-        f"control reward {_fmt(mean)}"
+        f"{st['rollouts']} rollouts, {st['intervened']} with intervention tokens, "
+        f"{st['revises']} revise verdicts, off-policy token fraction {st['offpolicy_frac']:.4f}, "
+        f"control reward {_fmt(st['reward_control'])}"
     )
 
 
