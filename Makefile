@@ -14,6 +14,7 @@ REPRO_DIR ?= outputs/reproduce/$(REPRO_STAMP)
 REPRO_OUT ?= docs/reproduction.md
 # `make reproduce-report`: the committed runs behind docs/reproduction.md (one multirun folder per entry)
 RESULTS ?= $(sort $(wildcard results/reproduce_core/*/))
+INTENSITY_RESULTS ?= $(sort $(wildcard results/reproduce_intensity/*/))
 # 1 optimizer step, 1 seed, tiny sizes: the wiring of `make reproduce` in a few minutes (tokens, prompts, rollouts)
 SMOKE_ARGS := seed=0 trainer.max_steps=1 trainer.val_check_interval=1 data.prompts_per_step=2 \
 	data.prompts.val_size=4 data.val_samples_per_prompt=1 rollout.max_response_tokens=24 rollout.chunk_size=8 \
@@ -75,9 +76,10 @@ reproduce-full: $(STAMP)
 		$(ARGS) $(INTENSITY_ARGS)
 	$(BIN)/python -m mintrl.cli.reproduce $(REPRO_DIR)/methods --intensity $(REPRO_DIR)/intensity --out $(REPRO_OUT)
 
-# docs/reproduction.md again from the committed runs (results/README.md), no training
+# docs/reproduction.md again from the committed runs (results/README.md), no training: the core rows' folders,
+# then the intensity sweep's (claim iv) where some are committed
 reproduce-report: $(STAMP)
-	$(BIN)/python -m mintrl.cli.reproduce $(RESULTS) --out $(REPRO_OUT)
+	$(BIN)/python -m mintrl.cli.reproduce $(RESULTS) $(if $(INTENSITY_RESULTS),--intensity $(INTENSITY_RESULTS) )--out $(REPRO_OUT)
 
 # the core rows for 1 step and 1 seed; the report goes into the multirun folder, not docs/
 reproduce-smoke: $(STAMP)

@@ -165,11 +165,13 @@ def write_reproduce_multirun(root: Path) -> Path:
     return root
 
 
-def write_intensity_multirun(root: Path) -> Path:
-    """The intensity multirun of `make reproduce-full` (REPRO_INTENSITY); returns root."""
+def write_intensity_multirun(root: Path, seeds: tuple[int, ...] = (0, 1, 2)) -> Path:
+    """The intensity multirun of `make reproduce-full` (REPRO_INTENSITY), of the given seeds; returns root."""
     job = 0
     for setting, (offpolicy, finals) in REPRO_INTENSITY.items():
         for seed, final in enumerate(finals):
+            if seed not in seeds:
+                continue
             overrides = ["experiment=math/mintrl_const_cpu", f"seed={seed}", setting, "+sweep=reproduce_intensity"]
             write_job(root / str(job), overrides, _repro_scalars(final, 1.0, offpolicy), repro_config(2, 2))
             job += 1

@@ -67,6 +67,19 @@ def test_seeds_needed_at_the_observed_mean_and_sd():
     assert rp.seeds_needed({"n": 3, "mean": 1e-6, "sd": 1.0}) is None  # beyond MAX_SEEDS
 
 
+def test_how_to_decide_names_seeds_not_yet_run():
+    # seeds 3-8 run, mean 0.066, sd 0.065: n = 7 (t(6) 2.447 * 0.065 / sqrt 7 = 0.0601 < 0.066; n = 6 gives
+    # 2.571 * 0.065 / sqrt 6 = 0.0682), so one more seed, the smallest not run: 0
+    stat = {"n": 6, "mean": 0.066, "sd": 0.065, "seeds": ["3", "4", "5", "6", "7", "8"]}
+    assert rp.seeds_needed(stat) == 7
+    assert rp.how_to_decide(stat, "paired seeds").endswith(
+        "about 7 seeds would give an interval that excludes 0 (now 6): add seed=0."
+    )
+    assert rp.new_seeds(["0", "1", "3"], 3) == [2, 4, 5]
+    assert rp.new_seeds(["default"], 2) == [0, 1]
+    assert rp.new_seeds(["0"], 0) == []
+
+
 def test_gap_narrowing_first_third_minus_last_third():
     assert rp.gap_narrowing([0.3, 0.3, 0.2, 0.2, 0.1, 0.1]) == pytest.approx(0.2)
     assert rp.gap_narrowing([0.1, 0.5, 0.3, 0.2]) == pytest.approx(0.1 - 0.2)  # thirds of 1 step
@@ -117,6 +130,19 @@ def test_inverted_u_on_the_intensity_sweep(methods, intensity):
     c4 = report["claims"][3]
     assert c4.verdict == "holds" and "strictly inside" in c4.measure
     assert report["equal_budget"] and report["wall"]["step_seconds"] == pytest.approx(15 * 60.0)
+
+
+def test_intensity_seeds_from_several_folders_pool(methods, intensity, tmp_path):
+    """Seeds 0-1 of the intensity sweep in one multirun and seed 2 in a later one give the same points and
+    verdict as one multirun of seeds 0-2."""
+    later = [write_intensity_multirun(tmp_path / "a", (0, 1)), write_intensity_multirun(tmp_path / "b", (2,))]
+    pooled, whole = rp.build_report(methods, later, repo_dir=REPO), rp.build_report(methods, intensity, repo_dir=REPO)
+    assert pooled["points"] == whole["points"] and len(pooled["points"]) == 4
+    assert pooled["claims"][3].verdict == whole["claims"][3].verdict == "holds"
+    assert pooled["intensity_dir"] == f"{tmp_path / 'a'}, {tmp_path / 'b'}"
+    first = rp.build_report(methods, later[0], repo_dir=REPO)  # seeds 0-1 only: undecided, add seeds 2 and 3
+    assert [p["n"] for p in first["points"]] == [3, 2, 2, 3]
+    assert first["claims"][3].verdict == "undecided" and "add INTENSITY_ARGS=seed=2,3)" in first["claims"][3].next_step
 
 
 def _point(name, frac, deltas):
@@ -355,10 +381,17 @@ def test_make_targets_run_the_sweeps_then_the_report():
     smoke = dry("reproduce-smoke")
     assert "trainer.max_steps=1" in smoke and "seed=0" in smoke and "--out /tmp/r/smoke/reproduction.md" in smoke
     report = dry("reproduce-report")  # the committed runs, every folder, in order
-    folders = " ".join(
-        f"results/reproduce_core/{p.name}/" for p in sorted((REPO / "results" / "reproduce_core").iterdir())
-    )
+    core, intensity = (committed(sweep) for sweep in ("reproduce_core", "reproduce_intensity"))
+    folders = " ".join(f"results/reproduce_core/{p.name}/" for p in core)
+    if intensity:
+        folders += " --intensity " + " ".join(f"results/reproduce_intensity/{p.name}/" for p in intensity)
     assert f"mintrl.cli.reproduce {folders} --out docs/reproduction.md" in report and "mintrl.cli.train" not in report
+
+
+def committed(sweep: str) -> list[Path]:
+    """The committed multirun folders of one sweep config (results/<sweep>/*), sorted; none when absent."""
+    root = REPO / "results" / sweep
+    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 
 
 def test_the_committed_report_is_what_the_committed_runs_give():
@@ -366,12 +399,13 @@ def test_the_committed_report_is_what_the_committed_runs_give():
     pass@1 with its interval, the paired difference and each seed's values come from those runs."""
     from mintrl.eval.summary import fmt_interval
 
-    folders = sorted(p for p in (REPO / "results" / "reproduce_core").iterdir() if p.is_dir())
+    folders, intensity = committed("reproduce_core"), committed("reproduce_intensity")
     assert len(folders) >= 3
-    report = rp.build_report(folders, repo_dir=REPO)
+    report = rp.build_report(folders, intensity or None, repo_dir=REPO)
     doc = (REPO / "docs" / "reproduction.md").read_text()
     diff = report["const_minus_grpo"]
-    assert diff["n"] == len(folders) and rp.fmt_diff(diff) in doc
+    paired = [p for p in folders if (p / "1").is_dir()]  # a folder of MInTRL-Const (job 0) and GRPO (job 1)
+    assert diff["n"] == len(paired) and rp.fmt_diff(diff) in doc
     for row in report["rows"]:
         assert f"| {row.name} |" in doc and fmt_interval(row.stats["final_pass_at_1"]) in doc
     for seed, d in zip(diff["seeds"], diff["diffs"]):

@@ -11,7 +11,7 @@ from mintrl.eval.reproduce import write_report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``mintrl-reproduce <multirun_dir> [<multirun_dir> ...] [--intensity <multirun_dir>] [--out docs/reproduction.md]
+    """``mintrl-reproduce <multirun_dir> [<multirun_dir> ...] [--intensity <dir> [<dir> ...]] [--out docs/reproduction.md]
     [--repo .]``.
 
     Writes the markdown report and its PNG figures next to it, then prints the path and each claim's
@@ -28,7 +28,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the +sweep=reproduce_core (or reproduce_full) multirun folder; several folders pool their jobs "
         "(seeds added by a later multirun with the same overrides)",
     )
-    parser.add_argument("--intensity", metavar="DIR", help="the +sweep=reproduce_intensity multirun (claim iv)")
+    parser.add_argument(
+        "--intensity",
+        metavar="DIR",
+        nargs="+",
+        help="the +sweep=reproduce_intensity multirun (claim iv); several folders pool their jobs",
+    )
     parser.add_argument("--out", default="docs/reproduction.md", help="markdown path (figures go next to it)")
     parser.add_argument("--repo", default=".", help="git repository whose HEAD the report names (default: .)")
     args = parser.parse_args(argv)

@@ -242,10 +242,23 @@ def how_to_decide(stat: dict | None, what: str) -> str:
             f"to {MAX_SEEDS} would decide it: the effect is nil at this scale; more steps or a larger held-out "
             "split (data.prompts.val_size, data.val_samples_per_prompt) would test it properly."
         )
+    more = new_seeds(stat.get("seeds", []), n - stat["n"])
     return (
         f"At the observed mean {stat['mean']:+.3f} and sd {stat['sd']:.3f} over seeds, about {n} seeds would give "
-        f"an interval that excludes 0 (now {stat['n']}): seed=0,...,{n - 1}."
+        f"an interval that excludes 0 (now {stat['n']}): add seed={','.join(map(str, more))}."
     )
+
+
+def new_seeds(run: Sequence[str], k: int) -> list[int]:
+    """The ``k`` smallest non-negative integer seeds not among ``run`` (seeds as the overrides spell them):
+    what to add to a sweep that already ran ``run``, e.g. ``new_seeds(["3", "4"], 3) == [0, 1, 2]``.
+    Empty when ``k <= 0``."""
+    taken, out, seed = set(run), [], 0
+    while len(out) < k:
+        if str(seed) not in taken:
+            out.append(seed)
+        seed += 1
+    return out
 
 
 AT_SCALE = (
@@ -703,15 +716,23 @@ def read_multiruns(multirun_dirs: Sequence[str | Path]) -> tuple[list[Path], lis
     return dirs, jobs
 
 
+def _folders(dirs: str | Path | Sequence[str | Path]) -> list[str | Path]:
+    """One folder or several, as a list."""
+    return [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
+
+
 def build_report(
-    multirun_dir: str | Path | Sequence[str | Path], intensity_dir: str | Path | None = None, repo_dir: str | Path = "."
+    multirun_dir: str | Path | Sequence[str | Path],
+    intensity_dir: str | Path | Sequence[str | Path] | None = None,
+    repo_dir: str | Path = ".",
 ) -> dict:
     """Read the multirun(s) and compute everything the report says (no files written).
 
     Args:
         multirun_dir: the methods multirun (``+sweep=reproduce_core`` or ``reproduce_full``), or a list of
             such folders whose jobs are pooled (:func:`read_multiruns`: seeds added by a later multirun).
-        intensity_dir: the ``+sweep=reproduce_intensity`` multirun, or None (claim (iv) not measured).
+        intensity_dir: the ``+sweep=reproduce_intensity`` multirun, or a list of such folders whose jobs are
+            pooled (seeds added later), or None (claim (iv) not measured).
         repo_dir: where ``git rev-parse HEAD`` runs (named when the jobs recorded no commit).
 
     Returns:
@@ -724,7 +745,7 @@ def build_report(
         ValueError: a seed is run twice for one row (:func:`read_multiruns`), or a job's provenance.json is
             not valid JSON.
     """
-    folders = [multirun_dir] if isinstance(multirun_dir, (str, Path)) else list(multirun_dir)
+    folders = _folders(multirun_dir)
     dirs, jobs = read_multiruns(folders)
     rows = rows_of(jobs)
     const, grpo = find_row(rows, CONST), find_row(rows, GRPO)
@@ -735,19 +756,21 @@ def build_report(
     points: list[dict] = []
     text4 = "The off-policy intensity sweep shows an inverted U in the off-policy token fraction (paper: 2-4% best)."
     all_jobs = list(jobs)
-    if intensity_dir is not None:
-        ipaths = find_jobs(intensity_dir)
+    ifolders = [] if intensity_dir is None else _folders(intensity_dir)
+    if ifolders:
+        ipaths, ijobs = read_multiruns(ifolders)
         dirs += ipaths
-        ijobs = [read_job(p) for p in ipaths]
         all_jobs += ijobs
         intensity_rows = rows_of(ijobs)
         settings = intensity_rows + ([const] if const is not None else [])
         points = intensity_points(settings, find_row(rows, NO_INTERVENTION))
         v4, why4 = inverted_u(points)
+        ran = sorted({seed_of(j) for j in ijobs}, key=_seed_key)
         next4 = (
             ""
             if v4 in (HOLDS, FAILS)
-            else "More seeds per setting (INTENSITY_ARGS=seed=0,...,n-1) and settings on both sides of the best fraction."
+            else f"More seeds per setting (add INTENSITY_ARGS=seed={','.join(map(str, new_seeds(ran, 2)))}) and "
+            "settings on both sides of the best fraction."
         )
         c4 = Claim("iv", text4, v4, why4, next4)
     else:
@@ -763,7 +786,7 @@ def build_report(
         "wall": wall_time(dirs, all_jobs),
         "equal_budget": equal_budget(rows + intensity_rows),
         "multirun_dir": ", ".join(str(f) for f in folders),
-        "intensity_dir": None if intensity_dir is None else str(intensity_dir),
+        "intensity_dir": ", ".join(str(f) for f in ifolders) or None,
     }
 
 
@@ -846,7 +869,7 @@ def render_markdown(report: dict, figures: dict[str, str]) -> str:
 def write_report(
     multirun_dir: str | Path | Sequence[str | Path],
     out: str | Path = "docs/reproduction.md",
-    intensity_dir: str | Path | None = None,
+    intensity_dir: str | Path | Sequence[str | Path] | None = None,
     repo_dir: str | Path = ".",
 ) -> dict:
     """Write the reproduction report: the markdown at ``out`` and its figures next to it
