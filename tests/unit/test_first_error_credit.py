@@ -5,7 +5,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from mintrl.objective import FirstErrorCredit, first_error_token_advantages, step_totals
+from mintrl.objective import FirstErrorCredit, first_error_token_advantages, step_totals, unmarked_failed_errors
 from mintrl.objective.first_error import response_start
 from mintrl.rollout.batch import RolloutBatch
 from mintrl.training.checks import check_first_error
@@ -72,6 +72,35 @@ def test_prepare_gives_hand_token_advantages():
     assert adv[3][on[3]].tolist() == pytest.approx([-0.5, -0.5, -0.5])
     assert stats["objective/first_error_rows"] == 2.0
     assert stats["objective/first_error_before_frac"] == pytest.approx((1 / 4 + 0 / 2) / 2)
+
+
+def test_unmarked_after_penalises_a_failed_rollout_without_a_found_error():
+    # the hand batch with unmarked=after: row 3 (reward 0, no error found) gets -1.5 on every token
+    # instead of its sequence advantage -0.5; row 0 (a success, unmarked) keeps +1.5; rows 1-2 as before
+    batch = _hand_batch()
+    stats = FirstErrorCredit(credit_before=0.3, credit_after=1.5, unmarked="after", eps=0.0).prepare(batch, None)
+    adv, on = batch.extras["token_advantages"], batch.loss_mask
+    assert [adv[i][on[i]].tolist() for i in range(4)] == [
+        pytest.approx([1.5, 1.5, 1.5]),
+        pytest.approx([0.3, -1.5, -1.5, -1.5]),
+        pytest.approx([-1.5, -1.5]),
+        pytest.approx([-1.5, -1.5, -1.5]),
+    ]
+    assert stats["objective/first_error_unmarked_rows"] == 1.0
+    assert stats["objective/first_error_rows"] == 2.0  # judge-marked rows only
+    assert stats["objective/first_error_before_frac"] == pytest.approx((1 / 4 + 0 / 2) / 2)
+
+
+def test_unmarked_failed_errors_by_hand():
+    rewards = torch.tensor([1.0, 0.0, 0.5, float("nan"), 0.0])
+    first_error = torch.tensor([-1, -1, -1, -1, 2])
+    # success; failed unmarked; partial reward unmarked; no reward; failed but marked
+    assert unmarked_failed_errors(rewards, first_error).tolist() == [False, True, True, False, False]
+
+
+def test_unknown_unmarked_is_refused():
+    with pytest.raises(ValueError, match=r"^objective.unmarked must be one of sequence, after, got 'none'$"):
+        FirstErrorCredit(unmarked="none")
 
 
 def test_loss_gradient_per_token_is_minus_advantage_over_tokens():

@@ -9,6 +9,7 @@ from mintrl.objective.advantages import (
     first_error_token_advantages,
     group_advantages,
     mentor_advantages,
+    unmarked_failed_errors,
     valid_rows,
 )
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate, sequence_mean, step_totals
@@ -43,6 +44,7 @@ __all__ = [
     "control_advantages",
     "control_baseline",
     "first_error_token_advantages",
+    "unmarked_failed_errors",
     "group_advantages",
     "importance_weight_stats",
     "kl_penalty",

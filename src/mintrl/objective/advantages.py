@@ -206,3 +206,18 @@ def first_error_token_advantages(
     credit = torch.where(before_error, float(before), -float(after)).to(torch.float32)  # [N, L]
     seq = sequence_advantages.to(torch.float32)[:, None].expand(-1, width)  # [N, L]
     return torch.where(marked, credit, seq)
+
+
+def unmarked_failed_errors(rewards: torch.Tensor, first_error: torch.Tensor) -> torch.Tensor:
+    """Rows that failed (finite reward below 1, :func:`mintrl.rollout.first_error.is_failed`) and have
+    no marked first error (``first_error < 0``): the rollouts ``objective.unmarked=after`` treats as
+    wrong from their first token (docs/guided.md, "First-error credit collapsed").
+
+    Args:
+        rewards: ``[N]`` float, NaN for a missing reward (neither failed nor passed).
+        first_error: ``[N]`` int64, response token offset of the first wrong step, -1 for none.
+
+    Returns:
+        ``[N]`` bool.
+    """
+    return torch.isfinite(rewards) & (rewards < 1.0) & (first_error < 0)

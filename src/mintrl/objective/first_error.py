@@ -11,13 +11,19 @@ its tokens from the error on ``-credit_after``; rollouts without a marked error 
 failures where the judge found nothing) keep the group-relative sequence advantage. Cliff
 publishes no values for such scales (it does not train with token advantages); the defaults are
 this project's.
+
+A failed rollout where the judge found no error keeps its sequence advantage by default
+(``unmarked="sequence"``, the issue's spec), which is 0 in a group where every rollout failed: on
+the hard task the policy moved to responses without a checkable claim, the only failures never
+penalised (docs/guided.md, "First-error credit collapsed"). ``unmarked="after"`` gives such a
+rollout ``-credit_after`` on every response token, as if its first token were the error.
 """
 
 from __future__ import annotations
 
 import torch
 
-from mintrl.objective.advantages import first_error_token_advantages
+from mintrl.objective.advantages import first_error_token_advantages, unmarked_failed_errors
 from mintrl.objective.grpo import GRPO
 from mintrl.rollout.batch import RolloutBatch
 from mintrl.training.checks import check_range
@@ -39,30 +45,40 @@ class FirstErrorCredit(GRPO):
             group advantages (reward standard deviations with ``scale_std``, reward units without).
         credit_after: magnitude of the (negative) advantage of the error's tokens and all after (>= 0),
             same units.
+        unmarked: what a failed rollout (finite reward below 1) without a marked error gets:
+            ``sequence`` (its group-relative sequence advantage) or ``after`` (``-credit_after`` on
+            every response token).
         **grpo: :class:`mintrl.objective.grpo.GRPO` knobs.
 
     Raises:
-        ValueError: a negative credit, naming the ``objective.*`` field.
+        ValueError: a negative credit or an unknown ``unmarked``, naming the ``objective.*`` field.
     """
 
     needs_first_error = True
+    UNMARKED = ("sequence", "after")
 
-    def __init__(self, credit_before: float = 0.2, credit_after: float = 1.0, **grpo):
+    def __init__(self, credit_before: float = 0.2, credit_after: float = 1.0, unmarked: str = "sequence", **grpo):
         super().__init__(**grpo)
         check_range("objective.credit_before", credit_before, 0)
         check_range("objective.credit_after", credit_after, 0)
-        self.credit_before, self.credit_after = credit_before, credit_after
+        if unmarked not in self.UNMARKED:
+            raise ValueError(f"objective.unmarked must be one of {', '.join(self.UNMARKED)}, got {unmarked!r}")
+        self.credit_before, self.credit_after, self.unmarked = credit_before, credit_after, unmarked
 
     def extra_tensors(self, batch, valid, logprob_fn):
         prepared = super().extra_tensors(batch, valid, logprob_fn)
         seq = prepared.tensors["advantages"]  # [N]
         marked = (batch.first_error >= 0) & valid  # [N]
         first_error = torch.where(marked, batch.first_error, torch.full_like(batch.first_error, -1))
+        if self.unmarked == "after":
+            unmarked = unmarked_failed_errors(batch.rewards, first_error) & valid  # [N]
+            prepared.stats["objective/first_error_unmarked_rows"] = float(unmarked.sum())
+            first_error = torch.where(unmarked, torch.zeros_like(first_error), first_error)  # error at token 0
         prepared.tensors["token_advantages"] = first_error_token_advantages(
             seq, first_error, response_start(batch), batch.input_ids.shape[1], self.credit_before, self.credit_after
         )  # [N, L]
         lengths = (batch.response_mask | batch.environment_mask).sum(-1).clamp(min=1)  # [N]
-        fraction = (first_error.float() / lengths)[marked]
+        fraction = (first_error.float() / lengths)[marked]  # judge-marked rows only
         prepared.stats["objective/first_error_rows"] = float(marked.sum())
         prepared.stats["objective/first_error_before_frac"] = float(fraction.mean()) if marked.any() else 0.0
         return prepared
