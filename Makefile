@@ -78,7 +78,7 @@ reproduce-full: $(STAMP)
 
 # docs/reproduction.md again from the committed runs (results/README.md), no training: the core rows' folders,
 # then the intensity sweep's (claim iv) where some are committed
-reproduce-report: $(STAMP)
+reproduce-report: | $(STAMP)
 	$(BIN)/python -m mintrl.cli.reproduce $(RESULTS) $(if $(INTENSITY_RESULTS),--intensity $(INTENSITY_RESULTS) )--out $(REPRO_OUT)
 
 # the core rows for 1 step and 1 seed; the report goes into the multirun folder, not docs/

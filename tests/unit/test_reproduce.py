@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +79,8 @@ def test_how_to_decide_names_seeds_not_yet_run():
     assert rp.new_seeds(["0", "1", "3"], 3) == [2, 4, 5]
     assert rp.new_seeds(["default"], 2) == [0, 1]
     assert rp.new_seeds(["0"], 0) == []
+    assert rp.seed_sweep([9, 10, 11, 12]) == "range(9,13)" and rp.seed_sweep([0, 2]) == "0,2"
+    assert rp.seed_sweep([0, 1, 2, 9]) == "0,1,2,9" and rp.seed_sweep([3, 4, 5]) == "3,4,5"
 
 
 def test_gap_narrowing_first_third_minus_last_third():
@@ -411,3 +414,20 @@ def test_the_committed_report_is_what_the_committed_runs_give():
     for seed, d in zip(diff["seeds"], diff["diffs"]):
         assert f"| {seed} |" in doc and f"{d:+.3f} |" in doc
     assert report["commit"] in doc
+
+
+def test_the_committed_report_is_the_whole_text_make_reproduce_report_writes(monkeypatch):
+    """Every line of docs/reproduction.md, apart from the date it was written and the machine writing it,
+    is what `make reproduce-report` renders from the committed runs (verdicts, next steps, wall time)."""
+    monkeypatch.chdir(REPO)  # the report names the folders as make passes them: relative, with a slash
+    folders = [f"results/reproduce_core/{p.name}/" for p in committed("reproduce_core")]
+    intensity = [f"results/reproduce_intensity/{p.name}/" for p in committed("reproduce_intensity")]
+    report = rp.build_report(folders, intensity or None, repo_dir=REPO)
+    doc = (REPO / "docs" / "reproduction.md").read_text()
+    figures = re.findall(r"!\[(.*?)\]\((.*?)\)", doc)
+    rendered = rp.render_markdown(report, dict(figures))
+
+    def lines(text):
+        return [x for x in text.splitlines() if not x.startswith(("Written by", "- **machine**"))]
+
+    assert lines(rendered) == lines(doc)

@@ -245,8 +245,15 @@ def how_to_decide(stat: dict | None, what: str) -> str:
     more = new_seeds(stat.get("seeds", []), n - stat["n"])
     return (
         f"At the observed mean {stat['mean']:+.3f} and sd {stat['sd']:.3f} over seeds, about {n} seeds would give "
-        f"an interval that excludes 0 (now {stat['n']}): add seed={','.join(map(str, more))}."
+        f"an interval that excludes 0 (now {stat['n']}): add seed={seed_sweep(more)}."
     )
+
+
+def seed_sweep(seeds: Sequence[int]) -> str:
+    """Hydra's sweep value for these seeds: ``range(a,b)`` for more than 3 consecutive ones (b exclusive),
+    else the comma list, e.g. ``seed_sweep([9, 10, 11, 12]) == "range(9,13)"``, ``seed_sweep([0, 2]) == "0,2"``."""
+    consecutive = len(seeds) > 3 and list(seeds) == list(range(seeds[0], seeds[0] + len(seeds)))
+    return f"range({seeds[0]},{seeds[-1] + 1})" if consecutive else ",".join(map(str, seeds))
 
 
 def new_seeds(run: Sequence[str], k: int) -> list[int]:
@@ -769,7 +776,7 @@ def build_report(
         next4 = (
             ""
             if v4 in (HOLDS, FAILS)
-            else f"More seeds per setting (add INTENSITY_ARGS=seed={','.join(map(str, new_seeds(ran, 2)))}) and "
+            else f"More seeds per setting (add INTENSITY_ARGS=seed={seed_sweep(new_seeds(ran, 2))}) and "
             "settings on both sides of the best fraction."
         )
         c4 = Claim("iv", text4, v4, why4, next4)
