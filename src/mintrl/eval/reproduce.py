@@ -22,8 +22,11 @@ next to the markdown) and the claims with their verdicts:
 (iii) entropy collapses more slowly than under GRPO: the last logged ``train/policy_entropy`` (nats per
     policy token), Const minus GRPO, per seed, interval over seeds;
 (iv) (full reproduction) an inverted U in the off-policy token fraction: per intensity setting the mean
-    off-policy fraction and delta pass@1 against the no-intervention row of the same seed; it holds when
-    the best setting lies strictly inside the range of fractions (:func:`inverted_u`).
+    off-policy fraction and delta pass@1 against the no-intervention row of the same seed (MInTRL-Const's
+    core setting and the no-intervention row, at fraction 0, are points too); ordered by fraction, it holds
+    when the best setting lies strictly inside the range and its per-seed delta minus each end's has an
+    interval above 0, and does not hold when the best is an end whose difference to the best interior
+    setting has an interval above 0 (:func:`inverted_u`).
 
 Every interval is Student t over seeds (:func:`mintrl.eval.summary.mean_interval`). A verdict
 (:func:`verdict`) is ``holds`` when the interval lies above zero, ``does not hold`` when it lies below
