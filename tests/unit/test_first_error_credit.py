@@ -91,6 +91,20 @@ def test_unmarked_after_penalises_a_failed_rollout_without_a_found_error():
     assert stats["objective/first_error_before_frac"] == pytest.approx((1 / 4 + 0 / 2) / 2)
 
 
+def test_unmarked_counts_in_both_modes_and_skips_rows_without_reward():
+    # row 3 (failed, unmarked) loses its reward: no row is unmarked-and-valid, row 3 trains on nothing
+    batch = _hand_batch()
+    batch.rewards = torch.tensor([1.0, 0.0, 0.0, float("nan")])
+    stats = FirstErrorCredit(unmarked="after").prepare(batch, None)
+    assert stats["objective/first_error_unmarked_rows"] == 0.0 and not batch.loss_mask[3].any()
+    assert torch.isfinite(batch.extras["token_advantages"]).all()
+    # default mode counts the unmarked failed rows too, and leaves their advantage alone
+    batch = _hand_batch()
+    stats = FirstErrorCredit(eps=0.0).prepare(batch, None)
+    assert stats["objective/first_error_unmarked_rows"] == 1.0
+    assert batch.extras["token_advantages"][3][batch.loss_mask[3]].tolist() == pytest.approx([-0.5] * 3)
+
+
 def test_unmarked_failed_errors_by_hand():
     rewards = torch.tensor([1.0, 0.0, 0.5, float("nan"), 0.0])
     first_error = torch.tensor([-1, -1, -1, -1, 2])

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -71,14 +70,18 @@ def test_seeds_needed_at_the_observed_mean_and_sd():
 def test_how_to_decide_names_seeds_not_yet_run():
     # seeds 3-8 run, mean 0.066, sd 0.065: n = 7 (t(6) 2.447 * 0.065 / sqrt 7 = 0.0601 < 0.066; n = 6 gives
     # 2.571 * 0.065 / sqrt 6 = 0.0682), so one more seed, the smallest not run: 0
-    stat = {"n": 6, "mean": 0.066, "sd": 0.065, "seeds": ["3", "4", "5", "6", "7", "8"]}
+    stat = {"n": 6, "mean": 0.066, "sd": 0.065}
     assert rp.seeds_needed(stat) == 7
-    assert rp.how_to_decide(stat, "paired seeds").endswith(
+    assert rp.how_to_decide(stat, "paired seeds", ["3", "4", "5", "6", "7", "8"]).endswith(
         "about 7 seeds would give an interval that excludes 0 (now 6): add seed=0."
     )
+    # a seed run for one row only (or without the logged value) is not suggested again
+    assert rp.how_to_decide(stat, "paired seeds", ["0", "3", "4", "5", "6", "7", "8"]).endswith("add seed=1.")
     assert rp.new_seeds(["0", "1", "3"], 3) == [2, 4, 5]
-    assert rp.new_seeds(["default"], 2) == [0, 1]
+    assert rp.new_seeds(["default"], 2) == [1, 2]  # a job without seed= ran the config's seed 0
     assert rp.new_seeds(["0"], 0) == []
+    with pytest.raises(ValueError, match="at least one seed"):
+        rp.seed_sweep([])
     assert rp.seed_sweep([9, 10, 11, 12]) == "range(9,13)" and rp.seed_sweep([0, 2]) == "0,2"
     assert rp.seed_sweep([0, 1, 2, 9]) == "0,1,2,9" and rp.seed_sweep([3, 4, 5]) == "3,4,5"
 
@@ -145,7 +148,11 @@ def test_intensity_seeds_from_several_folders_pool(methods, intensity, tmp_path)
     assert pooled["intensity_dir"] == f"{tmp_path / 'a'}, {tmp_path / 'b'}"
     first = rp.build_report(methods, later[0], repo_dir=REPO)  # seeds 0-1 only: undecided, add seeds 2 and 3
     assert [p["n"] for p in first["points"]] == [3, 2, 2, 3]
-    assert first["claims"][3].verdict == "undecided" and "add INTENSITY_ARGS=seed=2,3)" in first["claims"][3].next_step
+    assert first["claims"][3].verdict == "undecided"
+    # seed 2 has its no-intervention job (methods: seeds 0-2), seed 3 not: the next step says to run it
+    assert "add INTENSITY_ARGS=seed=2,3, with the no-intervention row of seed=3 (experiment=no_intervention))" in (
+        first["claims"][3].next_step
+    )
 
 
 def _point(name, frac, deltas):
@@ -384,6 +391,11 @@ def test_make_targets_run_the_sweeps_then_the_report():
     smoke = dry("reproduce-smoke")
     assert "trainer.max_steps=1" in smoke and "seed=0" in smoke and "--out /tmp/r/smoke/reproduction.md" in smoke
     report = dry("reproduce-report")  # the committed runs, every folder, in order
+    with_intensity = subprocess.run(
+        ["make", "-n", "reproduce-report", "STAMP=", "BIN=b", "INTENSITY_RESULTS=a/ b/", "RESULTS=c/"],
+        cwd=REPO, capture_output=True, text=True, env=env, check=True,
+    ).stdout  # fmt: skip
+    assert "b/python -m mintrl.cli.reproduce c/ --intensity a/ b/ --out docs/reproduction.md" in with_intensity
     core, intensity = (committed(sweep) for sweep in ("reproduce_core", "reproduce_intensity"))
     folders = " ".join(f"results/reproduce_core/{p.name}/" for p in core)
     if intensity:
@@ -393,8 +405,8 @@ def test_make_targets_run_the_sweeps_then_the_report():
 
 def committed(sweep: str) -> list[Path]:
     """The committed multirun folders of one sweep config (results/<sweep>/*), sorted; none when absent."""
-    root = REPO / "results" / sweep
-    return sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    root = REPO / "results" / sweep  # as make's $(wildcard results/<sweep>/*/): no hidden folders
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")) if root.is_dir() else []
 
 
 def test_the_committed_report_is_what_the_committed_runs_give():
@@ -407,8 +419,8 @@ def test_the_committed_report_is_what_the_committed_runs_give():
     report = rp.build_report(folders, intensity or None, repo_dir=REPO)
     doc = (REPO / "docs" / "reproduction.md").read_text()
     diff = report["const_minus_grpo"]
-    paired = [p for p in folders if (p / "1").is_dir()]  # a folder of MInTRL-Const (job 0) and GRPO (job 1)
-    assert diff["n"] == len(paired) and rp.fmt_diff(diff) in doc
+    rows = {r.name: {rp.seed_of(j) for j in r.jobs} for r in report["rows"]}
+    assert diff["n"] == len(rows["MInTRL-Const"] & rows["GRPO"]) >= 9 and rp.fmt_diff(diff) in doc
     for row in report["rows"]:
         assert f"| {row.name} |" in doc and fmt_interval(row.stats["final_pass_at_1"]) in doc
     for seed, d in zip(diff["seeds"], diff["diffs"]):
@@ -424,8 +436,9 @@ def test_the_committed_report_is_the_whole_text_make_reproduce_report_writes(mon
     intensity = [f"results/reproduce_intensity/{p.name}/" for p in committed("reproduce_intensity")]
     report = rp.build_report(folders, intensity or None, repo_dir=REPO)
     doc = (REPO / "docs" / "reproduction.md").read_text()
-    figures = re.findall(r"!\[(.*?)\]\((.*?)\)", doc)
-    rendered = rp.render_markdown(report, dict(figures))
+    figures = {c: p.name for c, p in rp.figure_paths("docs/reproduction.md", bool(report["points"])).items()}
+    assert all((REPO / "docs" / name).is_file() for name in figures.values())
+    rendered = rp.render_markdown(report, figures)
 
     def lines(text):
         return [x for x in text.splitlines() if not x.startswith(("Written by", "- **machine**"))]

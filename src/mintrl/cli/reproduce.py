@@ -32,7 +32,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--intensity",
         metavar="DIR",
         nargs="+",
-        help="the +sweep=reproduce_intensity multirun (claim iv); several folders pool their jobs",
+        help="the +sweep=reproduce_intensity multirun (claim iv); several folders pool their jobs (give the "
+        "methods folders before --intensity: every folder after it counts as an intensity folder)",
     )
     parser.add_argument("--out", default="docs/reproduction.md", help="markdown path (figures go next to it)")
     parser.add_argument("--repo", default=".", help="git repository whose HEAD the report names (default: .)")

@@ -231,9 +231,10 @@ def fmt_diff(stat: dict | None, digits: int = 3) -> str:
     return f"{f.format(stat['mean'])} [{f.format(stat['low'])}, {f.format(stat['high'])}] (n={stat['n']})"
 
 
-def how_to_decide(stat: dict | None, what: str) -> str:
+def how_to_decide(stat: dict | None, what: str, ran: Sequence[str] = ()) -> str:
     """What would decide an undecided difference: with one seed, more seeds; otherwise the seeds needed
-    at the observed mean and sd (:func:`seeds_needed`)."""
+    at the observed mean and sd (:func:`seeds_needed`), named among the seeds not in ``ran`` (every seed
+    the rows involved already ran, :func:`seeds_run`) so the suggestion never repeats a run."""
     if stat is None:
         return f"Not measured: the multirun lacks {what}."
     if stat["sd"] is None:
@@ -245,7 +246,7 @@ def how_to_decide(stat: dict | None, what: str) -> str:
             f"to {MAX_SEEDS} would decide it: the effect is nil at this scale; more steps or a larger held-out "
             "split (data.prompts.val_size, data.val_samples_per_prompt) would test it properly."
         )
-    more = new_seeds(stat.get("seeds", []), n - stat["n"])
+    more = new_seeds(ran, n - stat["n"])
     return (
         f"At the observed mean {stat['mean']:+.3f} and sd {stat['sd']:.3f} over seeds, about {n} seeds would give "
         f"an interval that excludes 0 (now {stat['n']}): add seed={seed_sweep(more)}."
@@ -254,16 +255,22 @@ def how_to_decide(stat: dict | None, what: str) -> str:
 
 def seed_sweep(seeds: Sequence[int]) -> str:
     """Hydra's sweep value for these seeds: ``range(a,b)`` for more than 3 consecutive ones (b exclusive),
-    else the comma list, e.g. ``seed_sweep([9, 10, 11, 12]) == "range(9,13)"``, ``seed_sweep([0, 2]) == "0,2"``."""
+    else the comma list, e.g. ``seed_sweep([9, 10, 11, 12]) == "range(9,13)"``, ``seed_sweep([0, 2]) == "0,2"``.
+
+    Raises:
+        ValueError: no seeds.
+    """
+    if not seeds:
+        raise ValueError("seed_sweep needs at least one seed")
     consecutive = len(seeds) > 3 and list(seeds) == list(range(seeds[0], seeds[0] + len(seeds)))
     return f"range({seeds[0]},{seeds[-1] + 1})" if consecutive else ",".join(map(str, seeds))
 
 
 def new_seeds(run: Sequence[str], k: int) -> list[int]:
-    """The ``k`` smallest non-negative integer seeds not among ``run`` (seeds as the overrides spell them):
-    what to add to a sweep that already ran ``run``, e.g. ``new_seeds(["3", "4"], 3) == [0, 1, 2]``.
-    Empty when ``k <= 0``."""
-    taken, out, seed = set(run), [], 0
+    """The ``k`` smallest non-negative integer seeds not among ``run`` (seeds as :func:`seed_of` spells
+    them; ``default``, a job without ``seed=``, is the config's ``seed: 0``): what to add to a sweep that
+    already ran ``run``, e.g. ``new_seeds(["3", "4"], 3) == [0, 1, 2]``. Empty when ``k <= 0``."""
+    taken, out, seed = {"0" if r == "default" else r for r in run}, [], 0
     while len(out) < k:
         if str(seed) not in taken:
             out.append(seed)
@@ -278,12 +285,17 @@ AT_SCALE = (
 )
 
 
-def next_step(verdict_: str, stat: dict | None, what: str) -> str:
+def seeds_run(*rows: Row | None) -> list[str]:
+    """Every seed (:func:`seed_of`) any job of these rows ran, whether or not it logged what a claim reads."""
+    return sorted({seed_of(j) for row in rows if row is not None for j in row.jobs}, key=_seed_key)
+
+
+def next_step(verdict_: str, stat: dict | None, what: str, ran: Sequence[str] = ()) -> str:
     """What to do after a verdict: nothing when it holds, :func:`how_to_decide` when undecided,
     :data:`AT_SCALE` when it does not hold."""
     if verdict_ == HOLDS:
         return ""
-    return how_to_decide(stat, what) if verdict_ == UNDECIDED else AT_SCALE
+    return how_to_decide(stat, what, ran) if verdict_ == UNDECIDED else AT_SCALE
 
 
 # --- rows -----------------------------------------------------------------------------------------
@@ -386,7 +398,7 @@ def claim_beats_grpo(const: Row | None, grpo: Row | None) -> tuple[Claim, dict |
     diff = paired_difference(per_seed(const.jobs, final_pass), per_seed(grpo.jobs, final_pass))
     v = verdict(diff)
     measure = f"final held-out pass@1, MInTRL-Const minus GRPO, paired by seed: {fmt_diff(diff)} (pass@1 units)"
-    return Claim("i", text, v, measure, next_step(v, diff, "paired seeds")), diff
+    return Claim("i", text, v, measure, next_step(v, diff, "paired seeds", seeds_run(const, grpo))), diff
 
 
 def claim_gap_narrows(const: Row | None) -> tuple[Claim, dict | None]:
@@ -403,7 +415,7 @@ def claim_gap_narrows(const: Row | None) -> tuple[Claim, dict | None]:
         "MInTRL-Const, mean reward/gap over the first third of the training steps minus over the last third "
         f"(positive: narrowed): {fmt_diff(stat)} (reward units)"
     )
-    return Claim("ii", text, v, measure, next_step(v, stat, "reward/gap")), stat
+    return Claim("ii", text, v, measure, next_step(v, stat, "reward/gap", seeds_run(const))), stat
 
 
 def claim_entropy(const: Row | None, grpo: Row | None) -> tuple[Claim, dict | None]:
@@ -416,7 +428,7 @@ def claim_entropy(const: Row | None, grpo: Row | None) -> tuple[Claim, dict | No
         return Claim("iii", text, "not measured", f"no {ENTROPY_TAG} logged in paired seeds"), None
     v = verdict(diff)
     measure = f"last-step {ENTROPY_TAG}, MInTRL-Const minus GRPO, paired by seed: {fmt_diff(diff)} (nats per token)"
-    return Claim("iii", text, v, measure, next_step(v, diff, "paired seeds")), diff
+    return Claim("iii", text, v, measure, next_step(v, diff, "paired seeds", seeds_run(const, grpo))), diff
 
 
 def intensity_points(settings: Sequence[Row], baseline: Row | None) -> list[dict]:
@@ -726,6 +738,21 @@ def read_multiruns(multirun_dirs: Sequence[str | Path]) -> tuple[list[Path], lis
     return dirs, jobs
 
 
+def intensity_next_step(intensity_jobs: Sequence[Job], baseline: Row | None) -> str:
+    """What would decide claim (iv): 2 more seeds of the intensity sweep (:func:`new_seeds` beyond the
+    seeds it ran) and, for those the no-intervention row has not run, that row too (each setting's delta
+    pairs with the no-intervention job of its seed)."""
+    more = new_seeds([seed_of(j) for j in intensity_jobs], 2)
+    lacking = [m for m in more if str(m) not in set(seeds_run(baseline))]
+    base = (
+        f", with the no-intervention row of seed={seed_sweep(lacking)} (experiment=no_intervention)" if lacking else ""
+    )
+    return (
+        f"More seeds per setting (add INTENSITY_ARGS=seed={seed_sweep(more)}{base}) and settings on both "
+        "sides of the best fraction."
+    )
+
+
 def _folders(dirs: str | Path | Sequence[str | Path]) -> list[str | Path]:
     """One folder or several, as a list."""
     return [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
@@ -773,16 +800,10 @@ def build_report(
         all_jobs += ijobs
         intensity_rows = rows_of(ijobs)
         settings = intensity_rows + ([const] if const is not None else [])
-        points = intensity_points(settings, find_row(rows, NO_INTERVENTION))
+        baseline = find_row(rows, NO_INTERVENTION)
+        points = intensity_points(settings, baseline)
         v4, why4 = inverted_u(points)
-        ran = sorted({seed_of(j) for j in ijobs}, key=_seed_key)
-        next4 = (
-            ""
-            if v4 in (HOLDS, FAILS)
-            else f"More seeds per setting (add INTENSITY_ARGS=seed={seed_sweep(new_seeds(ran, 2))}) and "
-            "settings on both sides of the best fraction."
-        )
-        c4 = Claim("iv", text4, v4, why4, next4)
+        c4 = Claim("iv", text4, v4, why4, "" if v4 in (HOLDS, FAILS) else intensity_next_step(ijobs, baseline))
     else:
         c4 = Claim("iv", text4, "not measured", "no intensity sweep (make reproduce-full runs it)")
     return {
@@ -876,6 +897,24 @@ def render_markdown(report: dict, figures: dict[str, str]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def figure_paths(out: str | Path, intensity: bool) -> dict[str, Path]:
+    """The report's figures, caption -> PNG path next to ``out``: ``<stem>_curves.png`` (held-out curves
+    with bands), ``<stem>_training.png`` (reward gap and entropy) and, with an intensity sweep
+    (``intensity``), ``<stem>_intensity.png``."""
+    out = Path(out)
+    figures = {
+        "Held-out pass@1 per row, mean over seeds with the 95% interval band": out.with_name(f"{out.stem}_curves.png"),
+        "reward/gap and train/policy_entropy per row, mean over seeds with the 95% interval band": out.with_name(
+            f"{out.stem}_training.png"
+        ),
+    }
+    if intensity:
+        figures["Off-policy intensity: delta final pass@1 vs off-policy token fraction"] = out.with_name(
+            f"{out.stem}_intensity.png"
+        )
+    return figures
+
+
 def write_report(
     multirun_dir: str | Path | Sequence[str | Path],
     out: str | Path = "docs/reproduction.md",
@@ -898,19 +937,13 @@ def write_report(
     report = build_report(multirun_dir, intensity_dir, repo_dir)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    figures: dict[str, Path] = {
-        "Held-out pass@1 per row, mean over seeds with the 95% interval band": out.with_name(f"{out.stem}_curves.png"),
-        "reward/gap and train/policy_entropy per row, mean over seeds with the 95% interval band": out.with_name(
-            f"{out.stem}_training.png"
-        ),
-    }
+    figures = figure_paths(out, bool(report["points"]))
+    paths = list(figures.values())
     # summary.plot_curves labels a row by its "varying" overrides: give it the row's name instead
     named = [{**r.stats, "varying": [r.name.replace("=", ":")], "no_intervention": False} for r in report["rows"]]
-    plt.close(plot_curves(named, list(figures.values())[0], title="Held-out pass@1 (hard task)"))
-    plt.close(plot_training(report["rows"], list(figures.values())[1]))
+    plt.close(plot_curves(named, paths[0], title="Held-out pass@1 (hard task)"))
+    plt.close(plot_training(report["rows"], paths[1]))
     if report["points"]:
-        path = out.with_name(f"{out.stem}_intensity.png")
-        plt.close(plot_intensity_points(report["points"], path))
-        figures["Off-policy intensity: delta final pass@1 vs off-policy token fraction"] = path
+        plt.close(plot_intensity_points(report["points"], paths[2]))
     out.write_text(render_markdown(report, {c: p.name for c, p in figures.items()}))
     return {**report, "out": out, "figures": figures}

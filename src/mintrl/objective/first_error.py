@@ -45,9 +45,9 @@ class FirstErrorCredit(GRPO):
             group advantages (reward standard deviations with ``scale_std``, reward units without).
         credit_after: magnitude of the (negative) advantage of the error's tokens and all after (>= 0),
             same units.
-        unmarked: what a failed rollout (finite reward below 1) without a marked error gets:
-            ``sequence`` (its group-relative sequence advantage) or ``after`` (``-credit_after`` on
-            every response token).
+        unmarked: what a failed rollout (finite reward below 1: a partial reward counts as failed,
+            even with a positive group advantage) without a marked error gets: ``sequence`` (its
+            group-relative sequence advantage) or ``after`` (``-credit_after`` on every response token).
         **grpo: :class:`mintrl.objective.grpo.GRPO` knobs.
 
     Raises:
@@ -70,9 +70,9 @@ class FirstErrorCredit(GRPO):
         seq = prepared.tensors["advantages"]  # [N]
         marked = (batch.first_error >= 0) & valid  # [N]
         first_error = torch.where(marked, batch.first_error, torch.full_like(batch.first_error, -1))
+        unmarked = unmarked_failed_errors(batch.rewards, first_error) & valid  # [N]
+        prepared.stats["objective/first_error_unmarked_rows"] = float(unmarked.sum())  # failed, no error found
         if self.unmarked == "after":
-            unmarked = unmarked_failed_errors(batch.rewards, first_error) & valid  # [N]
-            prepared.stats["objective/first_error_unmarked_rows"] = float(unmarked.sum())
             first_error = torch.where(unmarked, torch.zeros_like(first_error), first_error)  # error at token 0
         prepared.tensors["token_advantages"] = first_error_token_advantages(
             seq, first_error, response_start(batch), batch.input_ids.shape[1], self.credit_before, self.credit_after
