@@ -444,3 +444,13 @@ def test_the_committed_report_is_the_whole_text_make_reproduce_report_writes(mon
         return [x for x in text.splitlines() if not x.startswith(("Written by", "- **machine**"))]
 
     assert lines(rendered) == lines(doc)
+
+
+def test_rows_follow_the_papers_order_whatever_the_folder_order():
+    rows = [rp.Row(name, [], {}) for name in ("no-intervention", "sweep x=1", "GRPO", "MInTRL-Const")]
+    assert [r.name for r in sorted(rows, key=rp.paper_order)] == [
+        "MInTRL-Const",
+        "GRPO",
+        "no-intervention",
+        "sweep x=1",
+    ]

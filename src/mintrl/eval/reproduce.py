@@ -329,6 +329,13 @@ def rows_of(jobs: Sequence[Job]) -> list[Row]:
     ]
 
 
+def paper_order(row: Row) -> int:
+    """Sort key: the rows of :data:`ROW_NAMES` in that order (MInTRL-Const, GRPO, no-intervention, ...),
+    then any other row (a stable sort keeps their order of appearance)."""
+    names = list(ROW_NAMES.values())
+    return names.index(row.name) if row.name in names else len(names)
+
+
 def find_row(rows: Sequence[Row], name: str) -> Row | None:
     """The row of that name (:func:`row_name`), None when absent."""
     return next((r for r in rows if r.name == name), None)
@@ -784,7 +791,7 @@ def build_report(
     """
     folders = _folders(multirun_dir)
     dirs, jobs = read_multiruns(folders)
-    rows = rows_of(jobs)
+    rows = sorted(rows_of(jobs), key=paper_order)  # folders added later (a baseline's seed) keep the table's order
     const, grpo = find_row(rows, CONST), find_row(rows, GRPO)
     c1, diff = claim_beats_grpo(const, grpo)
     c2, _ = claim_gap_narrows(const)
