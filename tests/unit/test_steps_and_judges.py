@@ -1,5 +1,8 @@
 """Step segmentation, the rule judge's earliest false claim, and LLM verdict parsing."""
 
+import subprocess
+import sys
+
 import pytest
 
 from mintrl.judge.arithmetic import evaluate, find_claims
@@ -94,3 +97,22 @@ def test_rule_judge_last_number_check_is_optional():
 def test_parse_verdict(reply, n, kind, step):
     verdict = parse_verdict(reply, n)
     assert (verdict.kind, verdict.step) == (kind, step)
+
+
+_CLAIM_SCAN = """
+import sys
+from mintrl.judge.arithmetic import find_claims
+text = "(" + " +  ".join(["1  "] * 12) + "x and (1 +  2  ) = 3"
+print([(c.holds, c.correction) for c in find_claims(text, None)])
+"""
+
+
+def test_claim_search_ends_on_long_operator_chains_without_an_equals_sign():
+    """A response of spaced operands without '=' (seen in the intensity sweep: the rule judge's regex
+    backtracked exponentially, 18 s for 6 operands, and stalled a run for 15 min) is scanned in
+    linear time; the claim after it is still found. Run in a subprocess so a regression cannot hang
+    the test run."""
+    out = subprocess.run(
+        [sys.executable, "-c", _CLAIM_SCAN], capture_output=True, text=True, timeout=20, check=True
+    ).stdout
+    assert out.strip() == "[(True, '(1 +  2  ) = 3')]"

@@ -8,9 +8,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 NUMBER = r"-?\d+(?:\.\d+)?"
-# an expression of >= 2 numbers joined by + - * / x × ÷ (parentheses allowed), "=", a number
+# an expression of >= 2 numbers joined by + - * / x × ÷ (parentheses allowed), "=", a number. Each run of
+# whitespace has one place in the pattern (no two \s* side by side around an optional parenthesis), so a
+# long chain of operands without "=" fails in linear time instead of backtracking exponentially.
 CLAIM = re.compile(
-    rf"(?<![\w.])(\(?\s*{NUMBER}(?:\s*\)?\s*[-+*/x×÷]\s*\(?\s*{NUMBER}\s*\)?)+)\s*=\s*({NUMBER})(?![\d.]*\d)"
+    rf"(?<![\w.])((?:\(\s*)*{NUMBER}(?:\s*(?:\)\s*)*[-+*/x×÷]\s*(?:\(\s*)*{NUMBER})+(?:\s*\))*)"
+    rf"\s*=\s*({NUMBER})(?![\d.]*\d)"
 )
 ANSWER_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.S)
 ANSWER_PHRASE = re.compile(rf"answer is:?\s*\$?({NUMBER})", re.I)
