@@ -93,6 +93,7 @@ def test_reward_values_and_outcome_counts(sandbox, humaneval_items):
     assert partial(responses, [item] * 4) == [1.0, pytest.approx(3 / 7), 0.0, 0.0]
 
 
+@pytest.mark.slow  # 2 steps with sandboxed HumanEval rewards, 1.3 min on 2 cores: make test-slow
 def test_two_training_steps_on_code_with_the_embedded_model(tmp_path):
     from test_experiments import _compose
 

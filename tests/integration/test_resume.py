@@ -81,6 +81,7 @@ def _steps(path: Path) -> dict[int, dict]:
     return {r.pop("step"): r for r in rows}  # a step logged twice keeps the later row
 
 
+@pytest.mark.slow  # 3 runs of the embedded model, 1.7-3.1 min on 2 cores: make test-slow
 def test_killed_and_resumed_run_equals_the_straight_run(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     straight.mkdir(), resumed.mkdir()
