@@ -11,8 +11,12 @@ failed on get a documented fallback and are counted.
   with both lengths named (:func:`mintrl.reward.base.check_reward_count`).
 
 A call that exceeds its time limit is abandoned in a daemon thread (Python cannot kill a thread):
-the run goes on while the stuck call finishes or not in the background. Components that run
-untrusted code put it in a process with its own limits (the code sandbox), never in this thread.
+the run goes on while the stuck call finishes or not in the background. The limit holds for calls
+that wait (network, a lock, sleep) or run Python bytecode, which yields the GIL every few ms; a call
+that holds the GIL inside one C function (a regular expression backtracking for minutes, as the rule
+judge's claim pattern once did) blocks the caller as well, and the timeout fires only when it
+returns. Components that run untrusted code put it in a process with its own limits (the code
+sandbox), never in this thread.
 """
 
 from __future__ import annotations
