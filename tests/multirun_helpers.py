@@ -165,10 +165,13 @@ def write_reproduce_multirun(root: Path) -> Path:
     return root
 
 
-def write_intensity_multirun(root: Path, seeds: tuple[int, ...] = (0, 1, 2)) -> Path:
-    """The intensity multirun of `make reproduce-full` (REPRO_INTENSITY), of the given seeds; returns root."""
+def write_intensity_multirun(root: Path, seeds: tuple[int, ...] = (0, 1, 2), settings: tuple[str, ...] = ()) -> Path:
+    """The intensity multirun of `make reproduce-full` (REPRO_INTENSITY), of the given seeds and settings
+    (empty: all, else keys of REPRO_INTENSITY: a sweep stopped part-way); returns root."""
     job = 0
     for setting, (offpolicy, finals) in REPRO_INTENSITY.items():
+        if settings and setting not in settings:
+            continue
         for seed, final in enumerate(finals):
             if seed not in seeds:
                 continue

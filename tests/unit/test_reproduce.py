@@ -155,6 +155,21 @@ def test_intensity_seeds_from_several_folders_pool(methods, intensity, tmp_path)
     )
 
 
+def test_next_step_names_the_seeds_a_stopped_sweep_left_unfinished(methods, tmp_path):
+    """Seeds 0-1 of both settings and seed 2 of one (a sweep stopped part-way): the next step first names
+    the setting that lacks seed 2, then 2 new seeds; the no-intervention row (seeds 0-2) lacks 3 and 4."""
+    folders = [
+        write_intensity_multirun(tmp_path / "a", (0, 1)),
+        write_intensity_multirun(tmp_path / "b", (2,), settings=("rollout.max_reviews=1",)),
+    ]
+    step = rp.build_report(methods, folders, repo_dir=REPO)["claims"][3].next_step
+    assert step == (
+        "Finish the seeds 1 of 2 settings lack (MInTRL-Const rollout.max_reviews=4: seed=2). More seeds per "
+        "setting (add INTENSITY_ARGS=seed=3,4, with the no-intervention row of seed=3,4 "
+        "(experiment=no_intervention)) and settings on both sides of the best fraction."
+    )
+
+
 def _point(name, frac, deltas):
     seeds = [str(i) for i in range(len(deltas))]
     return {

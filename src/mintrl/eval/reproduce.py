@@ -745,17 +745,37 @@ def read_multiruns(multirun_dirs: Sequence[str | Path]) -> tuple[list[Path], lis
     return dirs, jobs
 
 
-def intensity_next_step(intensity_jobs: Sequence[Job], baseline: Row | None) -> str:
-    """What would decide claim (iv): 2 more seeds of the intensity sweep (:func:`new_seeds` beyond the
-    seeds it ran) and, for those the no-intervention row has not run, that row too (each setting's delta
-    pairs with the no-intervention job of its seed)."""
-    more = new_seeds([seed_of(j) for j in intensity_jobs], 2)
-    lacking = [m for m in more if str(m) not in set(seeds_run(baseline))]
+def intensity_next_step(intensity_rows: Sequence[Row], baseline: Row | None) -> str:
+    """What would decide claim (iv): first the seeds some settings of the sweep ran and others did not (a
+    sweep stopped part-way: those settings have no paired delta at that seed yet), then 2 more seeds of
+    the whole sweep (:func:`new_seeds` beyond every seed it ran) and, for the seeds the no-intervention row
+    has not run, that row too (each setting's delta pairs with the no-intervention job of its seed).
+
+    Args:
+        intensity_rows: the sweep's settings (:func:`rows_of` over its jobs).
+        baseline: the no-intervention row, None when the methods multirun lacks it.
+    """
+    ran = [set(seeds_run(row)) for row in intensity_rows]
+    every = set().union(*ran)
+    gaps = [
+        (row.name, sorted(every - seeds, key=_seed_key)) for row, seeds in zip(intensity_rows, ran) if every - seeds
+    ]
+    more = new_seeds(sorted(every), 2)
+    have = {"0" if s == "default" else s for s in seeds_run(baseline)}  # no seed= is the config's seed 0
+    unfinished = sorted({int(s) for _, seeds in gaps for s in seeds if s.isdigit()})
+    lacking = [m for m in unfinished + more if str(m) not in have]
     base = (
         f", with the no-intervention row of seed={seed_sweep(lacking)} (experiment=no_intervention)" if lacking else ""
     )
+    finish = ""
+    if gaps:
+        finish = (
+            f"Finish the seeds {len(gaps)} of {len(intensity_rows)} settings lack ("
+            + "; ".join(f"{name}: seed={','.join(seeds)}" for name, seeds in gaps)
+            + "). "
+        )
     return (
-        f"More seeds per setting (add INTENSITY_ARGS=seed={seed_sweep(more)}{base}) and settings on both "
+        f"{finish}More seeds per setting (add INTENSITY_ARGS=seed={seed_sweep(more)}{base}) and settings on both "
         "sides of the best fraction."
     )
 
@@ -810,7 +830,7 @@ def build_report(
         baseline = find_row(rows, NO_INTERVENTION)
         points = intensity_points(settings, baseline)
         v4, why4 = inverted_u(points)
-        c4 = Claim("iv", text4, v4, why4, "" if v4 in (HOLDS, FAILS) else intensity_next_step(ijobs, baseline))
+        c4 = Claim("iv", text4, v4, why4, "" if v4 in (HOLDS, FAILS) else intensity_next_step(intensity_rows, baseline))
     else:
         c4 = Claim("iv", text4, "not measured", "no intensity sweep (make reproduce-full runs it)")
     return {
