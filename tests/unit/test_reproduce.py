@@ -164,7 +164,7 @@ def test_next_step_names_the_seeds_a_stopped_sweep_left_unfinished(methods, tmp_
     ]
     step = rp.build_report(methods, folders, repo_dir=REPO)["claims"][3].next_step
     assert step == (
-        "Finish the seeds 1 of 2 settings lack (MInTRL-Const rollout.max_reviews=4: seed=2). More seeds per "
+        "Finish seed=2 for 1 of 2 settings (MInTRL-Const rollout.max_reviews=4). More seeds per "
         "setting (add INTENSITY_ARGS=seed=3,4, with the no-intervention row of seed=3,4 "
         "(experiment=no_intervention)) and settings on both sides of the best fraction."
     )

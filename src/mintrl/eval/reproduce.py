@@ -747,7 +747,9 @@ def read_multiruns(multirun_dirs: Sequence[str | Path]) -> tuple[list[Path], lis
 
 def intensity_next_step(intensity_rows: Sequence[Row], baseline: Row | None) -> str:
     """What would decide claim (iv): first the seeds some settings of the sweep ran and others did not (a
-    sweep stopped part-way: those settings have no paired delta at that seed yet), then 2 more seeds of
+    sweep stopped part-way, or extra settings run at fewer seeds: those settings have no paired delta at
+    that seed yet; settings lacking the same seeds are named together, by the ones that have them when
+    those are fewer), then 2 more seeds of
     the whole sweep (:func:`new_seeds` beyond every seed it ran) and, for the seeds the no-intervention row
     has not run, that row too (each setting's delta pairs with the no-intervention job of its seed).
 
@@ -767,13 +769,15 @@ def intensity_next_step(intensity_rows: Sequence[Row], baseline: Row | None) -> 
     base = (
         f", with the no-intervention row of seed={seed_sweep(lacking)} (experiment=no_intervention)" if lacking else ""
     )
-    finish = ""
-    if gaps:
-        finish = (
-            f"Finish the seeds {len(gaps)} of {len(intensity_rows)} settings lack ("
-            + "; ".join(f"{name}: seed={','.join(seeds)}" for name, seeds in gaps)
-            + "). "
-        )
+    by_seeds: dict[tuple[str, ...], list[str]] = {}
+    for name, seeds in gaps:
+        by_seeds.setdefault(tuple(seeds), []).append(name)
+    parts = []
+    for seeds, names in by_seeds.items():
+        others = [row.name for row in intensity_rows if row.name not in names]
+        who = f"all but {'; '.join(others)}" if len(names) > len(others) else "; ".join(names)
+        parts.append(f"seed={','.join(seeds)} for {len(names)} of {len(intensity_rows)} settings ({who})")
+    finish = f"Finish {'; '.join(parts)}. " if parts else ""
     return (
         f"{finish}More seeds per setting (add INTENSITY_ARGS=seed={seed_sweep(more)}{base}) and settings on both "
         "sides of the best fraction."
