@@ -100,7 +100,6 @@ def test_parse_verdict(reply, n, kind, step):
 
 
 _CLAIM_SCAN = """
-import sys
 from mintrl.judge.arithmetic import find_claims
 text = "(" + " +  ".join(["1  "] * 12) + "x and (1 +  2  ) = 3"
 print([(c.holds, c.correction) for c in find_claims(text, None)])

@@ -266,11 +266,17 @@ def seed_sweep(seeds: Sequence[int]) -> str:
     return f"range({seeds[0]},{seeds[-1] + 1})" if consecutive else ",".join(map(str, seeds))
 
 
+def config_seeds(seeds: Sequence[str]) -> set[str]:
+    """Seeds as :func:`seed_of` spells them, with ``default`` (a job without ``seed=``) as the config's
+    ``seed: 0``, e.g. ``config_seeds(["default", "3"]) == {"0", "3"}``."""
+    return {"0" if s == "default" else s for s in seeds}
+
+
 def new_seeds(run: Sequence[str], k: int) -> list[int]:
     """The ``k`` smallest non-negative integer seeds not among ``run`` (seeds as :func:`seed_of` spells
     them; ``default``, a job without ``seed=``, is the config's ``seed: 0``): what to add to a sweep that
     already ran ``run``, e.g. ``new_seeds(["3", "4"], 3) == [0, 1, 2]``. Empty when ``k <= 0``."""
-    taken, out, seed = {"0" if r == "default" else r for r in run}, [], 0
+    taken, out, seed = config_seeds(run), [], 0
     while len(out) < k:
         if str(seed) not in taken:
             out.append(seed)
@@ -749,9 +755,9 @@ def intensity_next_step(intensity_rows: Sequence[Row], baseline: Row | None) -> 
     """What would decide claim (iv): first the seeds some settings of the sweep ran and others did not (a
     sweep stopped part-way, or extra settings run at fewer seeds: those settings have no paired delta at
     that seed yet; settings lacking the same seeds are named together, by the ones that have them when
-    those are fewer), then 2 more seeds of
-    the whole sweep (:func:`new_seeds` beyond every seed it ran) and, for the seeds the no-intervention row
-    has not run, that row too (each setting's delta pairs with the no-intervention job of its seed).
+    those are fewer), then 2 more seeds of the whole sweep (:func:`new_seeds` beyond every seed it ran)
+    and, for the seeds the no-intervention row has not run, that row too (each setting's delta pairs
+    with the no-intervention job of its seed).
 
     Args:
         intensity_rows: the sweep's settings (:func:`rows_of` over its jobs).
@@ -763,7 +769,7 @@ def intensity_next_step(intensity_rows: Sequence[Row], baseline: Row | None) -> 
         (row.name, sorted(every - seeds, key=_seed_key)) for row, seeds in zip(intensity_rows, ran) if every - seeds
     ]
     more = new_seeds(sorted(every), 2)
-    have = {"0" if s == "default" else s for s in seeds_run(baseline)}  # no seed= is the config's seed 0
+    have = config_seeds(seeds_run(baseline))
     unfinished = sorted({int(s) for _, seeds in gaps for s in seeds if s.isdigit()})
     lacking = [m for m in unfinished + more if str(m) not in have]
     base = (
