@@ -26,7 +26,9 @@ next to the markdown) and the claims with their verdicts:
     core setting and the no-intervention row, at fraction 0, are points too); ordered by fraction, it holds
     when the best setting lies strictly inside the range and its per-seed delta minus each end's has an
     interval above 0, and does not hold when the best is an end whose difference to the best interior
-    setting has an interval above 0 (:func:`inverted_u`).
+    setting has an interval above 0 (:func:`inverted_u`). Which knob moves pass@1 (chunk size, reviews,
+    correction length): the sweep's main effects, high minus low level over the settings equal on the
+    other knobs, paired by seed (:func:`mintrl.eval.knob_effects.main_effects`).
 
 Every interval is Student t over seeds (:func:`mintrl.eval.summary.mean_interval`). A verdict
 (:func:`verdict`) is ``holds`` when the interval lies above zero, ``does not hold`` when it lies below
@@ -42,6 +44,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
+from mintrl.eval.knob_effects import main_effects
 from mintrl.eval.summary import (
     INTERVAL_NOTE,
     Job,
@@ -60,6 +63,7 @@ from mintrl.eval.summary import (
     pass_at_1_curve,
     plot_curves,
     read_job,
+    seed_key,
     summarize_seeds,
     t_quantile_975,
 )
@@ -169,14 +173,6 @@ def per_seed(jobs: Sequence[Job], value) -> dict[str, float]:
 # --- intervals and verdicts -----------------------------------------------------------------------
 
 
-def _seed_key(seed: str) -> tuple:
-    """Sort key: integer seeds numerically, then other values (``default``) alphabetically."""
-    try:
-        return (0, int(seed), "")
-    except ValueError:
-        return (1, 0, seed)
-
-
 def paired_difference(a: dict[str, float], b: dict[str, float]) -> dict | None:
     """The difference ``a - b`` paired by seed: per common seed ``a[s] - b[s]``, then the mean and 95%
     interval over those seeds (:func:`mintrl.eval.summary.mean_interval`, Student t with n-1 degrees of
@@ -186,7 +182,7 @@ def paired_difference(a: dict[str, float], b: dict[str, float]) -> dict | None:
         The :func:`~mintrl.eval.summary.mean_interval` dict plus ``seeds`` (the common seeds, sorted) and
         ``diffs`` (the per-seed differences in that order); None when no seed is common to both.
     """
-    seeds = sorted(set(a) & set(b), key=_seed_key)
+    seeds = sorted(set(a) & set(b), key=seed_key)
     if not seeds:
         return None
     diffs = [a[s] - b[s] for s in seeds]
@@ -293,7 +289,7 @@ AT_SCALE = (
 
 def seeds_run(*rows: Row | None) -> list[str]:
     """Every seed (:func:`seed_of`) any job of these rows ran, whether or not it logged what a claim reads."""
-    return sorted({seed_of(j) for row in rows if row is not None for j in row.jobs}, key=_seed_key)
+    return sorted({seed_of(j) for row in rows if row is not None for j in row.jobs}, key=seed_key)
 
 
 def next_step(verdict_: str, stat: dict | None, what: str, ran: Sequence[str] = ()) -> str:
@@ -765,9 +761,7 @@ def intensity_next_step(intensity_rows: Sequence[Row], baseline: Row | None) -> 
     """
     ran = [set(seeds_run(row)) for row in intensity_rows]
     every = set().union(*ran)
-    gaps = [
-        (row.name, sorted(every - seeds, key=_seed_key)) for row, seeds in zip(intensity_rows, ran) if every - seeds
-    ]
+    gaps = [(row.name, sorted(every - seeds, key=seed_key)) for row, seeds in zip(intensity_rows, ran) if every - seeds]
     more = new_seeds(sorted(every), 2)
     have = config_seeds(seeds_run(baseline))
     unfinished = sorted({int(s) for _, seeds in gaps for s in seeds if s.isdigit()})
@@ -810,9 +804,10 @@ def build_report(
         repo_dir: where ``git rev-parse HEAD`` runs (named when the jobs recorded no commit).
 
     Returns:
-        ``{"rows", "intensity_rows", "claims", "const_minus_grpo", "points", "commit", "machine", "wall",
-        "equal_budget", "multirun_dir", "intensity_dir"}``; ``commit`` is the markdown of
-        :func:`fmt_commits`, ``multirun_dir`` the folders joined by ``, ``.
+        ``{"rows", "intensity_rows", "claims", "const_minus_grpo", "points", "effects", "commit", "machine",
+        "wall", "equal_budget", "multirun_dir", "intensity_dir"}``; ``effects`` is the intensity sweep's
+        :func:`~mintrl.eval.knob_effects.main_effects` on final pass@1 (empty without a sweep), ``commit`` the
+        markdown of :func:`fmt_commits`, ``multirun_dir`` the folders joined by ``, ``.
 
     Raises:
         FileNotFoundError: a folder is missing or holds no Hydra job (:func:`mintrl.eval.summary.find_jobs`).
@@ -828,6 +823,7 @@ def build_report(
     c3, _ = claim_entropy(const, grpo)
     intensity_rows: list[Row] = []
     points: list[dict] = []
+    effects: list[dict] = []
     text4 = "The off-policy intensity sweep shows an inverted U in the off-policy token fraction (paper: 2-4% best)."
     all_jobs = list(jobs)
     ifolders = [] if intensity_dir is None else _folders(intensity_dir)
@@ -840,6 +836,7 @@ def build_report(
         baseline = find_row(rows, NO_INTERVENTION)
         points = intensity_points(settings, baseline)
         v4, why4 = inverted_u(points)
+        effects = main_effects(ijobs, final_pass, seed_of)
         c4 = Claim("iv", text4, v4, why4, "" if v4 in (HOLDS, FAILS) else intensity_next_step(intensity_rows, baseline))
     else:
         c4 = Claim("iv", text4, "not measured", "no intensity sweep (make reproduce-full runs it)")
@@ -849,6 +846,7 @@ def build_report(
         "claims": [c1, c2, c3, c4],
         "const_minus_grpo": diff,
         "points": points,
+        "effects": effects,
         "commit": fmt_commits(job_commits(all_jobs), git_commit(repo_dir)),
         "machine": machine(),
         "wall": wall_time(dirs, all_jobs),
@@ -856,6 +854,32 @@ def build_report(
         "multirun_dir": ", ".join(str(f) for f in folders),
         "intensity_dir": ", ".join(str(f) for f in ifolders) or None,
     }
+
+
+EFFECT_READING = {HOLDS: "the high level is better", FAILS: "the low level is better", UNDECIDED: "undecided"}
+
+
+def effects_table(effects: Sequence[dict]) -> list[str]:
+    """Markdown lines of the intensity sweep's main effects (:func:`mintrl.eval.knob_effects.main_effects`
+    on final pass@1): per knob the levels, the matched pairs, the effect with its interval, per seed, and
+    the reading of the interval (:func:`verdict`)."""
+    out = [
+        "### Which knob moves pass@1 (main effects)",
+        "",
+        "Per knob: final held-out pass@1 at its highest level minus at its lowest, over the settings equal on "
+        "the other knobs (matched pairs), averaged over the pairs per seed; the interval is over seeds.",
+        "",
+        "| knob | low -> high | matched pairs | effect on final pass@1 | per seed | reading |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for e in effects:
+        stat = e["effect"]
+        seeds = ", ".join(f"{s}: {d:+.3f}" for s, d in zip(stat["seeds"], stat["diffs"])) if stat else "n/a"
+        reading = EFFECT_READING[verdict(stat)] if stat else "not measured"
+        out.append(
+            f"| {e['knob']} | {e['low']} -> {e['high']} | {e['pairs']} | {fmt_diff(stat)} | {seeds} | {reading} |"
+        )
+    return out + [""]
 
 
 def render_markdown(report: dict, figures: dict[str, str]) -> str:
@@ -927,6 +951,8 @@ def render_markdown(report: dict, figures: dict[str, str]) -> str:
             seeds = ", ".join(f"{k}: {v:+.3f}" for k, v in p["per_seed"].items()) or "n/a"
             out.append(f"| {_cell(p['name'])} | {p['n']} | {frac} | {fmt_diff(p['delta'])} | {seeds} |")
         out += [""]
+    if report.get("effects"):
+        out += effects_table(report["effects"])
     if figures:
         out += ["## Figures", ""]
         for caption, rel in figures.items():

@@ -485,6 +485,14 @@ def binomial_se(p: float, n: int) -> float:
     return math.sqrt(p * (1 - p) / n)
 
 
+def seed_key(seed: str) -> tuple:
+    """Sort key of a seed value: integer seeds numerically, then other values (``default``) alphabetically."""
+    try:
+        return (0, int(seed), "")
+    except ValueError:
+        return (1, 0, seed)
+
+
 def is_seed_override(override: str) -> bool:
     """Whether an override sets the seed (``seed=1``, ``+seed=1``, ``++seed=1``)."""
     return parse_override(override)[0] == "seed"
