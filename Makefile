@@ -38,10 +38,12 @@ train: $(STAMP)
 test: $(STAMP)
 	$(BIN)/pytest -q $(ARGS)
 
-# ruff: lint rules and the formatter's check (pyproject's [tool.ruff]); `make format` rewrites
+# ruff: lint rules and the formatter's check (pyproject's [tool.ruff]); `make format` rewrites;
+# import-linter: the packages' layers (pyproject's [tool.importlinter])
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports --no-cache
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix .

@@ -23,8 +23,8 @@ from pathlib import Path
 from _common import median, table
 from hydra import compose, initialize_config_dir
 
+from mintrl.build.run import run
 from mintrl.eval.tensorboard import load_scalars
-from mintrl.training.run import run
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 PARTS = {

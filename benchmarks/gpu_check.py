@@ -153,8 +153,8 @@ def run_steps(folder: Path, lora: bool, steps: int, device: str, out: Path) -> d
     fp32 master weights, bf16 autocast on CUDA (``trainer=gpu``)."""
     from hydra import compose, initialize_config_dir
 
+    from mintrl.build.components import build_components
     from mintrl.model.lora import trainable_parameter_count
-    from mintrl.training.build import build_components
 
     overrides = [
         "model=hf",
@@ -202,10 +202,10 @@ def fsdp_step(folder: Path, lora: bool, device: str, out: Path) -> dict:
     sampler cannot generate from sharded weights, and vLLM is not on this machine)."""
     from torch.utils.data import DataLoader
 
+    from mintrl.core.batch import RolloutBatch
     from mintrl.model.loading import load_policy
     from mintrl.model.lora import LoraSettings
     from mintrl.objective import GRPO
-    from mintrl.rollout.batch import RolloutBatch
     from mintrl.training.callbacks.export import HFExport
     from mintrl.training.distributed import fsdp_strategy
     from mintrl.training.module import PolicyModule

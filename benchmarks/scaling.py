@@ -17,8 +17,8 @@ import torch
 from _common import median, table
 from hydra import compose, initialize_config_dir
 
+from mintrl.build.components import build_components
 from mintrl.objective.aggregation import step_totals
-from mintrl.training.build import build_components
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 

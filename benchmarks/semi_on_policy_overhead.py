@@ -17,7 +17,7 @@ import torch
 from _common import median, table
 from hydra import compose, initialize_config_dir
 
-from mintrl.training.build import build_components
+from mintrl.build.components import build_components
 
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "configs")
 

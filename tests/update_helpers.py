@@ -5,6 +5,7 @@ import copy
 
 import torch
 
+from mintrl.core.batch import RolloutBatch
 from mintrl.model.logprobs import token_logprobs
 from mintrl.objective import (
     GRPO,
@@ -15,7 +16,6 @@ from mintrl.objective import (
     OnPolicyDistillation,
     SupervisedNLL,
 )
-from mintrl.rollout.batch import RolloutBatch
 
 
 def rollout_batch(model, n=8, seed=0, temperature=0.8):

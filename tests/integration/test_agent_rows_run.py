@@ -1,6 +1,6 @@
-"""Two-step runs of every agent row on the embedded model (issue 21, "2-step runs of each experiment
-row"): `experiment=agent/{sql,python_tool,shell}_{grpo,mintrl_const,entropy,rail}_cpu` and
-`sql_mintrl_proxy_cpu`, each on 1 task per step with short turns. Three rows have their own, longer
+"""Two-step runs of every agent row on the embedded model: `method={grpo,mintrl_const,entropy,rail}
+preset=cpu_{sql,python_tool,shell}` and `method=mintrl_proxy preset=cpu_sql`, each on 1 task per step with
+short turns. Three rows have their own, longer
 tests (sql_mintrl_const: test_agent_run.py, shell_mintrl_const: test_agent_run_shell.py,
 python_tool_rail: test_episode_branches.py); these check what every row must do: train 2 steps from
 fresh episodes, log the loss and episode statistics, write records with the row's rollout counts
@@ -14,10 +14,10 @@ from hydra import compose, initialize_config_dir
 from shell_helpers import sandbox_processes
 from test_agent_run import SMALL as EPISODES
 
+from mintrl.build.config import CONFIG_DIR
+from mintrl.build.run import run
 from mintrl.eval.rollouts import read_records, record_files
 from mintrl.eval.tensorboard import load_scalars
-from mintrl.training.config import CONFIG_DIR
-from mintrl.training.run import run
 
 UID_BASE = 65400  # sandbox uids of these runs (python_tool slots, shell slots, the shell judge): no other test's
 SMALL = [  # test_agent_run's tiny episodes (1 task x 4 episodes of up to 2 short turns), 2 steps
@@ -54,7 +54,7 @@ ROWS = [
 @pytest.mark.parametrize("row", ROWS)
 def test_every_agent_row_trains_two_steps(row, tmp_path):
     env, method = next((e, row.removeprefix(f"{e}_")) for e in ENV if row.startswith(f"{e}_"))
-    overrides = [f"experiment=agent/{row}_cpu", f"paths.output_dir={tmp_path}", *SMALL, *ENV[env]]
+    overrides = [f"method={method}", f"preset=cpu_{env}", f"paths.output_dir={tmp_path}", *SMALL, *ENV[env]]
     overrides += ALLOCATION.get(method, [])
     if env == "shell" and method.startswith("mintrl"):
         overrides.append(f"judge.uid={UID_BASE + 39}")

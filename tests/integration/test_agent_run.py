@@ -1,5 +1,5 @@
 """The SQL agent row end to end on the embedded model (issue 20): a 2-step MInTRL-Const training run of
-`experiment=agent/sql_mintrl_const_cpu` (episodes, SQL judge, rule intervention, environment rewards)
+`method=mintrl_const preset=cpu_sql` (episodes, SQL judge, rule intervention, environment rewards)
 and `mintrl-eval benchmark=sql_heldout` of the base policy."""
 
 import json
@@ -7,11 +7,11 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
+from mintrl.build.config import CONFIG_DIR
+from mintrl.build.run import run
 from mintrl.eval.evaluate import evaluate
 from mintrl.eval.rollouts import read_records, record_files
 from mintrl.eval.tensorboard import load_scalars
-from mintrl.training.config import CONFIG_DIR
-from mintrl.training.run import run
 
 SMALL = [  # 1 prompt x (2 control + 2 semi-on-policy) episodes of up to 2 short turns
     "data.prompts_per_step=1",
@@ -28,7 +28,8 @@ SMALL = [  # 1 prompt x (2 control + 2 semi-on-policy) episodes of up to 2 short
 
 def test_two_step_sql_mintrl_const_run(tmp_path):
     overrides = [
-        "experiment=agent/sql_mintrl_const_cpu",
+        "method=mintrl_const",
+        "preset=cpu_sql",
         "trainer.max_steps=2",
         "callbacks=sweep",
         "callbacks.hf_export=null",

@@ -1,15 +1,15 @@
 """The shell agent row end to end on the embedded model (issue 21): a 2-step MInTRL-Const training run of
-`experiment=agent/shell_mintrl_const_cpu` (episodes in sandboxed shells, shell judge, rule intervention,
+`method=mintrl_const preset=cpu_shell` (episodes in sandboxed shells, shell judge, rule intervention,
 environment rewards), and no sandbox process left behind."""
 
 import pytest
 from hydra import compose, initialize_config_dir
 from shell_helpers import sandbox_processes
 
+from mintrl.build.config import CONFIG_DIR
+from mintrl.build.run import run
 from mintrl.eval.rollouts import read_records, record_files
 from mintrl.eval.tensorboard import load_scalars
-from mintrl.training.config import CONFIG_DIR
-from mintrl.training.run import run
 
 UIDS = range(65300, 65310)  # the run's shell slots and judge uid (not the defaults: other runs use 64000+)
 
@@ -17,7 +17,8 @@ UIDS = range(65300, 65310)  # the run's shell slots and judge uid (not the defau
 @pytest.mark.slow  # 12.7 min measured on the shared 2-core machine at load 8 (the model dominates)
 def test_two_step_shell_mintrl_const_run(tmp_path):
     overrides = [
-        "experiment=agent/shell_mintrl_const_cpu",
+        "method=mintrl_const",
+        "preset=cpu_shell",
         "trainer.max_steps=2",
         "callbacks=sweep",
         "callbacks.hf_export=null",

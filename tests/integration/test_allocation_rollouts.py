@@ -17,13 +17,13 @@ from mintrl.allocation import (
     RailAllocation,
     anchors,
 )
+from mintrl.build.components import ModelContext
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
-from mintrl.judge.none import KeepJudge
+from mintrl.judge.keep import KeepJudge
 from mintrl.reward import ReasoningGymReward
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
 from mintrl.sampler import HFSampler
-from mintrl.training.build import ModelContext
 
 DELIMITERS = ("blank_line", "code_fence")
 
@@ -49,7 +49,7 @@ def _engine(embedded, tokenizer, allocation, max_tokens=48):
 
 
 def test_branches_share_the_prefix_and_are_rescored_at_the_training_temperature(embedded, tokenizer, items):
-    from mintrl.rollout.batch import Rollout
+    from mintrl.core.batch import Rollout
 
     torch.manual_seed(0)
     engine = _engine(embedded, tokenizer, None)
@@ -92,8 +92,8 @@ def test_entropy_allocation_never_exceeds_the_budget(embedded, tokenizer, items)
 
 
 def test_rail_allocation_goes_live_and_its_state_survives_a_checkpoint(tmp_path):
-    from mintrl.training.config import CONFIG_DIR
-    from mintrl.training.run import run
+    from mintrl.build.config import CONFIG_DIR
+    from mintrl.build.run import run
 
     overrides = [
         f"paths.output_dir={tmp_path}",
@@ -134,9 +134,9 @@ def test_rail_allocation_goes_live_and_its_state_survives_a_checkpoint(tmp_path)
 
 
 def test_intervene_action_reviews_the_chunk_at_the_anchor_and_writes_a_correction(embedded, tokenizer, items):
-    from mintrl.judge.base import REVISE
+    from mintrl.core.batch import BranchRecord, Rollout
+    from mintrl.core.verdict import REVISE
     from mintrl.judge.rule import RuleJudge
-    from mintrl.rollout.batch import BranchRecord, Rollout
 
     torch.manual_seed(0)
     item = items[0]  # "Calculate a + b."

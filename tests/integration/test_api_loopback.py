@@ -4,12 +4,12 @@ model, and the rollout engine applying the adaptive stop."""
 import pytest
 import torch
 
+from mintrl.build.components import ModelContext
+from mintrl.core.verdict import KEEP, REVISE, UNPARSEABLE, ReviewRequest
 from mintrl.intervention.api import ApiIntervention
 from mintrl.intervention.base import InterventionRequest
 from mintrl.judge.api import ApiJudge
-from mintrl.judge.base import KEEP, REVISE, UNPARSEABLE, ReviewRequest
-from mintrl.model.server import ChatServer
-from mintrl.training.build import ModelContext
+from mintrl.sampler.server import ChatServer
 
 
 @pytest.fixture(scope="module")

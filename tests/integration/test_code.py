@@ -97,10 +97,11 @@ def test_reward_values_and_outcome_counts(sandbox, humaneval_items):
 def test_two_training_steps_on_code_with_the_embedded_model(tmp_path):
     from test_experiments import _compose
 
-    from mintrl.training.run import run
+    from mintrl.build.run import run
 
     cfg = _compose(
-        "experiment=code/grpo_cpu",
+        "method=grpo",
+        "preset=cpu_code",
         f"paths.output_dir={tmp_path}",
         "trainer.max_steps=2",
         "data.prompts_per_step=2",

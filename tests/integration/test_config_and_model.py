@@ -8,17 +8,17 @@ from hydra.errors import InstantiationException, MissingConfigException
 from hydra.utils import instantiate
 
 import mintrl.model.loading as loading
+from mintrl.build.checks import check_config
+from mintrl.build.components import build_components
+from mintrl.build.config import CONFIG_DIR
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.intervention.self_privileged import SelfPrivilegedIntervention
-from mintrl.judge.none import KeepJudge
+from mintrl.judge.keep import KeepJudge
 from mintrl.judge.rule import RuleJudge
 from mintrl.judge.self_privileged import SelfPrivilegedJudge
 from mintrl.model import load_policy
 from mintrl.objective import AdvantageRegression
-from mintrl.training.build import build_components
-from mintrl.training.checks import check_config
-from mintrl.training.config import CONFIG_DIR
 
 
 def _compose(*overrides):

@@ -1,23 +1,23 @@
 """First-error credit and intervention SFT (issue 22 items 4-5) on the real embedded tokenizer and
 model: the judge's cut of a hand response, the InT example spliced from it (exact ids, loss mask),
-the rollout engine's first-error marks, and two-step runs of experiment=math/{int,first_error}_cpu."""
+the rollout engine's first-error marks, and two-step runs of method=int and method=first_error."""
 
 import pytest
 import torch
 from conftest import ARITHMETIC, TINY_RUN
 from hydra import compose, initialize_config_dir
 
+from mintrl.build.components import ModelContext, build_components
+from mintrl.build.config import CONFIG_DIR
+from mintrl.build.run import run
+from mintrl.core.batch import collate_rollouts
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.base import InterventionRequest
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.judge.rule import RuleJudge
 from mintrl.objective import SupervisedNLL
-from mintrl.rollout.batch import collate_rollouts
 from mintrl.rollout.first_error import locate_first_errors
 from mintrl.sft import intervention_example
-from mintrl.training.build import ModelContext, build_components
-from mintrl.training.config import CONFIG_DIR
-from mintrl.training.run import run
 
 # step 0 holds a true claim, step 1 the first false one ("2 + 2 = 5"), step 2 a wrong answer
 RESPONSE = "Step: 1 + 1 = 2.\n\nThen 2 + 2 = 5.\n\n<answer>9</answer>"
@@ -76,9 +76,7 @@ def _compose(*overrides):
 
 
 def test_first_error_row_marks_failed_rollouts(tmp_path):
-    cfg = _compose(
-        "experiment=math/first_error_cpu", f"paths.output_dir={tmp_path}", *TINY_RUN, "rollout.progress=false"
-    )
+    cfg = _compose("method=first_error", f"paths.output_dir={tmp_path}", *TINY_RUN, "rollout.progress=false")
     c = build_components(cfg, trainer=False)
     assert c.rollout.mark_first_error  # switched on by the objective's needs_first_error
     c.datamodule.setup("fit")
@@ -92,10 +90,10 @@ def test_first_error_row_marks_failed_rollouts(tmp_path):
     assert marked.sum() >= 1
 
 
-def _tiny_run(row, tmp_path, *extra):
+def _tiny_run(method, tmp_path, *extra):
     return run(
         _compose(
-            f"experiment={row}",
+            f"method={method}",
             f"paths.output_dir={tmp_path}",
             "trainer.max_steps=2",
             *TINY_RUN,
@@ -107,7 +105,7 @@ def _tiny_run(row, tmp_path, *extra):
 
 @pytest.mark.slow
 def test_int_row_trains_two_steps_after_its_sft_stage(tmp_path):
-    summary = _tiny_run("math/int_cpu", tmp_path, "sft.prompts=8", "sft.steps=2", "sft.rows_per_step=4")
+    summary = _tiny_run("int", tmp_path, "sft.prompts=8", "sft.steps=2", "sft.rows_per_step=4")
     sft = summary["sft"]
     assert sft["sampled"] == 16 and sft["failed"] >= sft["errors_found"] >= sft["corrected"] >= sft["kept"] > 0
     assert sft["steps"] == 2 and (tmp_path / "hf_sft_policy").is_dir()
@@ -116,5 +114,5 @@ def test_int_row_trains_two_steps_after_its_sft_stage(tmp_path):
 
 @pytest.mark.slow
 def test_first_error_row_trains_two_steps(tmp_path):
-    summary = _tiny_run("math/first_error_cpu", tmp_path)
+    summary = _tiny_run("first_error", tmp_path)
     assert summary["steps"] == 2 and (tmp_path / "hf_policy" / "model.safetensors").is_file()

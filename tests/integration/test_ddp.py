@@ -14,11 +14,11 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from mintrl.build.components import build_components
+from mintrl.core.batch import concat_batches
 from mintrl.eval.rollouts import read_records
 from mintrl.objective.aggregation import step_totals
-from mintrl.rollout.batch import concat_batches
 from mintrl.rollout.records import record_path
-from mintrl.training.build import build_components
 
 TESTS = Path(__file__).resolve().parents[1]  # tests/: its helper modules (ddp_recorder, resume_helpers)
 CONFIG_DIR = str(TESTS.parent / "configs")

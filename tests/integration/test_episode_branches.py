@@ -11,16 +11,16 @@ import pytest
 import torch
 
 from mintrl.allocation import turn_anchors
+from mintrl.build.components import ModelContext
+from mintrl.core.batch import BranchRecord, Rollout
 from mintrl.data.base import PromptItem
 from mintrl.env.python_tool.environment import PythonToolEnvironment
 from mintrl.env.python_tool.source import TOOL_INSTRUCTION
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.judge.rule import RuleJudge
-from mintrl.rollout.batch import BranchRecord, Rollout
 from mintrl.rollout.episode_branches import EpisodeBrancher
 from mintrl.rollout.episodes import EpisodeRollout, EpisodeTally
 from mintrl.sampler import HFSampler
-from mintrl.training.build import ModelContext
 
 UID_BASE = 64000  # not the other tests' sandbox uids
 ENTRY = {  # a hand-made reasoning-gym basic_arithmetic task
@@ -131,19 +131,20 @@ def test_intervene_action_corrects_the_action_at_a_turn_anchor(engine, tokenizer
 @pytest.mark.slow  # 31 s alone on 2 cores (10-15 minutes while other jobs shared them); the default tier is at its time budget
 @pytest.mark.timeout(1800)
 def test_two_step_python_tool_rail_run(tmp_path):
-    """``experiment=agent/python_tool_rail_cpu``, 2 steps of 1 task x 4 episodes and a budget of 8:
+    """``method=rail preset=cpu_python_tool``, 2 steps of 1 task x 4 episodes and a budget of 8:
     step 0's shadow trial branches from a turn anchor and promotes the controller (after 1 trace); the
     rollout counts, replay mismatches and the controller's stats are logged; branch records name a
     control parent, one of its turn starts, and share its turns up to there."""
     from hydra import compose, initialize_config_dir
 
+    from mintrl.build.config import CONFIG_DIR
+    from mintrl.build.run import run
     from mintrl.eval.rollouts import read_records, record_files
     from mintrl.eval.tensorboard import load_scalars
-    from mintrl.training.config import CONFIG_DIR
-    from mintrl.training.run import run
 
     overrides = [
-        "experiment=agent/python_tool_rail_cpu",
+        "method=rail",
+        "preset=cpu_python_tool",
         "trainer.max_steps=2",
         "callbacks=sweep",
         "callbacks.hf_export=null",

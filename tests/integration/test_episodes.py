@@ -4,13 +4,13 @@ response, and the rewards are the environment's."""
 
 import torch
 
+from mintrl.build.components import ModelContext
 from mintrl.env.sql.environment import SqlEnvironment
 from mintrl.env.sql.source import SqlTasks
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.judge.sql import SqlJudge
 from mintrl.rollout.episodes import EpisodeRollout, turn_wrapper
 from mintrl.sampler import HFSampler
-from mintrl.training.build import ModelContext
 
 
 class RecordingSampler(HFSampler):

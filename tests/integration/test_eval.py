@@ -11,12 +11,12 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from mintrl.build.config import CONFIG_DIR
 from mintrl.cli.keywords import main as keywords_main
 from mintrl.data import ChampPrompts, HubPrompts
 from mintrl.eval.evaluate import evaluate
 from mintrl.model import embedded_smollm2
 from mintrl.reward import MathVerifyReward
-from mintrl.training.config import CONFIG_DIR
 
 
 def test_champ_answerable_subset():
@@ -124,7 +124,7 @@ def test_every_benchmark_config_composes():
         "python_tool_heldout",
         "shell_heldout",
     } <= set(names)
-    from mintrl.training.checks import check_config
+    from mintrl.build.checks import check_config
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         for name in names:

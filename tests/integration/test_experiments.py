@@ -1,5 +1,6 @@
-"""The experiment grid: every config composes with the paper's settings; OPD, SFT+GRPO and the
-teacher judge-intervention on the real embedded model; every ``_cpu`` row trains (slow)."""
+"""The rows of the paper's comparison: every method, experiment and former experiment row (ROWS of
+test_method_axis: `method=<name>` + preset + overrides) composes with the paper's settings; OPD, SFT+GRPO
+and the teacher judge-intervention on the real embedded model; every embedded-model row trains (slow)."""
 
 import inspect
 from pathlib import Path
@@ -11,11 +12,16 @@ from hydra import compose, initialize_config_dir
 from hydra._internal.utils import _locate
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
+from test_method_axis import ROWS
 
+from mintrl.build.checks import check_config
+from mintrl.build.components import ModelContext, build_components
+from mintrl.build.config import CONFIG_DIR
+from mintrl.build.run import run
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.intervention.self_privileged import privileged_prompt_ids
-from mintrl.judge.none import KeepJudge
+from mintrl.judge.keep import KeepJudge
 from mintrl.model import load_policy
 from mintrl.model.logprobs import token_logprobs
 from mintrl.objective import GRPO, AdvantageRegression, InterventionGRPO, Objective, OnPolicyDistillation
@@ -23,13 +29,16 @@ from mintrl.reward import ReasoningGymReward
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
 from mintrl.sampler import HFSampler
 from mintrl.sft import SFTStage, collect_demonstrations
-from mintrl.training.build import ModelContext, build_components
-from mintrl.training.checks import check_config
-from mintrl.training.config import CONFIG_DIR
-from mintrl.training.run import run
 
 EXPERIMENTS = sorted(
     str(p.relative_to(Path(CONFIG_DIR) / "experiment"))[:-5] for p in (Path(CONFIG_DIR) / "experiment").rglob("*.yaml")
+)
+METHODS = sorted(p.stem for p in (Path(CONFIG_DIR) / "method").glob("*.yaml"))
+# every spelling of a row: each experiment, each method alone, each former experiment's new spelling
+SPELLINGS = sorted(
+    {f"experiment={name}" for name in EXPERIMENTS}
+    | {f"method={m}" for m in METHODS}
+    | {r.spelling for r in ROWS.values()}
 )
 MATH_ROWS = ["base_eval", "grpo", "opd", "sft_grpo", "mentor", "intervention_grpo", "mintrl_proxy", "mintrl_const"]
 
@@ -39,19 +48,29 @@ def _compose(*overrides):
         return compose("train", overrides=["paths.output_dir=/tmp/mintrl-test", *overrides])
 
 
-def test_the_grid_has_every_table_1_row_at_both_scales():
-    for row in MATH_ROWS:
-        assert f"math/{row}" in EXPERIMENTS and f"math/{row}_cpu" in EXPERIMENTS, row
+def _row(name: str) -> list[str]:
+    """The overrides of a row by its former experiment name (test_method_axis.ROWS)."""
+    return ROWS[name].spelling.split()
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS)
-def test_every_experiment_composes_and_its_objective_instantiates(name):
-    cfg = _compose(f"experiment={name}")
+@pytest.mark.parametrize("domain", ["math", "code"])
+@pytest.mark.parametrize("row", MATH_ROWS)
+def test_every_table_1_row_has_a_spelling_at_both_scales(row, domain):
+    embedded, paper = _compose(*_row(f"{domain}/{row}_cpu")), _compose(*_row(f"{domain}/{row}"))
+    assert embedded.domain == paper.domain == domain
+    assert embedded.model._target_.endswith("embedded_smollm2") and paper.model.path == "Qwen/Qwen3-1.7B"
+    assert embedded.objective._target_ == paper.objective._target_
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_every_row_composes_and_its_objective_instantiates(spelling):
+    cfg = _compose(*spelling.split())
     check_config(cfg)
     objective = instantiate(cfg.objective, context=None)
     assert isinstance(objective, Objective)
     assert f"{type(objective).__module__}.{type(objective).__qualname__}" == cfg.objective._target_
-    assert cfg.task_name != "train", "each experiment names its runs"
+    if spelling.startswith(("method=", "experiment=")):
+        assert cfg.task_name != "train", "each method and experiment names its runs"
 
 
 def _unknown_arguments(node, path="") -> list[str]:
@@ -67,15 +86,15 @@ def _unknown_arguments(node, path="") -> list[str]:
     return bad
 
 
-@pytest.mark.parametrize("name", EXPERIMENTS)
-def test_every_component_accepts_every_configured_argument(name):
-    cfg = OmegaConf.to_container(_compose(f"experiment={name}"), resolve=False)
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_every_component_accepts_every_configured_argument(spelling):
+    cfg = OmegaConf.to_container(_compose(*spelling.split()), resolve=False)
     assert _unknown_arguments(cfg) == []
 
 
 @pytest.mark.parametrize("row", MATH_ROWS)
 def test_paper_scale_rows_carry_appendix_h_settings(row):
-    cfg = _compose(f"experiment=math/{row}")
+    cfg = _compose(*_row(f"math/{row}"))
     assert cfg.model.path == "Qwen/Qwen3-1.7B" and cfg.teacher_model.path == "Qwen/Qwen3-4B-Instruct-2507"
     assert cfg.data.prompts.chat_template_kwargs.enable_thinking is False
     assert cfg.data.prompts_per_step == 32 and cfg.module.optimizer.lr == 1e-6 and cfg.module.max_grad_norm == 1.0
@@ -103,21 +122,21 @@ def test_paper_scale_rows_carry_appendix_h_settings(row):
 
 
 def test_guided_paper_rows_carry_their_published_values():
-    # LUFFY: github.com/ElliottYan/LUFFY exp_scripts/train.sh (configs/experiment/math/luffy.yaml)
-    luffy = _compose("experiment=math/luffy")
+    # LUFFY: github.com/ElliottYan/LUFFY exp_scripts/train.sh (configs/experiment/paper/luffy.yaml)
+    luffy = _compose("experiment=paper/luffy")
     assert (luffy.rollout.n_control, luffy.guide.rollouts_per_prompt, luffy.guide.source) == (7, 1, "solution")
     assert (luffy.objective.gamma, luffy.objective.kl_coef, luffy.objective.scale_std) == (0.1, 0.0, False)
     assert (luffy.data.prompts_per_step, luffy.module.minibatches, luffy.module.optimizer.lr) == (128, 2, 1e-6)
     assert luffy.rollout.max_response_tokens == 8192 and luffy.objective.clip_high >= 1e9
     # Prefix-RFT: 1 prefixed rollout in a group of 8, the share decaying from 0.95 over 500 steps
-    prefix = _compose("experiment=math/prefix_rft")
+    prefix = _compose("experiment=paper/prefix_rft")
     assert (prefix.rollout.n_control, prefix.guide.rollouts_per_prompt) == (7, 1)
     assert (prefix.guide.schedule, prefix.guide.fraction, prefix.guide.decay_steps) == ("cosine", 0.95, 500)
 
 
 def test_objective_classes_of_the_rows():
     kinds = {
-        row: type(instantiate(_compose(f"experiment=math/{row}_cpu").objective, context=None))
+        row: type(instantiate(_compose(*_row(f"math/{row}_cpu")).objective, context=None))
         for row in MATH_ROWS
         if row != "opd"
     }
@@ -242,7 +261,7 @@ def test_teacher_judge_and_intervention_share_one_loaded_model(tmp_path):
 
 @pytest.mark.parametrize("row", MATH_ROWS)
 def test_code_rows_differ_from_math_rows_only_where_the_paper_says(row):
-    math_cfg, code_cfg = _compose(f"experiment=math/{row}"), _compose(f"experiment=code/{row}")
+    math_cfg, code_cfg = _compose(*_row(f"math/{row}")), _compose(*_row(f"code/{row}"))
     assert code_cfg.domain == "code" and code_cfg.reward._target_ == "mintrl.reward.code.CodeReward"
     assert (
         code_cfg.data.prompts._target_ == "mintrl.data.code.CodePrompts"
@@ -279,7 +298,7 @@ def test_code_rows_differ_from_math_rows_only_where_the_paper_says(row):
 @pytest.mark.parametrize("row", [f"math/{r}" for r in MATH_ROWS] + [f"code/{r}" for r in MATH_ROWS])
 def test_every_cpu_row_trains_two_steps(row, tmp_path):
     overrides = [
-        f"experiment={row}_cpu",
+        *_row(f"{row}_cpu"),
         f"paths.output_dir={tmp_path}",
         "trainer.max_steps=2",
         "data.prompts_per_step=2",

@@ -12,8 +12,8 @@ import torch
 from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from mintrl.training.config import CONFIG_DIR
-from mintrl.training.run import run
+from mintrl.build.config import CONFIG_DIR
+from mintrl.build.run import run
 
 SMALL = [
     "trainer.max_steps=2",

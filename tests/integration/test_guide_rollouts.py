@@ -1,6 +1,6 @@
 """Guided rollouts on the real embedded model (issue 22): prefix ids spliced as ids on token
 boundaries, whole reference solutions as demonstrations (rewarded by the real reward), and
-two-step runs of the new experiment rows (slow: minutes each on 2 shared cores)."""
+two-step runs of method=luffy, bread and prefix_rft (slow: minutes each on 2 shared cores)."""
 
 import math
 
@@ -9,19 +9,19 @@ import torch
 from conftest import ARITHMETIC, TINY_RUN
 from hydra import compose, initialize_config_dir
 
+from mintrl.build.components import ModelContext
+from mintrl.build.config import CONFIG_DIR
+from mintrl.build.run import run
+from mintrl.core.batch import Provenance
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.guide.demonstration import DemonstrationGuide
 from mintrl.guide.prefix import PrefixGuide, prefix_length
 from mintrl.intervention.rule import RuleIntervention
-from mintrl.judge.none import KeepJudge
+from mintrl.judge.keep import KeepJudge
 from mintrl.reward import ReasoningGymReward
-from mintrl.rollout.batch import Provenance
 from mintrl.rollout.records import batch_records
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
 from mintrl.sampler import HFSampler
-from mintrl.training.build import ModelContext
-from mintrl.training.config import CONFIG_DIR
-from mintrl.training.run import run
 
 
 @pytest.fixture(scope="module")
@@ -102,18 +102,18 @@ def _compose(*overrides):
         return compose("train", overrides=list(overrides))
 
 
-def _two_steps(row, tmp_path):
-    overrides = [f"experiment=math/{row}", f"paths.output_dir={tmp_path}", "trainer.max_steps=2", *TINY_RUN]
+def _two_steps(method, tmp_path):
+    overrides = [f"method={method}", f"paths.output_dir={tmp_path}", "trainer.max_steps=2", *TINY_RUN]
     summary = run(_compose(*overrides, "rollout.progress=false", "validate_at_start=false"))
     assert summary["steps"] == 2 and (tmp_path / "hf_policy" / "model.safetensors").is_file()
 
 
 @pytest.mark.slow  # 465 s measured on the shared 2-core machine under load (4 workers)
 def test_luffy_row_trains_two_steps(tmp_path):
-    _two_steps("luffy_cpu", tmp_path)
+    _two_steps("luffy", tmp_path)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("row", ["bread_cpu", "prefix_rft_cpu"])
-def test_prefix_rows_train_two_steps(row, tmp_path):
-    _two_steps(row, tmp_path)
+@pytest.mark.parametrize("method", ["bread", "prefix_rft"])
+def test_prefix_rows_train_two_steps(method, tmp_path):
+    _two_steps(method, tmp_path)

@@ -10,15 +10,15 @@ import torch
 from conftest import ARITHMETIC
 from hydra import compose, initialize_config_dir
 
+from mintrl.build.components import ModelContext
+from mintrl.build.config import CONFIG_DIR
+from mintrl.build.run import run
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.judge.rule import RuleJudge
 from mintrl.reward import Reward
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
 from mintrl.sampler import HFSampler
-from mintrl.training.build import ModelContext
-from mintrl.training.config import CONFIG_DIR
-from mintrl.training.run import run
 
 
 class _OneValueReward(Reward):
@@ -106,7 +106,7 @@ def test_rail_pool_entropy_feature_counts_response_tokens_only(tokenizer):
     from mintrl.allocation.budget import RolloutBudget
     from mintrl.allocation.features import FEATURES
     from mintrl.allocation.rail import RailAllocation
-    from mintrl.rollout.batch import Rollout
+    from mintrl.core.batch import Rollout
 
     a = Rollout(group=0, is_control=True, prompt_ids=[1, 2])
     a.append(tokenizer.encode("x = 4", add_special_tokens=False)[:3], [-0.5, -1.0, -1.5], intervention=False)

@@ -1,5 +1,6 @@
-"""LoRA on the embedded model: the memory the shared frozen base saves, the new experiment rows, and
-a 2-step run of ``experiment=math/grpo_lora_cpu`` with a KL reference (the base, adapter off)."""
+"""LoRA on the embedded model: the memory the shared frozen base saves, the LoRA rows (preset=cpu_lora,
+preset=paper_math_lora_1gpu), and a 2-step run of ``method=grpo preset=cpu_lora`` with a KL reference (the
+base, adapter off)."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from hydra import compose, initialize_config_dir
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
+from mintrl.build.checks import check_config
+from mintrl.build.components import ModelContext, build_components
+from mintrl.build.config import CONFIG_DIR
 from mintrl.model.loading import LoadedPolicy
 from mintrl.model.lora import AdapterOff, LoraSettings, apply_lora
-from mintrl.training.build import ModelContext, build_components
-from mintrl.training.checks import check_config
-from mintrl.training.config import CONFIG_DIR
 
 # SmolLM2-135M: 30 layers, hidden 576, intermediate 1536, 9 query / 3 KV heads of 64 dims. LoRA r = 16
 # on its 7 linear layers adds r (in + out) each: q 576+576, k 576+192, v 576+192, o 576+576,
@@ -56,20 +57,30 @@ def test_the_frozen_step0_policy_costs_no_second_copy_under_lora(embedded, token
 
 
 def test_lora_rows_compose_with_an_adapter_learning_rate():
-    for row, lr in (("math/grpo_lora_cpu", 2e-4), ("math/mintrl_const_lora_cpu", 2e-4), ("math/grpo_lora", 1e-5)):
-        cfg = _compose(f"experiment={row}")
+    rows = (
+        ("method=grpo preset=cpu_lora", 2e-4),
+        ("method=mintrl_const preset=cpu_lora", 2e-4),
+        ("experiment=paper/grpo preset=paper_math_lora_1gpu", 1e-5),
+    )
+    for row, lr in rows:
+        cfg = _compose(*row.split())
         assert cfg.model.lora._target_ == "mintrl.model.lora.LoraSettings" and cfg.module.optimizer.lr == lr, row
-    paper = _compose("experiment=math/mintrl_const_lora")
+    paper = _compose("experiment=paper/mintrl_const", "preset=paper_math_lora_1gpu")
     assert (paper.model.path, paper.model.lora.r, paper.model.lora.alpha) == ("Qwen/Qwen3-1.7B", 64, 128.0)
     assert paper.trainer.devices == 1 and paper.module.gradient_checkpointing is True
     assert paper.rollout.chunk_size == 512 and paper.objective.kappa == -0.2  # the paper row underneath
-    assert "lora" not in _compose("experiment=math/grpo_cpu").model  # full fine-tuning stays the default
+    assert "lora" not in _compose("method=grpo").model  # full fine-tuning stays the default
 
 
 def test_fsdp_lora_refuses_a_self_privileged_judge_on_the_step0_policy():
-    with pytest.raises(ValueError, match="judge=self_privileged with judge.teacher=null"):
+    with pytest.raises(ValueError, match="judge=SelfPrivilegedJudge with judge.teacher=null"):
         check_config(_compose("model/lora=default", "trainer=fsdp", "sampler=vllm", "judge=self_privileged"))
     check_config(_compose("trainer=fsdp", "sampler=vllm", "judge=self_privileged"))  # full weights: a step-0 copy
+    check_config(
+        _compose(
+            "model/lora=default", "trainer=fsdp", "sampler=vllm", "judge=self_privileged", "+judge.teacher=embedded"
+        )
+    )  # a teacher generates instead
     check_config(
         _compose("model/lora=default", "trainer=fsdp", "sampler=vllm", "judge=teacher", "teacher_model.path=embedded")
     )
@@ -78,7 +89,8 @@ def test_fsdp_lora_refuses_a_self_privileged_judge_on_the_step0_policy():
 @pytest.mark.slow  # 2 steps + validation: 8 min on the shared 2-core machine under load (LoRA decoding is slower on CPU)
 def test_grpo_lora_row_trains_two_steps_with_the_base_as_kl_reference(tmp_path):
     cfg = _compose(
-        "experiment=math/grpo_lora_cpu",
+        "method=grpo",
+        "preset=cpu_lora",
         f"paths.output_dir={tmp_path}",
         "trainer.max_steps=2",
         "validate_at_start=false",

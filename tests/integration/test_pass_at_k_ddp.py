@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from mintrl.eval.pass_at_k import PassAtK
+from mintrl.metrics.pass_at_k import PassAtK
 
 
 def _rank(rank: int, port: int, queue) -> None:

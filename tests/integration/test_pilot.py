@@ -5,9 +5,9 @@ import math
 import pytest
 from hydra import compose, initialize_config_dir
 
+from mintrl.build.config import CONFIG_DIR
+from mintrl.core.verdict import FAILED, KEEP, REVISE, UNPARSEABLE, Verdict
 from mintrl.eval.pilot import format_table, run_pilot, verdicts_agree
-from mintrl.judge.base import FAILED, KEEP, REVISE, UNPARSEABLE, Verdict
-from mintrl.training.config import CONFIG_DIR
 
 
 def test_verdicts_agree():

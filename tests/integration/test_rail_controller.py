@@ -86,7 +86,7 @@ def test_checkpoint_round_trip_restores_exact_predictions_and_decisions():
 def _turn_pool(rng: random.Random) -> list:
     """A random group of 4 episodes (1-4 action turns of random kinds, surprisal 0.5-3 nats per action
     token, observation turns between actions, rewards 0/1)."""
-    from mintrl.rollout.batch import Rollout, TurnRecord
+    from mintrl.core.batch import Rollout, TurnRecord
 
     pool = []
     for _ in range(4):

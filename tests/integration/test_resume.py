@@ -111,7 +111,7 @@ def test_killed_and_resumed_run_equals_the_straight_run(tmp_path):
 def test_explicit_missing_checkpoint_is_an_error(tmp_path):
     from hydra import compose, initialize_config_dir
 
-    from mintrl.training.run import resume_checkpoint
+    from mintrl.build.run import resume_checkpoint
 
     with initialize_config_dir(config_dir=str(TESTS.parent / "configs"), version_base="1.3"):
         cfg = compose("train", overrides=[f"paths.output_dir={tmp_path}", "ckpt_path=last"])

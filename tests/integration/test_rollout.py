@@ -6,17 +6,17 @@ import pytest
 import torch
 from conftest import ARITHMETIC
 
+from mintrl.build.components import ModelContext
+from mintrl.core.batch import Rollout
+from mintrl.core.verdict import ReviewRequest
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
-from mintrl.judge.base import ReviewRequest
 from mintrl.judge.rule import RuleJudge
 from mintrl.reward import ReasoningGymReward, extract_answer
-from mintrl.rollout.batch import Rollout
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout, apply_verdict
 from mintrl.rollout.stats import rollout_stats
 from mintrl.sampler import HFSampler
 from mintrl.text.steps import split_steps, token_index_of_char
-from mintrl.training.build import ModelContext
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +160,7 @@ def test_prompt_stream_is_seeded_and_shards_across_ranks(items):
 
 
 def test_collate_refuses_unscored_intervention_tokens(items):
-    from mintrl.rollout.batch import collate_rollouts
+    from mintrl.core.batch import collate_rollouts
 
     r = Rollout(group=0, is_control=False, prompt_ids=[1, 2])
     r.append([5, 6], [-0.1, -0.2], intervention=False)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
+from mintrl.build.config import CONFIG_DIR
+from mintrl.build.run import run
 from mintrl.cli.rollouts import main as rollouts_main
 from mintrl.eval.rollouts import read_records
 from mintrl.eval.tensorboard import load_scalars
 from mintrl.rollout.records import record_path
-from mintrl.training.config import CONFIG_DIR
-from mintrl.training.run import run
 
 PROMPTS, VAL_PROMPTS = 2, 4
 

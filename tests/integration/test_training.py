@@ -10,6 +10,9 @@ from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoModelForCausalLM
 
+from mintrl.build.components import ModelContext
+from mintrl.build.config import CONFIG_DIR
+from mintrl.build.run import run
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.judge.rule import RuleJudge
@@ -18,10 +21,7 @@ from mintrl.objective import AdvantageRegression, step_totals
 from mintrl.reward import ReasoningGymReward
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
 from mintrl.sampler import HFSampler
-from mintrl.training.build import ModelContext
-from mintrl.training.config import CONFIG_DIR
 from mintrl.training.module import PolicyModule
-from mintrl.training.run import run
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -176,7 +176,7 @@ def test_analysis_notebook_runs_on_the_tiny_run(tiny_run, monkeypatch, tmp_path)
 def test_sweep_callbacks_keep_tensorboard_summary_and_bf16_policy_but_no_checkpoint(tmp_path):
     """`callbacks=sweep` (configs/sweep/*.yaml): TensorBoard, summary.json and the final policy in
     bf16, no Lightning checkpoint (no last.ckpt with the optimizer state, no best checkpoint); every run
-    writes provenance.json with the commit of the code it imported (this checkout's HEAD)."""
+    writes the run manifest manifest.json with the commit of the code it imported (this checkout's HEAD)."""
     import json
     import subprocess
 
@@ -189,10 +189,10 @@ def test_sweep_callbacks_keep_tensorboard_summary_and_bf16_policy_but_no_checkpo
     written = json.loads((tmp_path / "summary.json").read_text())
     assert written["steps"] == summary["steps"] == 2 and written["val_reward_last"] == summary["val_reward_last"]
     assert written["checkpoint"] == "" and written["best_checkpoint"] is None
-    provenance = json.loads((tmp_path / "provenance.json").read_text())
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    assert len(head) == 40 and provenance["commit"].startswith(head)
-    assert provenance["source"] == str(REPO / "src" / "mintrl") and provenance["machine"]["cpu_count"] >= 1
+    assert len(head) == 40 and manifest["commit"].startswith(head)
+    assert manifest["source"] == str(REPO / "src" / "mintrl") and manifest["machine"]["cpu_count"] >= 1
     assert not list(tmp_path.rglob("*.ckpt")), "no Lightning checkpoint"
     with safe_open(str(tmp_path / "hf_policy" / "model.safetensors"), framework="pt") as f:
         assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}

@@ -14,10 +14,10 @@ from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from transformers import AutoModelForCausalLM
 
+from mintrl.build.config import CONFIG_DIR
+from mintrl.build.run import run
 from mintrl.sampler import VLLMSampler
 from mintrl.sampler.hf import score_sequences
-from mintrl.training.config import CONFIG_DIR
-from mintrl.training.run import run
 
 pytestmark = pytest.mark.vllm
 

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from mintrl.core.batch import Provenance, RolloutBatch
 from mintrl.objective import (
     GRPO,
     AdvantageRegression,
@@ -21,7 +22,6 @@ from mintrl.objective import (
 )
 from mintrl.objective.intervention_grpo import cosine_decay
 from mintrl.reward import score_rewards
-from mintrl.rollout.batch import Provenance, RolloutBatch
 
 NAN = float("nan")
 

@@ -1,12 +1,13 @@
-"""The agent experiment grid (issue 21): every environment has the GRPO, MInTRL-Const, RAIL and entropy
-rows on the embedded model and at paper scale, plus RAIL's uniform GRPO-8/16/32 baselines; each composes
-with its own environment and data, and the paper rows run the 1.7B model on their harder level."""
+"""The agent rows: in every environment the GRPO, MInTRL-Const, RAIL and entropy methods compose on the
+embedded model (`method=<m> preset=cpu_<env>`) and at paper scale (`preset=paper_<env>`), plus RAIL's uniform
+GRPO-8/16/32 baselines; each composes with its own environment and data, and the paper rows run the 1.7B
+model on their harder level."""
 
 import pytest
 from hydra import compose, initialize_config_dir
 
-from mintrl.training.checks import check_config
-from mintrl.training.config import CONFIG_DIR
+from mintrl.build.checks import check_config
+from mintrl.build.config import CONFIG_DIR
 
 ENVS = {  # env row prefix: (environment class, prompt source class, embedded-model data, paper-scale data)
     "sql": ("SqlEnvironment", "SqlTasks", "sql_lookup", "sql_medium"),
@@ -21,6 +22,14 @@ METHODS = {  # method: (objective class suffix, allocation class suffix, control
     "entropy": ("GRPO", "EntropyAllocation", 8, 0),
     "rail": ("GRPO", "RailAllocation", 8, 0),
 }
+PAPER = {  # row: (its overrides at paper scale, {env} the environment; the runs' task_name)
+    "grpo": ("method=grpo preset=paper_{env} rollout.n_control=16", "grpo"),
+    "grpo8": ("method=grpo preset=paper_{env} rollout.n_control=8", "grpo"),
+    "grpo32": ("method=grpo preset=paper_{env} rollout.n_control=32", "grpo"),
+    "mintrl_const": ("method=mintrl_const preset=paper_{env}", "mintrl_const"),
+    "entropy": ("experiment=paper/agent_entropy preset=paper_{env}", "paper_agent_entropy"),
+    "rail": ("experiment=paper/agent_rail preset=paper_{env}", "paper_agent_rail"),
+}
 
 
 def _compose(*overrides):
@@ -34,9 +43,10 @@ def _compose(*overrides):
 def test_paper_scale_agent_rows(env, method):
     env_class, source, _, paper_data = ENVS[env]
     objective, allocation, control, semi = METHODS[method]
-    cfg = _compose(f"experiment=agent/{env}_{method}")
+    overrides, task_name = PAPER[method]
+    cfg = _compose(*overrides.format(env=env).split())
     check_config(cfg)
-    assert cfg.task_name == f"agent_{env}_{method}" and cfg.model.path == "Qwen/Qwen3-1.7B"
+    assert cfg.task_name == task_name and cfg.model.path == "Qwen/Qwen3-1.7B"
     assert cfg.env._target_.endswith(env_class) and cfg.data.prompts._target_.endswith(source)
     # the harder level's tasks (the preset's chat and size settings on top)
     level = _compose(f"data={paper_data}").data.prompts
@@ -52,9 +62,9 @@ def test_paper_scale_agent_rows(env, method):
 def test_embedded_agent_rows(env, method):
     objective, allocation, _, _ = METHODS[method]
     env_class, source, data, _ = ENVS[env]
-    cfg = _compose(f"experiment=agent/{env}_{method}_cpu")
+    cfg = _compose(f"method={method}", f"preset=cpu_{env}")
     check_config(cfg)
-    assert cfg.task_name == f"agent_{env}_{method}_cpu" and cfg.model._target_.endswith("embedded_smollm2")
+    assert cfg.task_name == method and cfg.model._target_.endswith("embedded_smollm2")
     assert cfg.env._target_.endswith(env_class) and cfg.data.prompts == _compose(f"data={data}").data.prompts
     assert (cfg.rollout.n_control, cfg.rollout.n_semi) == ((2, 2) if method == "mintrl_const" else (4, 0))
     assert cfg.objective._target_.endswith(objective) and cfg.allocation._target_.endswith(allocation)

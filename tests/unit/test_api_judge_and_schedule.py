@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
+from mintrl.core.verdict import FAILED, KEEP, REVISE, UNPARSEABLE, ReviewRequest
 from mintrl.judge.api import ApiJudge
-from mintrl.judge.base import FAILED, KEEP, REVISE, UNPARSEABLE, ReviewRequest
 from mintrl.judge.self_privileged import parse_verdict
 from mintrl.prompts.templates import load_prompt
 from mintrl.rollout.schedule import InterventionSchedule

@@ -1,10 +1,10 @@
-"""The field checks every component runs on its arguments (mintrl.training.checks)."""
+"""The field checks every component runs on its arguments (mintrl.core.checks)."""
 
 import math
 
 import pytest
 
-from mintrl.training.checks import check_choice, check_int, check_range
+from mintrl.core.checks import check_choice, check_int, check_range
 
 
 @pytest.mark.parametrize("value", [1, 7, 10**9])

@@ -1,6 +1,6 @@
 """env=python_tool: the action protocol, tool calls in the code sandbox (output, state across cells,
 errors, timeouts, the output cap, hostile code), rewards from the reasoning-gym scorer, replay,
-failures, and the prompt source and experiment rows."""
+failures, and the prompt source and agent rows."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from transformers import AutoTokenizer
 
+from mintrl.build.checks import check_config
+from mintrl.build.config import CONFIG_DIR
 from mintrl.data.base import PromptItem
 from mintrl.env.base import replay
 from mintrl.env.python_tool.environment import PythonToolEnvironment
@@ -32,8 +34,6 @@ from mintrl.env.python_tool.protocol import (
 from mintrl.env.python_tool.source import EXAMPLE_QUESTION, TOOL_INSTRUCTION, PythonToolPrompts
 from mintrl.model.loading import embedded_smollm2_folder
 from mintrl.reward.sandbox import Outcome, ProgramResult
-from mintrl.training.checks import check_config
-from mintrl.training.config import CONFIG_DIR
 
 UID_BASE = 63000  # not the default: a training run elsewhere on this machine uses 61000+
 ENTRY = {  # a hand-made reasoning-gym basic_arithmetic entry
@@ -310,7 +310,7 @@ def test_hostile_code_is_contained(tmp_path):
     assert env.step([0], [py("print('alive')")]).observations == [ok("alive")]
 
 
-# -- prompts and experiment rows ----------------------------------------------------------------------
+# -- prompts and agent rows ---------------------------------------------------------------------------
 
 
 def test_the_prompt_source_adds_the_protocol_and_a_worked_example():
@@ -342,10 +342,11 @@ def test_the_prompt_source_adds_the_protocol_and_a_worked_example():
         assert 60 < len(b.prompt_ids) - len(a.prompt_ids) < 200  # the example's tokens
 
 
-@pytest.mark.parametrize("row", ["python_tool_grpo_cpu", "python_tool_mintrl_const_cpu"])
-def test_the_experiment_rows_compose_and_instantiate(row):
+@pytest.mark.parametrize("row", ["grpo", "mintrl_const"])
+def test_the_agent_rows_compose_and_instantiate(row):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=["paths.output_dir=/tmp/mintrl-test", f"experiment=agent/{row}"])
+        overrides = ["paths.output_dir=/tmp/mintrl-test", f"method={row}", "preset=cpu_python_tool"]
+        cfg = compose("train", overrides=overrides)
     check_config(cfg)
     assert cfg.get("reward") is None and cfg.rollout._target_ == "mintrl.rollout.episodes.EpisodeRollout"
     env = instantiate(cfg.env)
@@ -353,6 +354,6 @@ def test_the_experiment_rows_compose_and_instantiate(row):
     prompts = instantiate(cfg.data.prompts)
     assert isinstance(prompts, PythonToolPrompts) and prompts.example and prompts.task == "basic_arithmetic"
     judge = instantiate(cfg.judge, context=None)
-    assert type(judge).__name__ == ("KeepJudge" if row.endswith("grpo_cpu") else "RuleJudge")
-    if row.endswith("grpo_cpu"):
+    assert type(judge).__name__ == ("KeepJudge" if row == "grpo" else "RuleJudge")
+    if row == "grpo":
         assert (cfg.rollout.n_control, cfg.rollout.n_semi) == (4, 0)

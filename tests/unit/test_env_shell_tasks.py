@@ -1,6 +1,6 @@
 """env=shell: the action protocol and answer checks, the task generator (determinism, labels equal
 to what the reference commands print in the sandbox, disjoint splits), the prompt source, the
-AgentBench OS loader on a file written here, the shell judge, and the experiment rows."""
+AgentBench OS loader on a file written here, the shell judge, and the agent rows."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from hydra.utils import instantiate
 from shell_helpers import FILES, JUDGE_UID, LOADER_UID, bash, item, sandbox_processes
 from transformers import AutoTokenizer
 
+from mintrl.build.checks import check_config
+from mintrl.build.config import CONFIG_DIR
+from mintrl.core.verdict import ReviewRequest
 from mintrl.data.base import InvalidRow, RowFilter
 from mintrl.env.shell.environment import ShellEnvironment
 from mintrl.env.shell.loader import load_os_tasks
@@ -19,11 +22,8 @@ from mintrl.env.shell.protocol import EMPTY_COMMAND, NO_ACTION, answers_match, n
 from mintrl.env.shell.session import ShellLimits, run_script
 from mintrl.env.shell.source import ShellTasks
 from mintrl.env.shell.tasks import KINDS, PROTOCOL, Difficulty, generate_task, render_instruction
-from mintrl.judge.base import ReviewRequest
 from mintrl.judge.shell import ShellJudge
 from mintrl.model.loading import embedded_smollm2_folder
-from mintrl.training.checks import check_config
-from mintrl.training.config import CONFIG_DIR
 
 LIMITS = ShellLimits(wall_s=10.0, memory_mb=256, processes=16, tmp_mb=16)
 
@@ -198,10 +198,11 @@ def test_the_judge_runs_the_command_on_the_initial_state():
 # -- configs --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("row", ["shell_grpo_cpu", "shell_mintrl_const_cpu"])
-def test_the_experiment_rows_compose_and_instantiate(row):
+@pytest.mark.parametrize("row", ["grpo", "mintrl_const"])
+def test_the_agent_rows_compose_and_instantiate(row):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=["paths.output_dir=/tmp/mintrl-test", f"experiment=agent/{row}"])
+        overrides = ["paths.output_dir=/tmp/mintrl-test", f"method={row}", "preset=cpu_shell"]
+        cfg = compose("train", overrides=overrides)
     check_config(cfg)
     assert cfg.get("reward") is None and cfg.rollout._target_ == "mintrl.rollout.episodes.EpisodeRollout"
     env = instantiate(cfg.env)
@@ -209,6 +210,6 @@ def test_the_experiment_rows_compose_and_instantiate(row):
     prompts = instantiate(cfg.data.prompts)
     assert isinstance(prompts, ShellTasks) and prompts.difficulty.kinds == ("count_files", "file_content")
     judge = instantiate(cfg.judge, context=None)
-    assert type(judge).__name__ == ("KeepJudge" if row.endswith("grpo_cpu") else "ShellJudge")
-    if row.endswith("grpo_cpu"):
+    assert type(judge).__name__ == ("KeepJudge" if row == "grpo" else "ShellJudge")
+    if row == "grpo":
         assert (cfg.rollout.n_control, cfg.rollout.n_semi) == (4, 0)

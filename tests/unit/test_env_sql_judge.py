@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from sql_helpers import task
 
-from mintrl.judge.base import KEEP, REVISE, ReviewRequest
+from mintrl.core.verdict import KEEP, REVISE, ReviewRequest
 from mintrl.judge.sql import SqlJudge, step_at
 
 SELECT = task()  # SELECT age FROM people WHERE name = 'Ann' -> 34

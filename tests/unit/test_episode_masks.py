@@ -9,8 +9,8 @@ import pytest
 import torch
 from update_helpers import OBJECTIVES, make_objective, rollout_batch
 
+from mintrl.core.batch import Provenance
 from mintrl.objective import anchored_log_ratio, step_totals
-from mintrl.rollout.batch import Provenance
 from mintrl.training.module import PolicyModule
 
 # (row, response offsets) that are environment tokens; none is an intervention token (rows 2, 5, 7

@@ -4,9 +4,9 @@ omitted kinds a run showed 5 query errors a step on steps that had none)."""
 
 from collections import Counter
 
+from mintrl.core.batch import Rollout, TurnRecord
 from mintrl.env.python_tool.environment import PythonToolEnvironment
 from mintrl.env.sql.environment import SqlEnvironment
-from mintrl.rollout.batch import Rollout, TurnRecord
 from mintrl.rollout.episodes import episode_stats
 
 

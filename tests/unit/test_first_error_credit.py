@@ -5,10 +5,10 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from mintrl.build.checks import check_first_error
+from mintrl.core.batch import RolloutBatch
 from mintrl.objective import FirstErrorCredit, first_error_token_advantages, step_totals, unmarked_failed_errors
 from mintrl.objective.first_error import response_start
-from mintrl.rollout.batch import RolloutBatch
-from mintrl.training.checks import check_first_error
 
 
 def test_token_advantages_by_hand():
@@ -160,6 +160,6 @@ def _cfg(judge: str, rollout: str = "mintrl.rollout.semi_on_policy.SemiOnPolicyR
 def test_config_check_needs_a_judge_that_finds_errors():
     check_first_error(_cfg("mintrl.judge.rule.RuleJudge"))
     with pytest.raises(ValueError, match="judge=KeepJudge never finds one"):
-        check_first_error(_cfg("mintrl.judge.none.KeepJudge"))
+        check_first_error(_cfg("mintrl.judge.keep.KeepJudge"))
     with pytest.raises(ValueError, match="needs the single-turn rollout"):
         check_first_error(_cfg("mintrl.judge.rule.RuleJudge", "mintrl.rollout.episodes.EpisodeRollout"))

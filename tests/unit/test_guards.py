@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from mintrl.judge.base import FAILED, KEEP, REVISE, Judge, ReviewRequest, Verdict
+from mintrl.core.verdict import FAILED, KEEP, REVISE, ReviewRequest, Verdict
+from mintrl.judge.base import Judge
 from mintrl.rollout.guards import FaultCounts, GuardedJudge, GuardedReward, review_guarded, score_rewards_guarded
 
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 from update_helpers import OBJECTIVES, make_objective, rollout_batch
 
+from mintrl.core.batch import Provenance, Rollout, RolloutBatch, collate_rollouts
 from mintrl.data.solutions import arithmetic_solution, code_solution, reasoning_gym_solution
 from mintrl.guide.base import failed_groups
 from mintrl.guide.prefix import cosine_fraction, prefix_length
 from mintrl.objective import GRPO, LUFFY, anchored_log_ratio, shaped_probability, step_totals
-from mintrl.rollout.batch import Provenance, Rollout, RolloutBatch, collate_rollouts
 from mintrl.rollout.stats import guide_stats
 from mintrl.training.module import PolicyModule
 

@@ -16,15 +16,15 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from mintrl.eval.pass_at_k import PassAtK, pass_at_k
+from mintrl.build.checks import check_config
+from mintrl.build.config import CONFIG_DIR
+from mintrl.metrics.pass_at_k import PassAtK, pass_at_k
 from mintrl.model import load_policy
 from mintrl.model.logprobs import token_logprobs
 from mintrl.model.shared_prompts import shared_prompt_hidden
 from mintrl.objective import group_advantages, kl_penalty, mentor_advantages
 from mintrl.reward import MathVerifyReward, ReasoningGymReward, Reward, extract_answer, score_rewards
 from mintrl.rollout.guards import GuardedReward
-from mintrl.training.checks import check_config
-from mintrl.training.config import CONFIG_DIR
 
 # --- 1. all-equal groups give exactly zero advantage -------------------------------------------------
 
@@ -296,9 +296,9 @@ def _entropy_by_hand(model, ids: list[int], positions: list[int]) -> list[float]
 def test_train_entropy_counts_the_three_real_tokens_only():
     from functools import partial
 
+    from mintrl.core.batch import RolloutBatch
     from mintrl.objective import GRPO
     from mintrl.objective.aggregation import step_totals
-    from mintrl.rollout.batch import RolloutBatch
     from mintrl.training.module import PolicyModule
 
     model = _tiny_gpt2()

@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from mintrl.core.batch import RolloutBatch
 from mintrl.objective import (
     AdvantageRegression,
     anchor_logprobs,
@@ -14,7 +15,6 @@ from mintrl.objective import (
     regression_loss,
 )
 from mintrl.objective.aggregation import step_totals
-from mintrl.rollout.batch import RolloutBatch
 
 
 def test_control_baseline_uses_only_control_rollouts():

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from mintrl.eval.pass_at_k import PassAtK, correct_counts, pass_at_k
+from mintrl.metrics.pass_at_k import PassAtK, correct_counts, pass_at_k
 from mintrl.reward import MathVerifyReward
 
 NAN = float("nan")

@@ -10,6 +10,8 @@ import pytest
 import torch
 
 from mintrl.cli.rollouts import main as rollouts_main
+from mintrl.core.batch import BranchRecord, Rollout, collate_rollouts, concat_batches
+from mintrl.core.verdict import KEEP, REVISE, Verdict
 from mintrl.data.base import PromptItem
 from mintrl.eval.rollouts import (
     HIGHLIGHT_OFF,
@@ -24,8 +26,6 @@ from mintrl.eval.rollouts import (
     step_stats,
     summary_line,
 )
-from mintrl.judge.base import KEEP, REVISE, Verdict
-from mintrl.rollout.batch import BranchRecord, Rollout, collate_rollouts, concat_batches
 from mintrl.rollout.records import RecordWriter, batch_records, concat_records, record_path
 from mintrl.rollout.semi_on_policy import apply_verdict
 from mintrl.text.steps import split_steps

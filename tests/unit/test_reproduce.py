@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from multirun_helpers import write_intensity_multirun, write_reproduce_multirun
+from omegaconf import OmegaConf
 
+from mintrl.build.config import CONFIG_DIR
 from mintrl.cli.reproduce import main as reproduce_main
 from mintrl.eval import reproduce as rp
 from mintrl.eval.summary import Job
-from mintrl.training.config import CONFIG_DIR
 
 T2 = 4.3027  # t(0.975, 2): 3 seeds
 REPO = Path(__file__).resolve().parents[2]
@@ -355,24 +356,32 @@ def test_every_row_composes_with_the_hard_task_at_equal_budget(sweep):
 @pytest.mark.parametrize("sweep", ["guided", "lora"])
 def test_guided_and_lora_sweeps_run_their_rows_with_the_core_settings(sweep):
     params = _compose(f"+sweep={sweep}", hydra_config=True).hydra.sweeper.params
-    rows = params.experiment.split(",")
-    assert params.seed == "0"
-    expected = {
-        "guided": ["math/grpo_cpu", "math/mintrl_const_cpu", "math/bread_cpu", "math/prefix_rft_cpu",
-                   "math/luffy_cpu", "math/first_error_cpu", "math/int_cpu"],
-        "lora": ["math/grpo_lora_cpu", "math/mintrl_const_lora_cpu", "math/grpo_cpu", "math/mintrl_const_cpu"],
+    assert params.seed == "0" and "experiment" not in params
+    expected = {  # each sweep's rows: methods (configs/method) x presets
+        "guided": (["grpo", "mintrl_const", "bread", "prefix_rft", "luffy", "first_error", "int"], [None]),
+        "lora": (["grpo", "mintrl_const"], ["cpu_lora", "cpu_math"]),
     }[sweep]  # fmt: skip
-    assert rows == expected
-    for row in rows:
-        cfg = _compose(f"+sweep={sweep}", f"experiment={row}")
-        kw = cfg.data.prompts.task_kwargs
-        assert (kw.min_terms, kw.max_terms, kw.max_digits, list(kw.operators)) == (3, 3, 1, ["+"]), row
-        r = cfg.rollout
-        # every row samples 4 rollouts per prompt from the policy (guides add theirs on top)
-        assert (r.n_control + r.n_semi, cfg.trainer.max_steps, cfg.data.prompts_per_step) == (4, 12, 8), row
-        assert (r.max_response_tokens, cfg.data.prompts.val_size, cfg.data.val_samples_per_prompt) == (64, 96, 2)
-        assert cfg.task_name == sweep and cfg.callbacks.checkpoint.save_last is False
-        assert ("lora" in cfg.model) == row.endswith("_lora_cpu"), row
+    presets = params.preset.split(",") if "preset" in params else [None]
+    assert (params.method.split(","), presets) == expected
+    core = _compose("+sweep=reproduce_core", "experiment=math/mintrl_const_cpu")
+    settings = (  # the core sweep's settings, repeated in these sweeps' files
+        "data.prompts", "data.prompts_per_step", "data.val_samples_per_prompt", "trainer.max_steps",
+        "trainer.val_check_interval", "rollout.max_response_tokens", "callbacks",
+    )  # fmt: skip
+    for method in params.method.split(","):
+        for preset in presets:
+            cfg = _compose(f"+sweep={sweep}", f"method={method}", *([f"preset={preset}"] if preset else []))
+            row = (method, preset)
+            kw = cfg.data.prompts.task_kwargs
+            assert (kw.min_terms, kw.max_terms, kw.max_digits, list(kw.operators)) == (3, 3, 1, ["+"]), row
+            r = cfg.rollout
+            # every row samples 4 rollouts per prompt from the policy (guides add theirs on top)
+            assert (r.n_control + r.n_semi, cfg.trainer.max_steps, cfg.data.prompts_per_step) == (4, 12, 8), row
+            assert (r.max_response_tokens, cfg.data.prompts.val_size, cfg.data.val_samples_per_prompt) == (64, 96, 2)
+            assert cfg.task_name == sweep and cfg.callbacks.checkpoint.save_last is False
+            assert ("lora" in cfg.model) == (preset == "cpu_lora"), row
+            for key in settings:
+                assert OmegaConf.select(cfg, key) == OmegaConf.select(core, key), (row, key)
 
 
 def test_intensity_sweep_varies_the_three_knobs_around_the_core_setting():

@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
+from mintrl.core.verdict import KEEP, REVISE, UNPARSEABLE, ReviewRequest
 from mintrl.judge.arithmetic import evaluate, find_claims
-from mintrl.judge.base import KEEP, REVISE, UNPARSEABLE, ReviewRequest
 from mintrl.judge.rule import RuleJudge
 from mintrl.judge.self_privileged import parse_verdict
 from mintrl.text.steps import split_steps

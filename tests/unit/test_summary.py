@@ -9,10 +9,10 @@ import json
 import pytest
 from multirun_helpers import JOBS
 
+from mintrl.build.config import CONFIG_DIR
 from mintrl.cli.summary import main as summary_main
 from mintrl.eval import summary
 from mintrl.eval.keywords import keyword_counts, keyword_rates, keyword_shift, shift_table
-from mintrl.training.config import CONFIG_DIR
 
 
 def test_jobs_are_read_in_job_order_and_a_job_without_events_is_missing(multirun):
@@ -49,7 +49,7 @@ def test_no_intervention_detection_and_baseline_matching():
     assert summary.is_no_intervention(["judge=none"])
     assert summary.is_no_intervention(["+rollout.n_semi=0"])
     assert summary.is_no_intervention(["experiment=no_intervention"])
-    assert summary.is_no_intervention([], {"judge": {"_target_": "mintrl.judge.none.KeepJudge"}})
+    assert summary.is_no_intervention([], {"judge": {"_target_": "mintrl.judge.keep.KeepJudge"}})
     assert summary.is_no_intervention([], {"rollout": {"n_semi": 0}})
     assert not summary.is_no_intervention(
         ["judge=rule", "rollout.n_semi=2"], {"judge": {"_target_": "mintrl.judge.rule.RuleJudge"}}

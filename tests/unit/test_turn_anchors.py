@@ -20,9 +20,9 @@ from mintrl.allocation import (
     turn_anchors,
     turn_at,
 )
-from mintrl.rollout.batch import Rollout, TurnRecord
-from mintrl.training.checks import check_config
-from mintrl.training.config import CONFIG_DIR
+from mintrl.build.checks import check_config
+from mintrl.build.config import CONFIG_DIR
+from mintrl.core.batch import Rollout, TurnRecord
 
 
 def episode(kinds: list[str], action_lps: list[list[float]], reward: float, obs_len: int = 3) -> Rollout:
@@ -103,31 +103,33 @@ def test_turn_anchor_features_of_a_hand_made_pool():
 @pytest.mark.parametrize(
     "row,kind,budget",
     [
-        ("python_tool_rail_cpu", RailAllocation, 64),
-        ("python_tool_entropy_cpu", EntropyAllocation, 64),
-        ("shell_rail_cpu", RailAllocation, 64),
-        ("shell_entropy_cpu", EntropyAllocation, 64),
-        ("sql_rail_cpu", RailAllocation, 64),
-        ("sql_entropy_cpu", EntropyAllocation, 64),
-        ("sql_rail", RailAllocation, 512),
-        ("sql_entropy", EntropyAllocation, 512),
+        ("method=rail preset=cpu_python_tool", RailAllocation, 64),
+        ("method=entropy preset=cpu_python_tool", EntropyAllocation, 64),
+        ("method=rail preset=cpu_shell", RailAllocation, 64),
+        ("method=entropy preset=cpu_shell", EntropyAllocation, 64),
+        ("method=rail preset=cpu_sql", RailAllocation, 64),
+        ("method=entropy preset=cpu_sql", EntropyAllocation, 64),
+        ("experiment=paper/agent_rail", RailAllocation, 512),
+        ("experiment=paper/agent_entropy", EntropyAllocation, 512),
     ],
 )
 def test_agent_allocation_rows_compose_and_instantiate(row, kind, budget):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=["paths.output_dir=/tmp/mintrl-test", f"experiment=agent/{row}"])
+        cfg = compose("train", overrides=["paths.output_dir=/tmp/mintrl-test", *row.split()])
     check_config(cfg)
-    assert cfg.rollout._target_ == "mintrl.rollout.episodes.EpisodeRollout" and cfg.task_name == f"agent_{row}"
+    assert cfg.rollout._target_ == "mintrl.rollout.episodes.EpisodeRollout"
+    assert cfg.task_name == row.split()[0].split("=")[1].replace("/", "_")  # rail, paper_agent_rail, ...
     allocation = instantiate(cfg.allocation)
     # 8 (cpu) or 32 (paper) prompts x 8 or 16 rollouts per prompt
     assert type(allocation) is kind and allocation.budget_per_step == budget
     assert cfg.rollout.n_semi == 0 and cfg.objective._target_.endswith("GRPO")
 
 
-@pytest.mark.parametrize("row,n", [("sql_grpo8", 8), ("sql_grpo", 16), ("sql_grpo32", 32)])
-def test_uniform_grpo_rows_of_rails_table(row, n):
+@pytest.mark.parametrize("n", [8, 16, 32])
+def test_uniform_grpo_rows_of_rails_table(n):
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
-        cfg = compose("train", overrides=["paths.output_dir=/tmp/mintrl-test", f"experiment=agent/{row}"])
+        overrides = ["paths.output_dir=/tmp/mintrl-test", "method=grpo", "preset=paper_sql", f"rollout.n_control={n}"]
+        cfg = compose("train", overrides=overrides)
     check_config(cfg)
     assert (cfg.rollout.n_control, cfg.rollout.n_semi) == (n, 0) and cfg.allocation._target_.endswith(
         "Uniform" + "Allocation"

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:
     from mintrl.allocation.branching import Brancher
     from mintrl.allocation.budget import RolloutBudget
+    from mintrl.core.batch import Rollout
     from mintrl.data.base import PromptItem
-    from mintrl.rollout.batch import Rollout
 
 
 class Allocation(ABC):

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Sequence
 
 from mintrl.allocation.features import answer_diversity
+from mintrl.core.batch import BranchRecord, Rollout
 from mintrl.reward.base import score_rewards
-from mintrl.rollout.batch import BranchRecord, Rollout
 from mintrl.text.answer import extract_answer
 from mintrl.text.steps import split_steps, token_index_of_char
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mintrl.training.checks import check_int
+from mintrl.core.checks import check_int
 
 
 class RolloutBudget:

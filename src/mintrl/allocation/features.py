@@ -16,7 +16,7 @@ import math
 from typing import TYPE_CHECKING, Hashable, Sequence
 
 if TYPE_CHECKING:
-    from mintrl.rollout.batch import Rollout
+    from mintrl.core.batch import Rollout
 
 FEATURES = (
     "anchor_entropy",

@@ -17,7 +17,7 @@ from typing import Sequence
 import torch
 
 from mintrl.allocation.controller import GainController
-from mintrl.training.checks import check_int
+from mintrl.core.checks import check_int
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mintrl.rollout.batch import Rollout
+    from mintrl.core.batch import Rollout
 
 
 def turn_anchors(rollout: Rollout) -> list[tuple[int, int, int, float]]:

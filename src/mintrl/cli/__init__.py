@@ -2,5 +2,5 @@
 
 ``mintrl-train`` (:mod:`mintrl.cli.train`), ``mintrl-eval``, ``mintrl-pilot``, ``mintrl-serve``,
 ``mintrl-summary``, ``mintrl-keywords``. The Hydra entry points read their configs from
-:data:`mintrl.training.config.CONFIG_DIR`.
+:data:`mintrl.build.config.CONFIG_DIR`.
 """

@@ -6,8 +6,8 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
+from mintrl.build.config import CONFIG_DIR
 from mintrl.eval.evaluate import evaluate
-from mintrl.training.config import CONFIG_DIR
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="eval")

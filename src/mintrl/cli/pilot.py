@@ -8,8 +8,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from mintrl.build.config import CONFIG_DIR
 from mintrl.eval.pilot import format_table, run_pilot
-from mintrl.training.config import CONFIG_DIR
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="pilot")

@@ -15,8 +15,8 @@ import os
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from mintrl.training.config import CONFIG_DIR
-from mintrl.training.run import run
+from mintrl.build.config import CONFIG_DIR
+from mintrl.build.run import run
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="train")

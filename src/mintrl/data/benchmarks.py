@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from hydra.utils import get_class
 
+from mintrl.core.checks import check_int
 from mintrl.data.base import (
     DEFAULT_INSTRUCTION,
     InvalidRow,
@@ -26,7 +27,6 @@ from mintrl.data.base import (
 )
 from mintrl.data.code import CODE_INSTRUCTION, code_items, normalise_row
 from mintrl.data.solutions import champ_solution
-from mintrl.training.checks import check_int
 
 _WORD = re.compile(r"[A-Za-z]{2,}")
 MATH_WORDS = {"sqrt", "floor", "ceil", "pi", "ln", "log", "exp", "sin", "cos", "tan", "infty", "frac", "binom"}

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from mintrl.core.batch import RolloutBatch
+from mintrl.core.checks import check_int
 from mintrl.data.base import PromptItem, RowFilter
-from mintrl.rollout.batch import RolloutBatch
-from mintrl.training.checks import check_int
 
 log = logging.getLogger(__name__)
 

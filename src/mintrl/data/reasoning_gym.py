@@ -5,9 +5,9 @@ from __future__ import annotations
 import reasoning_gym
 from reasoning_gym.factory import DATASETS
 
+from mintrl.core.checks import check_int
 from mintrl.data.base import DEFAULT_INSTRUCTION, InvalidRow, PromptItem, PromptSource, RowFilter, prompt_ids
 from mintrl.data.solutions import reasoning_gym_solution
-from mintrl.training.checks import check_int
 
 
 class ReasoningGymPrompts(PromptSource):

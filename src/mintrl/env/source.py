@@ -9,8 +9,8 @@ import random
 from abc import abstractmethod
 from typing import Any, ClassVar, Hashable
 
+from mintrl.core.checks import check_int
 from mintrl.data.base import PromptItem, PromptSource, RowFilter, prompt_ids
-from mintrl.training.checks import check_int
 
 
 class EnvTaskSource(PromptSource):

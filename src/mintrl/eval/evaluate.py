@@ -2,7 +2,7 @@
 
 The benchmark's problems become the validation prompts of the usual data module; the Lightning
 Trainer's ``validate`` samples ``n`` responses per problem with the configured sampler (so
-``trainer=ddp`` shards problems over devices) and the module's :class:`mintrl.eval.pass_at_k.PassAtK`
+``trainer=ddp`` shards problems over devices) and the module's :class:`mintrl.metrics.pass_at_k.PassAtK`
 reduces the unbiased estimator over all ranks.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from mintrl.training.build import build_components
+from mintrl.build.components import build_components
 
 log = logging.getLogger(__name__)
 

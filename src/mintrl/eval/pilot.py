@@ -22,10 +22,11 @@ from typing import Sequence
 import torch
 from omegaconf import DictConfig
 
-from mintrl.judge.base import REVISE, Judge, Verdict
+from mintrl.build.components import build_components
+from mintrl.core.verdict import REVISE, Verdict
+from mintrl.judge.base import Judge
 from mintrl.judge.rule import RuleJudge
 from mintrl.rollout.stats import kappa_estimate
-from mintrl.training.build import build_components
 
 log = logging.getLogger(__name__)
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Sequence
 
+from mintrl.core.manifest import git_commit, machine, read_commit, read_started
 from mintrl.eval.knob_effects import main_effects
 from mintrl.eval.summary import (
     INTERVAL_NOTE,
@@ -68,7 +69,6 @@ from mintrl.eval.summary import (
     t_quantile_975,
 )
 from mintrl.eval.tensorboard import event_times
-from mintrl.training.provenance import git_commit, machine, read_commit, read_started
 
 # experiment config -> the row's name in the paper's terms
 ROW_NAMES = {
@@ -554,7 +554,7 @@ def wall_time(job_dirs: Sequence[Path], jobs: Sequence[Job]) -> dict:
 
 def job_commits(jobs: Sequence[Job]) -> dict[str, list[str]]:
     """``{commit: [job names]}`` from each job's ``provenance.json``
-    (:func:`mintrl.training.provenance.read_commit`), in order of first appearance; jobs without the file
+    (:func:`mintrl.core.manifest.read_commit`), in order of first appearance; jobs without the file
     are listed under ``not recorded``.
 
     Raises:

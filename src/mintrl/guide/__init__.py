@@ -6,6 +6,6 @@
 - ``demonstration`` (:class:`~mintrl.guide.demonstration.DemonstrationGuide`): a whole off-policy
   trace joins its prompt's group (LUFFY's mixed-in demonstrations).
 
-Guide tokens carry :attr:`mintrl.rollout.batch.Provenance.GUIDE`; the objective decides their
+Guide tokens carry :attr:`mintrl.core.batch.Provenance.GUIDE`; the objective decides their
 credit (:attr:`mintrl.objective.base.Objective.trains_guide_tokens`).
 """

@@ -6,9 +6,9 @@ import logging
 from dataclasses import dataclass
 from typing import Sequence
 
+from mintrl.core.batch import Rollout
+from mintrl.core.checks import check_choice, check_int, check_range
 from mintrl.data.base import PromptItem
-from mintrl.rollout.batch import Rollout
-from mintrl.training.checks import check_choice, check_int, check_range
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from mintrl.core.batch import Rollout
+from mintrl.core.checks import check_choice
 from mintrl.data.base import PromptItem
 from mintrl.guide.base import Guide, GuideStart, SolutionTokens
 from mintrl.intervention.base import InterventionRequest
-from mintrl.rollout.batch import Rollout
-from mintrl.training.checks import check_choice
 
 SOURCES = ("solution", "intervention")
 

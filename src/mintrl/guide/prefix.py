@@ -20,10 +20,10 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from mintrl.core.batch import Rollout
+from mintrl.core.checks import check_choice, check_int, check_range
 from mintrl.data.base import PromptItem
 from mintrl.guide.base import Guide, GuideStart, SolutionTokens
-from mintrl.rollout.batch import Rollout
-from mintrl.training.checks import check_choice, check_int, check_range
 
 SCHEDULES = ("constant", "cosine", "adaptive")
 

@@ -22,7 +22,7 @@ class ApiIntervention(Intervention):
     """Black-box intervention (see module docstring).
 
     Args:
-        context: the run's :class:`mintrl.training.build.ModelContext` (policy tokenizer).
+        context: the run's :class:`mintrl.build.components.ModelContext` (policy tokenizer).
         base_url, model, api_key_env, timeout_s, max_concurrency, max_retries: the endpoint.
         prompt: intervention template (``{question}``, ``{reference}``, ``{prefix}``, ``{max_words}``).
         demonstration: template of complete responses for the SFT stage (``{question}``, ``{reference}``).

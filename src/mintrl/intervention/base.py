@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from mintrl.judge.base import Verdict
+from mintrl.core.verdict import Verdict
 
 
 @dataclass
@@ -56,7 +56,7 @@ class Intervention(ABC):
     """Writes corrections in the policy's token ids (``intervention=`` config group).
 
     Contract: the constructor takes the keyword ``context`` (a
-    :class:`mintrl.training.build.ModelContext`), which ``build_components`` always passes; an
+    :class:`mintrl.build.components.ModelContext`), which ``build_components`` always passes; an
     intervention that needs no model accepts and ignores it.
 
     Attributes:
@@ -67,6 +67,13 @@ class Intervention(ABC):
     """
 
     white_box: bool = False
+
+    @classmethod
+    def generates_with_step0_policy(cls, config: Mapping) -> bool:
+        """Whether a intervention built from ``config`` (its config node) runs Hugging Face ``generate``
+        on the frozen step-0 policy (default False; a self-privileged intervention without a ``teacher``
+        does). Read by the config checks before anything is built."""
+        return False
 
     @abstractmethod
     def intervene(self, requests: Sequence[InterventionRequest], max_new_tokens: int) -> list[Correction]:

@@ -16,7 +16,7 @@ class RuleIntervention(Intervention):
     deterministic: every token's behaviour log-prob is 0 (probability 1).
 
     Args:
-        context: the run's :class:`mintrl.training.build.ModelContext` (for the policy tokenizer).
+        context: the run's :class:`mintrl.build.components.ModelContext` (for the policy tokenizer).
         template: wording around the corrected claim.
         demonstration: complete response written by :meth:`demonstrate`, with ``{reference}``.
     """

@@ -8,13 +8,13 @@ dropped from the correction (control returns to the policy, which decides when t
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
+from mintrl.core.checks import check_range
 from mintrl.intervention.base import Correction, Intervention, InterventionRequest
 from mintrl.model.tokens import chat_ids, same_vocabulary
 from mintrl.prompts.templates import load_prompt
 from mintrl.sampler.hf import HFSampler
-from mintrl.training.checks import check_range
 
 
 def privileged_prompt_ids(tokenizer, note: str, question: str, reference: str) -> list[int]:
@@ -27,7 +27,7 @@ class SelfPrivilegedIntervention(Intervention):
     """Continuation by the frozen base policy with the reference answer in its prompt.
 
     Args:
-        context: the run's :class:`mintrl.training.build.ModelContext` (gives the frozen step-0 model).
+        context: the run's :class:`mintrl.build.components.ModelContext` (gives the frozen step-0 model).
         temperature: sampling temperature of the intervention policy.
         teacher: None for the frozen step-0 policy, or a teacher model (``embedded``, HF folder or
             hub id), loaded once per run through ``context.teacher``. With the policy's vocabulary
@@ -37,6 +37,11 @@ class SelfPrivilegedIntervention(Intervention):
         note: user-message template with ``{question}`` and ``{reference}``: a shipped prompt
             name (``privileged_note``) or a file path (see :mod:`mintrl.prompts.templates`).
     """
+
+    @classmethod
+    def generates_with_step0_policy(cls, config: Mapping) -> bool:
+        """True without a ``teacher``: the intervention then generates from the frozen step-0 policy."""
+        return config.get("teacher") is None
 
     def __init__(
         self,

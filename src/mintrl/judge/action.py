@@ -22,8 +22,9 @@ from abc import abstractmethod
 from itertools import accumulate
 from typing import Any, ClassVar, Sequence
 
-from mintrl.judge.base import REVISE, Judge, ReviewRequest, Verdict
-from mintrl.training.checks import check_int
+from mintrl.core.checks import check_int
+from mintrl.core.verdict import REVISE, ReviewRequest, Verdict
+from mintrl.judge.base import Judge
 
 log = logging.getLogger(__name__)
 

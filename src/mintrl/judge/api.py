@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mintrl.judge.base import FAILED, Judge, ReviewRequest, Verdict
+from mintrl.core.checks import check_int
+from mintrl.core.verdict import FAILED, ReviewRequest, Verdict
+from mintrl.judge.base import Judge
 from mintrl.judge.self_privileged import format_review, parse_verdict
 from mintrl.model.endpoint import ChatEndpoint
 from mintrl.prompts.templates import load_prompt
-from mintrl.training.checks import check_int
 
 
 class ApiJudge(Judge):

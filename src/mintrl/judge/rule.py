@@ -18,8 +18,9 @@ from __future__ import annotations
 from itertools import accumulate
 from typing import Sequence
 
+from mintrl.core.verdict import REVISE, ReviewRequest, Verdict
 from mintrl.judge.arithmetic import answer_matches, find_claims
-from mintrl.judge.base import REVISE, Judge, ReviewRequest, Verdict
+from mintrl.judge.base import Judge
 from mintrl.text.answer import locate_answer
 from mintrl.text.steps import split_steps
 

@@ -8,13 +8,14 @@ out of range, is ``unparseable`` and counts as Keep.
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from mintrl.judge.base import KEEP, REVISE, UNPARSEABLE, Judge, ReviewRequest, Verdict
+from mintrl.core.checks import check_int
+from mintrl.core.verdict import KEEP, REVISE, UNPARSEABLE, ReviewRequest, Verdict
+from mintrl.judge.base import Judge
 from mintrl.model.tokens import chat_ids
 from mintrl.prompts.templates import load_prompt
 from mintrl.sampler.hf import HFSampler
-from mintrl.training.checks import check_int
 
 _VERDICT = re.compile(r"\b(KEEP|REVISE)\b(?:\s*(?:at\s+)?(?:step)?\s*(?:[\[#(:=-]\s*)?(\d+))?", re.I)
 _MARKUP = re.compile(r"[*_`]")
@@ -58,7 +59,7 @@ class SelfPrivilegedJudge(Judge):
     """LLM judge on the frozen base policy with privileged context (see module docstring).
 
     Args:
-        context: the run's :class:`mintrl.training.build.ModelContext`.
+        context: the run's :class:`mintrl.build.components.ModelContext`.
         teacher: None for the frozen step-0 policy (self, MInTRL section 5.1), or a teacher model
             (``embedded``, HF folder or hub id; e.g. the paper's Qwen3-4B-Instruct-2507), loaded once
             per run through ``context.teacher`` and shared with a teacher intervention.
@@ -68,6 +69,11 @@ class SelfPrivilegedJudge(Judge):
         prompt: judge template, a shipped name (``judge_math``, ``judge_code``) or a file path
             (see :mod:`mintrl.prompts.templates`).
     """
+
+    @classmethod
+    def generates_with_step0_policy(cls, config: Mapping) -> bool:
+        """True without a ``teacher``: the judge then generates from the frozen step-0 policy."""
+        return config.get("teacher") is None
 
     def __init__(
         self,

@@ -27,12 +27,12 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from mintrl.core.checks import check_int, check_range
 from mintrl.env.shell.environment import check_task
 from mintrl.env.shell.protocol import answers_match, find_command, parse_action
 from mintrl.env.shell.session import ShellLimits, run_script
 from mintrl.env.shell.tasks import reference_action
 from mintrl.judge.action import ActionJudge
-from mintrl.training.checks import check_int, check_range
 
 
 class ShellJudge(ActionJudge):

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from mintrl.core.checks import check_int, check_range
 from mintrl.env.sql.database import TaskDatabase, result_multiset
 from mintrl.env.sql.protocol import answers_match, find_query, parse_action
 from mintrl.env.sql.tasks import check_entry, reference_action
 from mintrl.judge.action import ActionJudge, step_at
-from mintrl.training.checks import check_int, check_range
 
 
 class SqlJudge(ActionJudge):

@@ -18,9 +18,9 @@ from typing import Callable
 
 import torch
 
+from mintrl.core.batch import RolloutBatch
 from mintrl.objective.advantages import valid_rows
 from mintrl.objective.aggregation import StepTotals
-from mintrl.rollout.batch import RolloutBatch
 
 # (model, input_ids [N, L], attention_mask [N, L], target_mask [N, L], temperature) -> log-probs [N, L], no grad
 LogprobFn = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor, float], torch.Tensor]
@@ -54,12 +54,12 @@ class Objective:
     """Base class: the loss mask and the three-phase contract (see module docstring).
 
     Contract: the constructor takes the keyword ``context`` (a
-    :class:`mintrl.training.build.ModelContext`: frozen step-0 policy, teachers), which
+    :class:`mintrl.build.components.ModelContext`: frozen step-0 policy, teachers), which
     ``build_components`` always passes; an objective that needs no model accepts and ignores it.
 
     Attributes:
         trains_guide_tokens: class-level capability; True when the objective puts guide tokens
-            (:attr:`mintrl.rollout.batch.Provenance.GUIDE`: a reference solution's prefix, a
+            (:attr:`mintrl.core.batch.Provenance.GUIDE`: a reference solution's prefix, a
             demonstration) into its loss mask and says how (the MInTRL regression anchors them like
             intervention tokens, LUFFY shapes them, SFT imitates them). False (default): guide
             tokens are context like the prompt: out of the loss, ratios, KL and every denominator,

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import torch
 
+from mintrl.core.batch import RolloutBatch
+from mintrl.core.checks import check_range
 from mintrl.objective.advantages import first_error_token_advantages, unmarked_failed_errors
 from mintrl.objective.grpo import GRPO
-from mintrl.rollout.batch import RolloutBatch
-from mintrl.training.checks import check_range
 
 
 def response_start(batch: RolloutBatch) -> torch.Tensor:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import torch
 
+from mintrl.core.batch import RolloutBatch
+from mintrl.core.checks import check_choice, check_range
 from mintrl.model.lora import frozen_step0
 from mintrl.objective.advantages import group_advantages
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate
 from mintrl.objective.base import Objective, ObjectiveOutput, Prepared
 from mintrl.objective.policy_gradient import KL_ESTIMATORS, clipped_surrogate, kl_penalty
-from mintrl.rollout.batch import RolloutBatch
-from mintrl.training.checks import check_choice, check_range
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

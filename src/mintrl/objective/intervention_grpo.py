@@ -23,13 +23,13 @@ import math
 
 import torch
 
+from mintrl.core.batch import RolloutBatch
+from mintrl.core.checks import check_choice, check_int
 from mintrl.objective.advantages import mentor_advantages
 from mintrl.objective.aggregation import StepTotals
 from mintrl.objective.base import ObjectiveOutput
 from mintrl.objective.grpo import GRPO
 from mintrl.objective.policy_gradient import importance_weight_stats
-from mintrl.rollout.batch import RolloutBatch
-from mintrl.training.checks import check_choice, check_int
 
 IMPORTANCE = ("rollout", "behaviour")
 SEMI_ADVANTAGES = ("group", "mentor")

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import torch
 
+from mintrl.core.batch import RolloutBatch
+from mintrl.core.checks import check_range
 from mintrl.objective.grpo import GRPO, masked_mean
 from mintrl.objective.policy_gradient import MAX_LOG_RATIO, clipped_surrogate, kl_penalty
-from mintrl.rollout.batch import RolloutBatch
-from mintrl.training.checks import check_range
 
 
 def shaped_probability(logprobs: torch.Tensor, gamma: float) -> torch.Tensor:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from mintrl.core.batch import RolloutBatch
+from mintrl.core.checks import check_choice, check_range
 from mintrl.intervention.self_privileged import privileged_prompt_ids
 from mintrl.model.tokens import same_vocabulary
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate
@@ -11,8 +13,6 @@ from mintrl.objective.base import Objective, ObjectiveOutput, Prepared
 from mintrl.objective.grpo import masked_mean
 from mintrl.objective.policy_gradient import clipped_surrogate
 from mintrl.prompts.templates import load_prompt
-from mintrl.rollout.batch import RolloutBatch
-from mintrl.training.checks import check_choice, check_range
 
 
 class OnPolicyDistillation(Objective):
@@ -24,7 +24,7 @@ class OnPolicyDistillation(Objective):
     updates per rollout batch stay on-policy-corrected. Rewards are not used (still logged).
 
     Args:
-        context: the run's :class:`mintrl.training.build.ModelContext` (policy tokenizer, teacher loading).
+        context: the run's :class:`mintrl.build.components.ModelContext` (policy tokenizer, teacher loading).
         teacher: teacher model: None (the frozen step-0 policy), ``embedded``, or an HF folder / hub
             id; it must have the policy's vocabulary.
         teacher_dtype: teacher weights dtype.

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import torch
 
+from mintrl.core.batch import RolloutBatch
+from mintrl.core.checks import check_range
 from mintrl.objective.advantages import control_advantages
 from mintrl.objective.aggregation import StepTotals, sequence_mean
 from mintrl.objective.base import Objective, ObjectiveOutput, Prepared
 from mintrl.objective.functional import anchored_log_ratio, regression_terms
-from mintrl.rollout.batch import RolloutBatch
-from mintrl.training.checks import check_range
 
 
 class AdvantageRegression(Objective):

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from mintrl.core.batch import RolloutBatch
+from mintrl.core.checks import check_choice
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate
 from mintrl.objective.base import Objective, ObjectiveOutput
 from mintrl.objective.grpo import masked_mean
-from mintrl.rollout.batch import RolloutBatch
-from mintrl.training.checks import check_choice
 
 
 class SupervisedNLL(Objective):

@@ -9,7 +9,7 @@ A branch at the anchor of turn ``t`` of a parent episode
 
 1. copies the parent's response up to the anchor, token in / token out: the exact ids, their
    log-probs, behaviour log-probs and provenance (policy, intervention, environment), and the
-   parent's first ``t`` :class:`~mintrl.rollout.batch.TurnRecord`;
+   parent's first ``t`` :class:`~mintrl.core.batch.TurnRecord`;
 2. rebuilds the environment state at the anchor by replaying the parent's first ``t`` actions
    (their text, decoded from the parent's ids as the environment first received it) in fresh
    episodes: ``env.reset`` with the branch's ``m`` copies of the task, then ``t`` steps.
@@ -43,8 +43,8 @@ import torch
 from mintrl.allocation.branching import Brancher
 from mintrl.allocation.features import tool_sequence_diversity
 from mintrl.allocation.turns import kind_sequence, turn_anchors, turn_at
+from mintrl.core.batch import BranchRecord, Rollout
 from mintrl.data.base import PromptItem
-from mintrl.rollout.batch import BranchRecord, Rollout
 
 if TYPE_CHECKING:
     from mintrl.rollout.episodes import EpisodeRollout

@@ -10,7 +10,7 @@ token budget; the action's text (decoded for the environment only) goes to
 chat template, appended as **ids**: the template's turn wrapper is tokenized once
 (:func:`turn_wrapper`), the observation text is tokenized on its own and capped, and nothing the
 policy sampled is ever decoded and re-encoded for training. Every response token carries its
-provenance (:class:`mintrl.rollout.batch.Rollout`: policy, intervention, environment); the
+provenance (:class:`mintrl.core.batch.Rollout`: policy, intervention, environment); the
 environment's tokens are out of the loss, the KL, the entropy and every denominator because they
 are not in ``RolloutBatch.response_mask`` (see its docstring).
 
@@ -39,14 +39,14 @@ from typing import Sequence
 
 import torch
 
+from mintrl.core.batch import Rollout, RolloutBatch, TurnRecord, collate_rollouts
+from mintrl.core.checks import check_int
+from mintrl.core.verdict import ReviewRequest
 from mintrl.data.base import PromptItem
 from mintrl.env.base import Environment, StepResult
-from mintrl.judge.base import ReviewRequest
-from mintrl.rollout.batch import Rollout, RolloutBatch, TurnRecord, collate_rollouts
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout, apply_verdict
 from mintrl.rollout.stats import rollout_stats
 from mintrl.text.steps import split_steps
-from mintrl.training.checks import check_int
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
-from mintrl.judge.base import REVISE, ReviewRequest, Verdict
+from mintrl.core.verdict import REVISE, ReviewRequest, Verdict
 from mintrl.text.steps import split_steps, token_index_of_char
 
 

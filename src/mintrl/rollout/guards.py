@@ -27,9 +27,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from mintrl.judge.base import FAILED, Judge, ReviewRequest, Verdict
+from mintrl.core.checks import check_range
+from mintrl.core.verdict import FAILED, ReviewRequest, Verdict
+from mintrl.judge.base import Judge
 from mintrl.reward.base import FunctionReward, Reward, check_reward_count
-from mintrl.training.checks import check_range
 
 log = logging.getLogger(__name__)
 

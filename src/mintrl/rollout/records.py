@@ -18,16 +18,16 @@ order (groups of a prompt together, control rollouts first), with the keys:
   when the objective computes none, e.g. distillation, and for validation); ``trains``: the row is
   in the loss (null for validation);
 - ``reviews``: the judge's verdicts in order, ``{"round", "kind", "step", "correction", "revised",
-  "at_token", "written", "written_text"}`` (see :class:`mintrl.rollout.batch.ReviewRecord`;
+  "at_token", "written", "written_text"}`` (see :class:`mintrl.core.batch.ReviewRecord`;
   ``written_text`` decodes the intervention tokens written after the verdict);
 - ``first_error``: the response token where the judge marked a failed rollout's first wrong step
-  (``objective=first_error``: :attr:`mintrl.rollout.batch.RolloutBatch.first_error`); null where none
+  (``objective=first_error``: :attr:`mintrl.core.batch.RolloutBatch.first_error`); null where none
   was marked or no judge marks them;
 - ``branch``: null, or how the allocation branched the rollout ``{"kind", "anchor", "parent",
-  "temperature"}`` (see :class:`mintrl.rollout.batch.BranchRecord`);
+  "temperature"}`` (see :class:`mintrl.core.batch.BranchRecord`);
 - ``turns``: an episode's action turns in order (empty for single-turn rollouts), ``{"kind",
   "invalid", "intervened", "action", "observation", "action_tokens", "observation_tokens"}``
-  (see :class:`mintrl.rollout.batch.TurnRecord`; ``action`` decodes the action's tokens).
+  (see :class:`mintrl.core.batch.TurnRecord`; ``action`` decodes the action's tokens).
 
 :class:`RecordWriter` writes them with the standard library (gzip + json) under a size cap;
 :mod:`mintrl.eval.rollouts` reads and prints them (``mintrl-rollouts``).
@@ -41,8 +41,8 @@ import math
 import os
 from pathlib import Path
 
-from mintrl.rollout.batch import Provenance, RolloutBatch, RolloutTrace
-from mintrl.training.checks import check_range
+from mintrl.core.batch import Provenance, RolloutBatch, RolloutTrace
+from mintrl.core.checks import check_range
 
 SPLITS = ("train", "val")
 _BY = {
@@ -79,7 +79,7 @@ def _segments(tokenizer, ids: list[int], by: list[str]) -> list[dict]:
 
 
 def _turns(tokenizer, ids: list[int], turns) -> list[dict]:
-    """The records of an episode's turns (:class:`mintrl.rollout.batch.TurnRecord`)."""
+    """The records of an episode's turns (:class:`mintrl.core.batch.TurnRecord`)."""
     return [
         {
             "kind": t.kind,
@@ -181,7 +181,7 @@ def batch_records(batch: RolloutBatch, tokenizer, split: str, step: int) -> list
 def concat_records(parts: list[tuple[int, list[dict]]]) -> list[dict]:
     """Records of several batches (data-parallel ranks, validation batches) as one step's list:
     ``parts`` is ``[(num_groups, records), ...]``; rows, groups and branch parents are offset by
-    the rows and groups before them, so they stay apart (as :func:`mintrl.rollout.batch.concat_batches`
+    the rows and groups before them, so they stay apart (as :func:`mintrl.core.batch.concat_batches`
     does for tensors). Returns new dicts; the inputs are not changed."""
     out, rows, groups = [], 0, 0
     for num_groups, records in parts:

@@ -21,19 +21,20 @@ from tqdm.auto import tqdm
 from mintrl.allocation.base import Allocation
 from mintrl.allocation.branching import Brancher
 from mintrl.allocation.budget import RolloutBudget
+from mintrl.core.batch import BranchRecord, Provenance, ReviewRecord, Rollout, RolloutBatch, collate_rollouts
+from mintrl.core.checks import check_int, check_range
+from mintrl.core.verdict import FAILED, REVISE, UNPARSEABLE, ReviewRequest
 from mintrl.data.base import PromptItem
 from mintrl.guide.base import Guide
 from mintrl.intervention.base import Intervention, InterventionRequest
-from mintrl.judge.base import FAILED, REVISE, UNPARSEABLE, Judge, ReviewRequest
+from mintrl.judge.base import Judge
 from mintrl.reward.base import Reward, score_rewards
-from mintrl.rollout.batch import BranchRecord, Provenance, ReviewRecord, Rollout, RolloutBatch, collate_rollouts
 from mintrl.rollout.first_error import is_failed, locate_first_errors
 from mintrl.rollout.guards import GuardedJudge, GuardedReward
 from mintrl.rollout.schedule import InterventionSchedule
 from mintrl.rollout.stats import guide_stats, rollout_stats
 from mintrl.sampler.base import Sampler
 from mintrl.text.steps import split_steps, token_index_of_char
-from mintrl.training.checks import check_int, check_range
 
 
 def apply_verdict(
@@ -56,7 +57,7 @@ def apply_verdict(
     ``e``) is not applied: the chunk is kept as sampled, counted in ``rollout.early_cuts``
     (``min_kept_tokens=1``: no correction replaces a response from its first token). Counts
     reviews, revisions and unparseable verdicts, and appends the review to ``rollout.review_records``
-    (:class:`mintrl.rollout.batch.ReviewRecord`).
+    (:class:`mintrl.core.batch.ReviewRecord`).
 
     Args:
         rollout: the rollout to extend (mutated). ids, logprobs: the chunk's tokens and log-probs.
@@ -142,7 +143,7 @@ class SemiOnPolicyRollout:
             ``judge/{errors,timeouts,garbage}`` and ``reward/{failed,timeout}``.
         mark_first_error: after scoring, the judge reviews each failed rollout's whole response
             once (one batched call) and marks the token where its first wrong step starts
-            (:attr:`mintrl.rollout.batch.Rollout.first_error`; :mod:`mintrl.rollout.first_error`).
+            (:attr:`mintrl.core.batch.Rollout.first_error`; :mod:`mintrl.rollout.first_error`).
             Set by the run when the objective declares ``needs_first_error`` (``objective=first_error``).
 
     Attributes:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from mintrl.rollout.batch import Rollout
+from mintrl.core.batch import Rollout
 
 
 def _mean(values) -> float:

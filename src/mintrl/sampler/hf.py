@@ -8,11 +8,11 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
+from mintrl.core.checks import check_int
 from mintrl.model.logprobs import token_logprobs
 from mintrl.model.shared_prompts import CACHE_ARG
 from mintrl.sampler.base import Generation, Sampler, check_generate_args
 from mintrl.sampler.weights import is_sharded, weights_version
-from mintrl.training.checks import check_int
 
 
 def eos_ids_of(model: PreTrainedModel, tokenizer=None) -> tuple[int, ...]:

@@ -9,7 +9,7 @@ The same contract as :class:`mintrl.sampler.HFSampler` (see :mod:`mintrl.sampler
   mode ignores the temperature.
 - ``top_p < 1``: vLLM's processed log-probs are then renormalised over the kept nucleus while the
   trainer's are over the full vocabulary, so training configs refuse it
-  (:func:`mintrl.training.checks.check_config`); evaluation may use it (its log-probs are not trained on).
+  (:func:`mintrl.core.checks.check_config`); evaluation may use it (its log-probs are not trained on).
 - Continuation from given ids (a chunk, or a truncated + corrected prefix) reuses the engine's
   prefix cache for the unchanged blocks of the prefix.
 
@@ -43,10 +43,10 @@ from typing import Any, Sequence
 import torch
 from transformers import PreTrainedModel
 
+from mintrl.core.checks import check_choice, check_int, check_range
 from mintrl.sampler.base import Generation, Sampler, check_generate_args
 from mintrl.sampler.hf import eos_ids_of, score_sequences
 from mintrl.sampler.weights import hf_state_dict, is_sharded, save_hf_folder, weights_version
-from mintrl.training.checks import check_choice, check_int, check_range
 
 # The CPU build refuses to start without a KV-cache size (GiB) or takes ~16 GiB; by default it keeps
 # one core for its front end. In-process mode starts in seconds and lets weights move as tensors.

@@ -25,12 +25,12 @@ from dataclasses import dataclass
 
 import torch
 
+from mintrl.core.batch import Rollout
+from mintrl.core.checks import check_int
 from mintrl.intervention.base import Correction, InterventionRequest
 from mintrl.reward.base import score_rewards
-from mintrl.rollout.batch import Rollout
 from mintrl.rollout.first_error import FirstError, is_failed, locate_first_errors
 from mintrl.sft.stage import SFTStage
-from mintrl.training.checks import check_int
 
 log = logging.getLogger(__name__)
 

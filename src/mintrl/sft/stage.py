@@ -17,12 +17,12 @@ import torch
 from hydra.utils import instantiate
 from torch.utils.data import DataLoader, IterableDataset
 
+from mintrl.core.batch import Rollout, collate_rollouts
+from mintrl.core.checks import check_int
 from mintrl.intervention.base import InterventionRequest
 from mintrl.objective.sft import SupervisedNLL
 from mintrl.reward.base import score_rewards
-from mintrl.rollout.batch import Rollout, collate_rollouts
 from mintrl.training.callbacks.export import HFExport
-from mintrl.training.checks import check_int
 from mintrl.training.module import PolicyModule
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ class SFTStage:
         Subclasses change the data source (:class:`mintrl.sft.interventions.InterventionSFTStage`).
 
         Args:
-            components: the run's :class:`mintrl.training.build.Components`. items: training prompts.
+            components: the run's :class:`mintrl.build.components.Components`. items: training prompts.
 
         Returns:
             ``(kept, counts)``: counts ``demonstrations``, ``kept``, ``kept_reward`` (mean reward of the kept).
@@ -165,7 +165,7 @@ class SFTStage:
         """Collect, filter, fine-tune ``components.context.policy`` in place, export.
 
         Args:
-            components: the run's :class:`mintrl.training.build.Components`.
+            components: the run's :class:`mintrl.build.components.Components`.
             trainer_cfg: the run's ``trainer`` config (device, precision), reused with ``steps``.
             logger: a Lightning logger for the stage's curves (``objective/nll``, ``train/loss``), or False.
 

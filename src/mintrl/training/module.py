@@ -19,13 +19,13 @@ import lightning.pytorch as L
 import torch
 from lightning.pytorch.utilities import grad_norm
 
-from mintrl.eval.pass_at_k import PassAtK
+from mintrl.core.batch import RolloutBatch
+from mintrl.core.checks import check_int, check_range
+from mintrl.metrics.pass_at_k import PassAtK
 from mintrl.model.logprobs import token_logprobs
 from mintrl.model.lora import is_lora
 from mintrl.objective.aggregation import StepTotals, step_totals
-from mintrl.rollout.batch import RolloutBatch
 from mintrl.sampler.weights import is_sharded, strip_wrapper_prefixes
-from mintrl.training.checks import check_int, check_range
 from mintrl.training.step_logging import log_step
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class PolicyModule(L.LightningModule):
         max_grad_norm: clip the global gradient L2 norm to this before each update (None: no clipping).
         val_pass_at_k: the ``k`` of the logged ``val/pass@k`` (unbiased estimator over
             ``data.val_samples_per_prompt`` samples per validation prompt; ``k`` above that is refused by
-            :func:`mintrl.training.checks.check_config` and by :class:`~mintrl.eval.pass_at_k.PassAtK`).
+            :func:`mintrl.core.checks.check_config` and by :class:`~mintrl.metrics.pass_at_k.PassAtK`).
         gradient_checkpointing: recompute each decoder layer's forward during the backward pass
             instead of keeping its activations (Hugging Face ``activation_checkpointing_enable``,
             non-reentrant). Cuts the activation memory of an update from ``O(layers x tokens)`` to

@@ -32,13 +32,13 @@ from typing import Sequence
 
 import reasoning_gym
 
+from mintrl.core.checks import check_int, check_range
 from mintrl.data.base import PromptItem
 from mintrl.env.base import ActionOutcome, Counters, Environment, StepResult, check_episodes, check_step, step_result
 from mintrl.env.python_tool.program import program_source, result_text
 from mintrl.env.python_tool.protocol import output_observation, parse_action
 from mintrl.reward.reasoning_gym import ReasoningGymReward
 from mintrl.reward.sandbox import Outcome, Program, Sandbox
-from mintrl.training.checks import check_int, check_range
 
 log = logging.getLogger(__name__)
 

@@ -39,11 +39,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from mintrl.core.checks import check_int, check_range
 from mintrl.data.base import PromptItem
 from mintrl.env.base import Counters, SerialEnvironment, check_episodes
 from mintrl.env.shell.protocol import CHECKS, answers_match, output_observation, parse_action
 from mintrl.env.shell.session import CommandResult, ShellLimits, ShellSession
-from mintrl.training.checks import check_int, check_range
 
 log = logging.getLogger(__name__)
 

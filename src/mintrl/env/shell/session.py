@@ -38,8 +38,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from mintrl.core.checks import check_range
 from mintrl.reward.sandbox.runner import launcher_config, start_launcher
-from mintrl.training.checks import check_range
 
 BASH = ("/bin/bash", "--noprofile", "--norc")
 _READ_CHUNK = 1 << 20  # bytes per read

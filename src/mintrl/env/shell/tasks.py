@@ -30,7 +30,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from mintrl.training.checks import check_int, check_range
+from mintrl.core.checks import check_int, check_range
 
 ROOT = "~/data"
 MTIME = "2024-01-01 00:00:00 UTC"  # every generated file's and folder's modification time

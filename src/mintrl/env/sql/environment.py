@@ -26,12 +26,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from mintrl.core.checks import check_int, check_range
 from mintrl.data.base import PromptItem
 from mintrl.env.base import Counters, SerialEnvironment, check_episodes
 from mintrl.env.sql.database import TaskDatabase
 from mintrl.env.sql.protocol import answers_match, parse_action, result_observation
 from mintrl.env.sql.tasks import check_entry, expected_table
-from mintrl.training.checks import check_int, check_range
 
 log = logging.getLogger(__name__)
 

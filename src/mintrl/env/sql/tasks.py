@@ -26,8 +26,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from mintrl.core.checks import check_int, check_range
 from mintrl.env.sql.database import TaskDatabase, check_table, quote_ident, render_rows, render_value
-from mintrl.training.checks import check_int, check_range
 
 KINDS = ("select", "insert", "update", "delete")
 PROTOCOL = (

@@ -33,7 +33,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Sequence
 
-from mintrl.training.checks import check_range
+from mintrl.core.checks import check_range
 
 log = logging.getLogger(__name__)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import lightning.pytorch as L
 import torch.distributed as dist
 
-from mintrl.rollout.batch import RolloutBatch
+from mintrl.core.batch import RolloutBatch
+from mintrl.core.checks import check_range
 from mintrl.rollout.records import RecordWriter, batch_records, concat_records
-from mintrl.training.checks import check_range
 
 log = logging.getLogger(__name__)
 

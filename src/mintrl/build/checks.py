@@ -1,0 +1,143 @@
+"""Cross-field checks of a composed config: what no single component can see (relations between
+config groups), checked before any model is loaded. Each component checks its own fields with
+:mod:`mintrl.core.checks`; the checks here ask a component's class what it declares
+(``runs_sharded``, ``handles_code``, ``serves_code``, ``multi_turn``, ``finds_errors``,
+``needs_first_error``, ``uses_step0_policy``) and never test a class's name.
+"""
+
+from __future__ import annotations
+
+from hydra.utils import get_class
+from omegaconf import DictConfig, OmegaConf
+
+from mintrl.core.checks import check_int
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Reject a composed config whose groups do not fit together, before any model is loaded.
+
+    Raises:
+        ValueError: ``trainer.max_steps`` not a positive multiple of the optimizer updates per
+            rollout batch (``module.epochs x module.minibatches``); ``rollout.top_p < 1`` in a
+            training run (see :mod:`mintrl.sampler.vllm`); ``trainer=fsdp`` with a sampler that
+            cannot run on sharded weights (``Sampler.runs_sharded``); code problems
+            (``PromptSource.serves_code``) scored by a reward without ``Reward.handles_code``, or
+            the reverse; a ``module.val_pass_at_k`` above ``data.val_samples_per_prompt`` (pass@k
+            needs ``k <= n``); ``env=`` without ``rollout=episodes`` or the reverse (an environment
+            is driven only by the multi-turn rollout, which needs one); a LoRA policy under FSDP
+            with a self-privileged judge or intervention on the step-0 policy
+            (:func:`check_lora_step0_generation`).
+    """
+    top_p = (cfg.get("rollout") or {}).get("top_p", 1.0)
+    if cfg.get("train", True) and isinstance(top_p, (int, float)) and top_p < 1:
+        raise ValueError(
+            f"rollout.top_p={top_p} < 1 is refused for training: engines report log-probs renormalised over "
+            "the nucleus (vLLM) while the trainer's are over the full vocabulary, so the objective would "
+            "train on mismatched log-probs; sample with top_p=1 (evaluation, mintrl-eval, may use top_p < 1)"
+        )
+    strategy = (cfg.get("trainer") or {}).get("strategy")
+    strategy = str(strategy.get("_target_", "") if isinstance(strategy, DictConfig) else strategy or "")
+    sampler = component_class(cfg, "sampler")
+    if "fsdp" in strategy.lower() and sampler is not None and not sampler.runs_sharded:
+        raise ValueError(
+            "trainer=fsdp needs sampler=vllm: Hugging Face generate cannot run on FSDP-sharded weights "
+            "outside the training forward"
+        )
+    if "fsdp" in strategy.lower():
+        check_lora_step0_generation(cfg)
+    module = cfg.get("module") or {}
+    updates = int(module.get("epochs", 1) or 1) * int(module.get("minibatches", 1) or 1)
+    max_steps = (cfg.get("trainer") or {}).get("max_steps")
+    if max_steps is not None:
+        check_int("trainer.max_steps", max_steps)
+        if max_steps % updates:
+            raise ValueError(
+                f"trainer.max_steps={max_steps} (optimizer updates) must be a multiple of "
+                f"module.epochs x module.minibatches = {updates}"
+            )
+    ks = list(module.get("val_pass_at_k") or [])
+    samples = (cfg.get("data") or {}).get("val_samples_per_prompt")
+    if ks and isinstance(samples, int) and max(int(k) for k in ks) > samples:
+        raise ValueError(
+            f"module.val_pass_at_k={list(ks)} has k={max(int(k) for k in ks)} > data.val_samples_per_prompt={samples}: "
+            "pass@k needs k <= n samples per validation prompt"
+        )
+    check_env_rollout(cfg)
+    check_first_error(cfg)
+    prompts, reward = component_class(cfg, "data.prompts"), component_class(cfg, "reward")
+    if prompts is not None and reward is not None:
+        code_prompts = prompts.serves_code(OmegaConf.select(cfg, "data.prompts"))
+        if code_prompts != reward.handles_code:
+            raise ValueError(
+                f"data.prompts ({prompts.__name__}) and reward ({reward.__name__}) do not match: "
+                "code problems need reward=code (e.g. `data=humaneval reward=code`), other tasks another reward"
+            )
+
+
+def check_lora_step0_generation(cfg: DictConfig) -> None:
+    """Under FSDP, a LoRA policy's step-0 model is the sharded policy itself (adapter off), which
+    Hugging Face ``generate`` cannot run: a self-privileged judge or intervention without a
+    ``teacher`` would fail at its first call. (Full fine-tuning keeps an unsharded step-0 copy.)
+
+    Raises:
+        ValueError: ``model.lora`` set, and ``judge`` or ``intervention`` generates with the
+            step-0 policy (``generates_with_step0_policy``: self-privileged with ``teacher: null``).
+    """
+    if OmegaConf.select(cfg, "model.lora") is None:
+        return
+    for key in ("judge", "intervention"):
+        component = component_class(cfg, key)
+        if component is not None and component.generates_with_step0_policy(OmegaConf.select(cfg, key)):
+            raise ValueError(
+                f"{key}={component.__name__} with {key}.teacher=null generates from the step-0 policy, which under "
+                "model/lora and trainer=fsdp is the sharded policy itself: use a teacher model "
+                f"({key}.teacher=embedded or a path), an API judge, or trainer=gpu / ddp"
+            )
+
+
+def check_env_rollout(cfg: DictConfig) -> None:
+    """``env=`` and ``rollout=episodes`` come together (the rollout engine declares
+    ``multi_turn``).
+
+    Raises:
+        ValueError: an environment with a single-turn rollout engine, or the episode engine without
+            an environment.
+    """
+    has_env = OmegaConf.select(cfg, "env") is not None
+    rollout = component_class(cfg, "rollout")
+    if rollout is None:
+        return
+    if has_env and not rollout.multi_turn:
+        raise ValueError(f"env= is set but rollout={rollout.__name__} is single-turn: add rollout=episodes")
+    if rollout.multi_turn and not has_env:
+        raise ValueError("rollout=episodes needs an environment: add env=<name> (e.g. env=sql)")
+
+
+def check_first_error(cfg: DictConfig) -> None:
+    """An objective that reads the judge's first wrong step (``needs_first_error``) needs a judge
+    that can find one (``Judge.finds_errors``) and the single-turn rollout engine, which marks it.
+
+    Raises:
+        ValueError: ``objective=first_error`` with ``judge=none`` or with ``rollout=episodes``.
+    """
+    objective = component_class(cfg, "objective")
+    if objective is None or not objective.needs_first_error:
+        return
+    judge = component_class(cfg, "judge")
+    if judge is not None and not judge.finds_errors:
+        raise ValueError(
+            f"objective={objective.__name__} credits tokens by the judge's first wrong step, but "
+            f"judge={judge.__name__} never finds one: choose a judge (e.g. judge=rule)"
+        )
+    rollout = component_class(cfg, "rollout")
+    if rollout is not None and rollout.multi_turn:
+        raise ValueError(f"objective={objective.__name__} needs the single-turn rollout (rollout=semi_on_policy)")
+
+
+def component_class(cfg: DictConfig, key: str) -> type | None:
+    """The class a config node's ``_target_`` names (imported, not instantiated), so that a check
+    can ask it what it declares (``runs_sharded``, ``handles_code``, ``serves_code``); None when
+    the node or its ``_target_`` is absent."""
+    node = OmegaConf.select(cfg, key)
+    target = node.get("_target_") if isinstance(node, DictConfig) else None
+    return get_class(str(target)) if target else None

@@ -1,0 +1,123 @@
+"""Builds a run's components from a composed Hydra config (shared by the entry points and tests)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import lightning.pytorch as L
+from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig
+
+import mintrl.build.config  # noqa: F401  (registers the config resolvers)
+from mintrl.build.checks import check_config
+from mintrl.data.datamodule import RolloutDataModule
+from mintrl.model.loading import LoadedPolicy, check_model_path, embedded_smollm2, load_policy
+from mintrl.model.lora import frozen_step0
+from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
+from mintrl.training.callbacks.summary import RunSummary
+from mintrl.training.module import PolicyModule
+
+
+class ModelContext:
+    """The policy, its tokenizer, and (on first request) the frozen step-0 policy that the KL
+    reference, self-privileged judges and interventions and the OPD self-teacher share: a deep
+    copy under full fine-tuning, the policy itself with its adapter disabled under LoRA
+    (:class:`mintrl.model.lora.AdapterOff`, no second copy of the weights)."""
+
+    def __init__(self, loaded: LoadedPolicy):
+        self.policy = loaded.model
+        self.tokenizer = loaded.tokenizer
+        self.source = loaded.source
+        self._frozen = None
+        self._teachers: dict[tuple[str, str], LoadedPolicy] = {}
+
+    def frozen_policy(self):
+        """The frozen policy as it is now (call before training: step 0), see
+        :func:`mintrl.model.lora.frozen_step0`."""
+        if self._frozen is None:
+            self._frozen = frozen_step0(self.policy)
+        return self._frozen
+
+    def teacher(self, path: str | None = None, dtype: str = "float32") -> LoadedPolicy:
+        """A frozen model for a teacher, judge or distillation target, loaded once per ``(path, dtype)``.
+
+        Args:
+            path: None for the frozen step-0 policy (self), ``embedded`` for the embedded
+                SmolLM2, else any Hugging Face folder or hub id (:func:`mintrl.model.load_policy`).
+            dtype: weights dtype of a loaded model.
+        """
+        if path is None:
+            return LoadedPolicy(self.frozen_policy(), self.tokenizer, f"frozen step-0 copy of {self.source}")
+        key = (str(path), dtype)
+        if key not in self._teachers:
+            if path != "embedded":
+                check_model_path(str(path), field="teacher_model.path")
+            loaded = embedded_smollm2(dtype=dtype) if path == "embedded" else load_policy(str(path), dtype=dtype)
+            loaded.model.eval().requires_grad_(False)
+            self._teachers[key] = loaded
+        return self._teachers[key]
+
+
+@dataclass
+class Components:
+    """Everything a run needs, built and wired.
+
+    Attributes:
+        context: the policy, tokenizer, frozen step-0 copy and teachers.
+        rollout: the rollout engine (sampler, judge, intervention, reward, allocation).
+        datamodule: prompts in, freshly generated rollouts out.
+        module: the LightningModule (objective, optimizer, updates).
+        trainer: the Lightning Trainer (None when built with ``trainer=False``).
+        summary: the run's :class:`RunSummary` callback, when the config has one.
+    """
+
+    context: ModelContext
+    rollout: SemiOnPolicyRollout
+    datamodule: RolloutDataModule
+    module: PolicyModule
+    trainer: L.Trainer | None
+    summary: RunSummary | None = None
+
+
+def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
+    """Instantiate every component of ``cfg`` in dependency order.
+
+    model -> sampler -> judge, intervention, reward, allocation, guide -> rollout -> data -> objective -> module ->
+    logger, callbacks -> trainer.
+    """
+    check_config(cfg)
+    context = ModelContext(instantiate(cfg.model))
+    tokenizer = context.tokenizer
+    sampler = instantiate(cfg.sampler, model=context.policy, tokenizer=tokenizer)
+    judge = instantiate(cfg.judge, context=context)
+    intervention = instantiate(cfg.intervention, context=context)
+    reward = instantiate(cfg.reward) if cfg.get("reward") else None  # None: the environment scores (env=)
+    allocation = instantiate(cfg.allocation) if cfg.get("allocation") else None
+    guide = instantiate(cfg.guide, tokenizer=tokenizer) if cfg.get("guide") else None
+    guided = {"guide": guide} if guide is not None and guide.adds_rollouts else {}  # guide=none: nothing passed
+    if guided and get_class(cfg.rollout._target_).multi_turn:
+        raise ValueError(
+            f"guide={type(guide).__name__} needs single-turn rollouts (rollout=semi_on_policy), not episodes"
+        )
+    rollout = instantiate(
+        cfg.rollout,
+        sampler=sampler,
+        judge=judge,
+        intervention=intervention,
+        reward=reward,
+        tokenizer=tokenizer,
+        allocation=allocation,
+        **guided,
+    )
+    datamodule = instantiate(cfg.data, rollout=rollout, tokenizer=tokenizer)
+    objective = instantiate(cfg.objective, context=context)
+    if objective.needs_first_error:  # the judge marks each failed rollout's first wrong step (objective=first_error)
+        rollout.mark_first_error = True
+    module = instantiate(cfg.module, policy=context.policy, objective=objective, tokenizer=tokenizer)
+    built_trainer, summary = None, None
+    if trainer:
+        logger = instantiate(cfg.logger) if cfg.get("logger") else False
+        callbacks = [instantiate(c) for c in (cfg.get("callbacks") or {}).values() if c is not None]
+        summary = next((c for c in callbacks if isinstance(c, RunSummary)), None)
+        built_trainer = instantiate(cfg.trainer, logger=logger, callbacks=callbacks)
+    return Components(context, rollout, datamodule, module, built_trainer, summary)

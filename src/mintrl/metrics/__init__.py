@@ -1,0 +1,1 @@
+"""Metrics shared by training and evaluation: the unbiased pass@k (:mod:`~mintrl.metrics.pass_at_k`)."""

@@ -1,0 +1,325 @@
+"""The method axis: a row is `method=<name>` (configs/method: objective, judge, intervention, allocation,
+guide and their knobs) + a task / scale preset (`preset=<name>`, configs/preset) + at most a few overrides;
+configs/experiment keeps only named rows that need more (the paper-scale rows with their papers' values,
+configs/experiment/paper/, and the names the reproduction reads).
+
+ROWS maps each of the 84 former experiment files to its new spelling and records what that spelling
+composes to. Before the old files were deleted, a test composed each of them next to its new spelling
+(`experiment=<old>` against the spelling, all 84 passed): the two configs were equal key by key, the
+`hydra` node and `task_name` aside (method rows name their runs after the method), an interpolation and a
+literal counting as equal when they resolve to the same value (code/mentor_cpu's alpha_decay_steps: 12 and
+${trainer.max_steps} = 12), apart from DIFFERENCES. The README test composes every row the README's
+tables name."""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIG_DIR = str(REPO / "configs")
+
+
+class Row(NamedTuple):
+    """A former experiment's new spelling and, of the config it composes to, the classes (by name, so that
+    a module move keeps the record) of its components and its group sizes."""
+
+    spelling: str  # overrides, space-separated
+    objective: str
+    judge: str
+    intervention: str
+    allocation: str
+    env: str | None
+    rollout: str
+    n_control: int  # control (on-policy) rollouts per prompt
+    n_semi: int  # semi-on-policy rollouts per prompt
+
+
+# fmt: off
+ROWS = {
+    # math, embedded model (no preset: one-digit addition)
+    "math/base_eval_cpu": Row("method=base_eval", "AdvantageRegression", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+    "math/bread_cpu": Row("method=bread", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 4, 0),
+    "math/first_error_cpu": Row("method=first_error", "FirstErrorCredit", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 4, 0),
+    "math/grpo_cpu": Row("method=grpo", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 4, 0),
+    "math/grpo_lora_cpu": Row("method=grpo preset=cpu_lora", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 4, 0),
+    "math/int_cpu": Row("method=int", "GRPO", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 4, 0),
+    "math/intervention_grpo_cpu": Row("method=intervention_grpo", "InterventionGRPO", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+    "math/luffy_cpu": Row("method=luffy", "LUFFY", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 4, 0),
+    "math/mentor_cpu": Row("method=mentor", "InterventionGRPO", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+    "math/mintrl_const_cpu": Row("method=mintrl_const", "AdvantageRegression", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+    "math/mintrl_const_lora_cpu": Row("method=mintrl_const preset=cpu_lora", "AdvantageRegression", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+    "math/mintrl_proxy_cpu": Row("method=mintrl_proxy", "AdvantageRegression", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+    "math/opd_cpu": Row("method=opd", "OnPolicyDistillation", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 4, 0),
+    "math/prefix_rft_cpu": Row("method=prefix_rft", "LUFFY", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 4, 0),
+    "math/sft_grpo_cpu": Row("method=sft_grpo", "GRPO", "KeepJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 4, 0),
+    # math, paper scale
+    "math/base_eval": Row("method=base_eval preset=paper_math", "AdvantageRegression", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 8, 8),
+    "math/bread": Row("experiment=paper/bread", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 16, 0),
+    "math/first_error": Row("experiment=paper/first_error", "FirstErrorCredit", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 16, 0),
+    "math/grpo": Row("experiment=paper/grpo", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 16, 0),
+    "math/grpo_lora": Row("experiment=paper/grpo preset=paper_math_lora_1gpu", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 16, 0),
+    "math/int": Row("experiment=paper/int", "GRPO", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 16, 0),
+    "math/intervention_grpo": Row("method=intervention_grpo preset=paper_math", "InterventionGRPO", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 8, 8),
+    "math/luffy": Row("experiment=paper/luffy", "LUFFY", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 7, 0),
+    "math/mentor": Row("method=mentor preset=paper_math objective.alpha_decay_steps=120", "InterventionGRPO", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 8, 8),
+    "math/mintrl_const": Row("experiment=paper/mintrl_const", "AdvantageRegression", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 8, 8),
+    "math/mintrl_const_lora": Row("experiment=paper/mintrl_const preset=paper_math_lora_1gpu", "AdvantageRegression", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 8, 8),
+    "math/mintrl_proxy": Row("experiment=paper/mintrl_proxy", "AdvantageRegression", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 8, 8),
+    "math/opd": Row("experiment=paper/opd", "OnPolicyDistillation", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 16, 0),
+    "math/prefix_rft": Row("experiment=paper/prefix_rft", "LUFFY", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 7, 0),
+    "math/sft_grpo": Row("experiment=paper/sft_grpo", "GRPO", "KeepJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 16, 0),
+    # code, embedded model (preset=cpu_code)
+    "code/base_eval_cpu": Row("method=base_eval preset=cpu_code", "AdvantageRegression", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+    "code/grpo_cpu": Row("method=grpo preset=cpu_code", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 4, 0),
+    "code/intervention_grpo_cpu": Row("method=intervention_grpo preset=cpu_code", "InterventionGRPO", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+    "code/mentor_cpu": Row("method=mentor preset=cpu_code", "InterventionGRPO", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+    "code/mintrl_const_cpu": Row("method=mintrl_const preset=cpu_code", "AdvantageRegression", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+    "code/mintrl_proxy_cpu": Row("method=mintrl_proxy preset=cpu_code", "AdvantageRegression", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+    "code/opd_cpu": Row("experiment=code/opd_cpu", "OnPolicyDistillation", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 4, 0),
+    "code/sft_grpo_cpu": Row("method=sft_grpo preset=cpu_code", "GRPO", "KeepJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 4, 0),
+    # code, paper scale
+    "code/base_eval": Row("method=base_eval preset=paper_code", "AdvantageRegression", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 8, 8),
+    "code/grpo": Row("experiment=paper/grpo preset=paper_code", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 16, 0),
+    "code/intervention_grpo": Row("method=intervention_grpo preset=paper_code", "InterventionGRPO", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 8, 8),
+    "code/mentor": Row("method=mentor preset=paper_code objective.alpha_decay_steps=120", "InterventionGRPO", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 8, 8),
+    "code/mintrl_const": Row("experiment=paper/mintrl_const_code", "AdvantageRegression", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 8, 8),
+    "code/mintrl_proxy": Row("experiment=paper/mintrl_proxy preset=paper_code", "AdvantageRegression", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 8, 8),
+    "code/opd": Row("experiment=paper/opd preset=paper_code", "OnPolicyDistillation", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 16, 0),
+    "code/sft_grpo": Row("experiment=paper/sft_grpo preset=paper_code", "GRPO", "KeepJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 16, 0),
+    # agents, embedded model (preset=cpu_<env>)
+    "agent/sql_mintrl_const_cpu": Row("method=mintrl_const preset=cpu_sql", "AdvantageRegression", "SqlJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 2, 2),
+    "agent/sql_grpo_cpu": Row("method=grpo preset=cpu_sql", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 4, 0),
+    "agent/sql_rail_cpu": Row("method=rail preset=cpu_sql", "GRPO", "KeepJudge", "RuleIntervention", "RailAllocation", "SqlEnvironment", "EpisodeRollout", 4, 0),
+    "agent/sql_entropy_cpu": Row("method=entropy preset=cpu_sql", "GRPO", "KeepJudge", "RuleIntervention", "EntropyAllocation", "SqlEnvironment", "EpisodeRollout", 4, 0),
+    "agent/shell_mintrl_const_cpu": Row("method=mintrl_const preset=cpu_shell", "AdvantageRegression", "ShellJudge", "RuleIntervention", "UniformAllocation", "ShellEnvironment", "EpisodeRollout", 2, 2),
+    "agent/shell_grpo_cpu": Row("method=grpo preset=cpu_shell", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "ShellEnvironment", "EpisodeRollout", 4, 0),
+    "agent/shell_rail_cpu": Row("method=rail preset=cpu_shell", "GRPO", "KeepJudge", "RuleIntervention", "RailAllocation", "ShellEnvironment", "EpisodeRollout", 4, 0),
+    "agent/shell_entropy_cpu": Row("method=entropy preset=cpu_shell", "GRPO", "KeepJudge", "RuleIntervention", "EntropyAllocation", "ShellEnvironment", "EpisodeRollout", 4, 0),
+    "agent/python_tool_mintrl_const_cpu": Row("method=mintrl_const preset=cpu_python_tool", "AdvantageRegression", "RuleJudge", "RuleIntervention", "UniformAllocation", "PythonToolEnvironment", "EpisodeRollout", 2, 2),
+    "agent/python_tool_grpo_cpu": Row("method=grpo preset=cpu_python_tool", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "PythonToolEnvironment", "EpisodeRollout", 4, 0),
+    "agent/python_tool_rail_cpu": Row("method=rail preset=cpu_python_tool", "GRPO", "KeepJudge", "RuleIntervention", "RailAllocation", "PythonToolEnvironment", "EpisodeRollout", 4, 0),
+    "agent/python_tool_entropy_cpu": Row("method=entropy preset=cpu_python_tool", "GRPO", "KeepJudge", "RuleIntervention", "EntropyAllocation", "PythonToolEnvironment", "EpisodeRollout", 4, 0),
+    "agent/sql_mintrl_proxy_cpu": Row("method=mintrl_proxy preset=cpu_sql", "AdvantageRegression", "SqlJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 2, 2),
+    # agents, paper scale (preset=paper_<env>)
+    "agent/sql_mintrl_const": Row("method=mintrl_const preset=paper_sql", "AdvantageRegression", "SqlJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 8, 8),
+    "agent/sql_grpo": Row("method=grpo preset=paper_sql rollout.n_control=16", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 16, 0),
+    "agent/sql_grpo8": Row("method=grpo preset=paper_sql rollout.n_control=8", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 8, 0),
+    "agent/sql_grpo32": Row("method=grpo preset=paper_sql rollout.n_control=32", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 32, 0),
+    "agent/sql_rail": Row("experiment=paper/agent_rail preset=paper_sql", "GRPO", "KeepJudge", "RuleIntervention", "RailAllocation", "SqlEnvironment", "EpisodeRollout", 8, 0),
+    "agent/sql_entropy": Row("experiment=paper/agent_entropy preset=paper_sql", "GRPO", "KeepJudge", "RuleIntervention", "EntropyAllocation", "SqlEnvironment", "EpisodeRollout", 8, 0),
+    "agent/shell_mintrl_const": Row("method=mintrl_const preset=paper_shell", "AdvantageRegression", "ShellJudge", "RuleIntervention", "UniformAllocation", "ShellEnvironment", "EpisodeRollout", 8, 8),
+    "agent/shell_grpo": Row("method=grpo preset=paper_shell rollout.n_control=16", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "ShellEnvironment", "EpisodeRollout", 16, 0),
+    "agent/shell_grpo8": Row("method=grpo preset=paper_shell rollout.n_control=8", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "ShellEnvironment", "EpisodeRollout", 8, 0),
+    "agent/shell_grpo32": Row("method=grpo preset=paper_shell rollout.n_control=32", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "ShellEnvironment", "EpisodeRollout", 32, 0),
+    "agent/shell_rail": Row("experiment=paper/agent_rail preset=paper_shell", "GRPO", "KeepJudge", "RuleIntervention", "RailAllocation", "ShellEnvironment", "EpisodeRollout", 8, 0),
+    "agent/shell_entropy": Row("experiment=paper/agent_entropy preset=paper_shell", "GRPO", "KeepJudge", "RuleIntervention", "EntropyAllocation", "ShellEnvironment", "EpisodeRollout", 8, 0),
+    "agent/python_tool_mintrl_const": Row("method=mintrl_const preset=paper_python_tool", "AdvantageRegression", "RuleJudge", "RuleIntervention", "UniformAllocation", "PythonToolEnvironment", "EpisodeRollout", 8, 8),
+    "agent/python_tool_grpo": Row("method=grpo preset=paper_python_tool rollout.n_control=16", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "PythonToolEnvironment", "EpisodeRollout", 16, 0),
+    "agent/python_tool_grpo8": Row("method=grpo preset=paper_python_tool rollout.n_control=8", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "PythonToolEnvironment", "EpisodeRollout", 8, 0),
+    "agent/python_tool_grpo32": Row("method=grpo preset=paper_python_tool rollout.n_control=32", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "PythonToolEnvironment", "EpisodeRollout", 32, 0),
+    "agent/python_tool_rail": Row("experiment=paper/agent_rail preset=paper_python_tool", "GRPO", "KeepJudge", "RuleIntervention", "RailAllocation", "PythonToolEnvironment", "EpisodeRollout", 8, 0),
+    "agent/python_tool_entropy": Row("experiment=paper/agent_entropy preset=paper_python_tool", "GRPO", "KeepJudge", "RuleIntervention", "EntropyAllocation", "PythonToolEnvironment", "EpisodeRollout", 8, 0),
+    "agent/sql_mintrl_proxy": Row("method=mintrl_proxy preset=paper_sql", "AdvantageRegression", "SqlJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 8, 8),
+    # single-purpose rows
+    "no_intervention": Row("method=no_intervention", "AdvantageRegression", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+    "rule_last_number": Row("judge.check_last_number=true", "AdvantageRegression", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+    "self_privileged": Row("judge=self_privileged intervention=self_privileged", "AdvantageRegression", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+    "adaptive_stop": Row("experiment=adaptive_stop", "AdvantageRegression", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+    "api_judge": Row("experiment=api_judge", "AdvantageRegression", "ApiJudge", "ApiIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+    "mintrl_const_long": Row("experiment=mintrl_const_long", "AdvantageRegression", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SemiOnPolicyRollout", 2, 2),
+}
+# fmt: on
+
+# Rows whose new spelling composes to something other than the old file did, on purpose (config subtree:
+# why). Every other key of every row was equal.
+DIFFERENCES = {
+    row: {"intervention": "self_privileged -> rule: judge=none never calls the intervention, and the rule "
+          "intervention loads no frozen policy copy"}
+    for row in ("code/base_eval_cpu", "code/grpo_cpu", "code/opd_cpu")
+}  # fmt: skip
+
+# What configs/experiment holds now: the rows that need more than method + preset + a few overrides.
+EXPERIMENTS = {
+    "adaptive_stop", "api_judge", "mintrl_const_long", "no_intervention", "code/opd_cpu",
+    "math/grpo_cpu", "math/intervention_grpo_cpu", "math/mentor_cpu", "math/mintrl_const_cpu", "math/mintrl_proxy_cpu",
+    "paper/agent_entropy", "paper/agent_rail", "paper/bread", "paper/first_error", "paper/grpo", "paper/int",
+    "paper/luffy", "paper/mintrl_const", "paper/mintrl_const_code", "paper/mintrl_proxy", "paper/opd",
+    "paper/prefix_rft", "paper/sft_grpo",
+}  # fmt: skip
+# the names configs/sweep/reproduce_*.yaml, mintrl-reproduce and results/ use -> the method each runs
+REPRODUCTION_NAMES = {
+    "math/mintrl_const_cpu": "mintrl_const",
+    "math/grpo_cpu": "grpo",
+    "no_intervention": "no_intervention",
+    "math/mintrl_proxy_cpu": "mintrl_proxy",
+    "math/mentor_cpu": "mentor",
+    "math/intervention_grpo_cpu": "intervention_grpo",
+}
+METHODS = sorted(p.stem for p in (REPO / "configs" / "method").glob("*.yaml"))
+PRESETS = sorted(p.stem for p in (REPO / "configs" / "preset").glob("*.yaml"))
+# methods that choose judge=none (no judge reviews a chunk, whatever the preset's judge)
+NO_JUDGE = {"base_eval", "bread", "entropy", "grpo", "luffy", "no_intervention", "opd", "prefix_rft", "rail", "sft_grpo"}  # fmt: skip
+
+
+def _compose(overrides: list[str], hydra_config: bool = False):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose("train", overrides=overrides, return_hydra_config=hydra_config)
+
+
+def _container(cfg) -> dict:
+    out = OmegaConf.to_container(cfg, resolve=False)
+    out.pop("hydra", None)
+    return out
+
+
+@functools.cache
+def _preset_group_sizes(preset: str) -> tuple[int, int]:
+    """(n_control, n_semi) of train.yaml's defaults with the preset appended (no method)."""
+    rollout = _compose([f"+preset={preset}"]).rollout
+    return rollout.n_control, rollout.n_semi
+
+
+def _cls(node) -> str | None:
+    target = node.get("_target_") if node is not None else None
+    return None if target is None else target.rsplit(".", 1)[-1]
+
+
+@pytest.mark.parametrize("old", sorted(ROWS))
+def test_every_former_row_composes_to_what_it_was(old):
+    row = ROWS[old]
+    cfg = _compose(row.spelling.split())
+    got = (
+        _cls(cfg.objective), _cls(cfg.judge), _cls(cfg.intervention), _cls(cfg.allocation), _cls(cfg.get("env")),
+        _cls(cfg.rollout), cfg.rollout.n_control, cfg.rollout.n_semi,
+    )  # fmt: skip
+    assert got == tuple(row[1:]), (old, row.spelling)
+
+
+@pytest.mark.parametrize("old", sorted(DIFFERENCES))
+def test_the_deliberate_differences(old):
+    """The old code rows took cpu_code's self-privileged intervention; their methods (judge=none) choose the
+    rule intervention, which is never called."""
+    assert _cls(_compose(["+preset=cpu_code"]).intervention) == "SelfPrivilegedIntervention"
+    assert (ROWS[old].judge, ROWS[old].intervention) == ("KeepJudge", "RuleIntervention")
+    assert "preset=cpu_code" in ROWS[old].spelling or ROWS[old].spelling == "experiment=code/opd_cpu"
+
+
+def test_experiment_folder_holds_only_the_named_rows():
+    folder = REPO / "configs" / "experiment"
+    assert {str(p.relative_to(folder))[:-5] for p in folder.rglob("*.yaml")} == EXPERIMENTS
+    assert len(EXPERIMENTS) == 23 and len(ROWS) == 84
+    first = [r.spelling.split()[0] for r in ROWS.values()]
+    spelled_as_experiment = {o[len("experiment=") :] for o in first if o.startswith("experiment=")}
+    assert spelled_as_experiment <= EXPERIMENTS  # every experiment a new spelling names exists
+
+
+@pytest.mark.parametrize("name", sorted(REPRODUCTION_NAMES))
+def test_the_reproduction_names_are_their_methods(name):
+    """The reproduction's names compose to exactly their method, with and without the core sweep."""
+    method = REPRODUCTION_NAMES[name]
+    old, new = _container(_compose([f"experiment={name}"])), _container(_compose([f"method={method}"]))
+    assert old.pop("task_name") == name.replace("/", "_") and new.pop("task_name") == method
+    assert old == new
+    for sweep in ("reproduce_core", "reproduce_full", "reproduce_intensity"):
+        params = _compose([f"+sweep={sweep}"], hydra_config=True).hydra.sweeper.params
+        if name in params.experiment.split(","):
+            sweep_row = [f"+sweep={sweep}", "seed=2"]
+            assert _container(_compose([f"experiment={name}", *sweep_row])) == _container(
+                _compose([f"method={method}", *sweep_row])
+            )
+
+
+def test_the_code_opd_row_is_opd_with_the_code_note():
+    row, method = (
+        _container(_compose(["experiment=code/opd_cpu"])),
+        _container(_compose(["method=opd", "preset=cpu_code"])),
+    )
+    assert "```python\n{reference}```" in row["objective"].pop("privileged_note")
+    assert "{reference}" in method["objective"].pop("privileged_note")
+    assert (row.pop("task_name"), method.pop("task_name")) == ("code_opd_cpu", "opd")
+    assert row == method
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_composes_on_every_preset_and_keeps_its_choices(method):
+    alone = _compose([f"method={method}"])
+    assert alone.task_name == method and alone.objective._target_
+    text = (REPO / "configs" / "method" / f"{method}.yaml").read_text()
+    assert text.startswith("# @package _global_\n# "), "a method file opens with what runs"
+    for preset in PRESETS:
+        cfg = _compose([f"method={method}", f"preset={preset}"])
+        # the method's choices win over the preset's: the objective always, judge=none where it says so
+        assert cfg.objective._target_ == alone.objective._target_, preset
+        assert cfg.guide._target_ == alone.guide._target_ and cfg.allocation._target_ == alone.allocation._target_
+        if method in NO_JUDGE:
+            assert _cls(cfg.judge) == "KeepJudge", preset
+        # group sizes: a method without semi-on-policy rollouts fixes them; the others take the preset's
+        sizes = (alone.rollout.n_control, 0) if alone.rollout.n_semi == 0 else _preset_group_sizes(preset)
+        assert (cfg.rollout.n_control, cfg.rollout.n_semi) == sizes, preset
+
+
+def test_a_preset_without_a_method_is_appended():
+    """`preset=` selects the method's task / scale; with no method, `+preset=` appends one."""
+    with pytest.raises(ConfigCompositionException, match="Could not override 'preset'"):
+        _compose(["preset=paper_math"])
+    cfg = _compose(["+preset=cpu_sql"])  # MInTRL-Const, train.yaml's objective, on the SQL agent
+    assert (_cls(cfg.objective), _cls(cfg.judge), _cls(cfg.env)) == (
+        "AdvantageRegression",
+        "SqlJudge",
+        "SqlEnvironment",
+    )
+    assert _container(_compose(["+preset=cpu_math"])) == _container(_compose([]))
+
+
+def test_no_config_names_an_issue():
+    named = [
+        f"{p.relative_to(REPO)}:{i}"
+        for p in sorted((REPO / "configs").rglob("*.yaml"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(r"\bissues? \d", line, re.IGNORECASE)
+    ]
+    assert named == []
+
+
+# --- the README's rows ------------------------------------------------------------------------------
+
+ROW_PREFIXES = ("method=", "experiment=", "preset=")
+
+
+def _readme_cells() -> list[tuple[int, str]]:
+    """(line, text) of every backticked span in a README.md table cell that starts with `method=`,
+    `experiment=` or `preset=`; spans with a placeholder (`<...>`) are templates, not rows, and are left out."""
+    cells = []
+    for number, line in enumerate((REPO / "README.md").read_text().splitlines(), 1):
+        if not line.lstrip().startswith("|"):
+            continue
+        for cell in line.strip().strip("|").split("|"):
+            for span in re.findall(r"`([^`]+)`", cell):
+                if span.strip().startswith(ROW_PREFIXES) and "<" not in span:
+                    cells.append((number, span.strip()))
+    return cells
+
+
+README_CELLS = _readme_cells()
+
+
+def test_the_readme_tables_name_rows():
+    assert README_CELLS, "no `method=` / `experiment=` / `preset=` cell in README.md's tables"
+
+
+@pytest.mark.parametrize("line,cell", README_CELLS, ids=[c for _, c in README_CELLS])
+def test_every_row_the_readme_names_composes(line, cell):
+    try:
+        cfg = _compose(cell.split())
+    except Exception as error:  # noqa: BLE001 - any composition error fails with the cell named
+        pytest.fail(f"README.md line {line}: `{cell}` does not compose: {type(error).__name__}: {error}")
+    if cell.startswith("method="):
+        assert cfg.objective._target_, f"README.md line {line}: `{cell}` sets no objective._target_"
