@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 from mintrl.build.checks import check_first_error
 from mintrl.core.batch import RolloutBatch
 from mintrl.objective import FirstErrorCredit, first_error_token_advantages, step_totals, unmarked_failed_errors
-from mintrl.objective.first_error import response_start
+from mintrl.objective.first_error_credit import response_start
 
 
 def test_token_advantages_by_hand():
@@ -150,7 +150,7 @@ def test_negative_credit_is_refused():
 def _cfg(judge: str, rollout: str = "mintrl.rollout.semi_on_policy.SemiOnPolicyRollout"):
     return OmegaConf.create(
         {
-            "objective": {"_target_": "mintrl.objective.first_error.FirstErrorCredit"},
+            "objective": {"_target_": "mintrl.objective.first_error_credit.FirstErrorCredit"},
             "judge": {"_target_": judge},
             "rollout": {"_target_": rollout},
         }

@@ -14,7 +14,7 @@ from mintrl.data.datamodule import RolloutDataModule
 from mintrl.model.loading import LoadedPolicy, check_model_path, embedded_smollm2, load_policy
 from mintrl.model.lora import frozen_step0
 from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
-from mintrl.training.callbacks.summary import RunSummary
+from mintrl.training.callbacks.run_summary import RunSummary
 from mintrl.training.module import PolicyModule
 
 

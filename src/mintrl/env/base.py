@@ -1,4 +1,4 @@
-"""The environment contract: many independent episodes served at once (issue 20).
+"""The environment contract: many independent episodes served at once.
 
 An environment holds one private state per episode (e.g. one in-memory SQLite database). The
 multi-turn rollout (:mod:`mintrl.rollout.episodes`) calls

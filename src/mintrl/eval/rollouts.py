@@ -159,7 +159,7 @@ def _mean(values: list[float]) -> float | None:
 
 
 def step_stats(records: list[dict]) -> dict:
-    """What the judge and the intervention did in one step's records (MInTRL issue 19, item 7: how much
+    """What the judge and the intervention did in one step's records (how much
     of each response the corrections write).
 
     Args:

@@ -14,7 +14,7 @@ from mintrl.objective.advantages import (
 )
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate, sequence_mean, step_totals
 from mintrl.objective.base import Objective, ObjectiveOutput, Prepared
-from mintrl.objective.first_error import FirstErrorCredit
+from mintrl.objective.first_error_credit import FirstErrorCredit
 from mintrl.objective.functional import anchor_logprobs, anchored_log_ratio, regression_loss, regression_terms
 from mintrl.objective.grpo import GRPO
 from mintrl.objective.intervention_grpo import InterventionGRPO

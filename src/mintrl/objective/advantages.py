@@ -30,7 +30,7 @@ def _group_mean(
     """Float64 mean of each group's members, exact where the members are all equal.
 
     The float32 mean of equal values can be one ulp off (``[0.95] * 8``), and that residue divided
-    by a std of ~1e-7 gave every member an advantage of 0.06 (issue 18). Here the statistics are
+    by a std of ~1e-7 gave every member an advantage of 0.06. Here the statistics are
     float64 and a group whose members are all equal gets their common value as its mean, so
     ``r - mean`` is exactly 0 for any group size and value.
 
@@ -182,7 +182,7 @@ def first_error_token_advantages(
     before: float,
     after: float,
 ) -> torch.Tensor:
-    """Per-token advantages with first-error credit (issue 22 item 4, after Cliff: Ko et al. 2026,
+    """Per-token advantages with first-error credit (after Cliff: Ko et al. 2026,
     arXiv 2606.25524, whose first "cliff" token is where a failed trace turns towards failure).
 
     A row with a marked first error (``first_error >= 0``, response token offset ``e``) gets

@@ -101,7 +101,7 @@ class GRPO(Objective):
 
     def token_advantages(self, batch: RolloutBatch) -> torch.Tensor:
         """Advantages the surrogate multiplies, ``[n, 1]`` (one per row here) or ``[n, L]``
-        (per token: :class:`mintrl.objective.first_error.FirstErrorCredit`)."""
+        (per token: :class:`mintrl.objective.first_error_credit.FirstErrorCredit`)."""
         return batch.extras["advantages"][:, None]
 
     def token_loss(self, batch: RolloutBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

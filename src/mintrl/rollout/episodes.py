@@ -1,4 +1,4 @@
-"""Multi-turn rollouts: an agent acting in an environment, token in / token out (issue 20).
+"""Multi-turn rollouts: an agent acting in an environment, token in / token out.
 
 An episode is one rollout whose response alternates action turns and observation turns::
 

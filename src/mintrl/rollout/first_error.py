@@ -1,4 +1,4 @@
-"""The judge's first wrong step of a finished response, as a token position (issue 22, items 4-5).
+"""The judge's first wrong step of a finished response, as a token position.
 
 Both first-error credit (``objective=first_error``, after Cliff: Ko et al. 2026, arXiv 2606.25524,
 "the first failure-triggering token") and intervention SFT (``sft=interventions``, after InT: Yang

@@ -1,5 +1,5 @@
 """``sft=interventions``: SFT on the policy's own failed rollouts cut at the first error and
-continued by the intervention's correction, before RL (issue 22 item 5).
+continued by the intervention's correction, before RL.
 
 After InT (Yang, Bai, Wu, Yang, Setlur, Kumar 2026, "InT: Self-Proposed Interventions Enable
 Credit Assignment in LLM Reasoning", arXiv 2601.14209, and its released pipeline

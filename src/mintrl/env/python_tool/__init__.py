@@ -1,5 +1,5 @@
 """``env=python_tool``: math tasks where the agent may run Python in the code sandbox before it
-answers (issue 21).
+answers.
 
 Modules: :mod:`~mintrl.env.python_tool.protocol` (reading actions, the texts the agent sees),
 :mod:`~mintrl.env.python_tool.program` (one call as a sandbox program, state rebuilt from the

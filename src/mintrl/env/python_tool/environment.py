@@ -1,5 +1,5 @@
 """``env=python_tool``: an agent solves a math task, running Python in a sandbox as often as it likes
-before it answers (issue 21).
+before it answers.
 
 Each episode is one reasoning-gym task (the prompt item's ``entry``, from
 :class:`~mintrl.env.python_tool.source.PythonToolPrompts`). An action

@@ -1,5 +1,5 @@
 """``env=shell``: questions about files answered by running commands in one persistent bash shell per
-episode, inside the project's sandbox (issue 21).
+episode, inside the project's sandbox.
 
 Modules: :mod:`~mintrl.env.shell.session` (:class:`ShellSession`, one sandboxed bash driven command
 by command), :mod:`~mintrl.env.shell.tasks` (the task dict, the generator, the instruction),

@@ -1,5 +1,5 @@
 """``env=shell``: an agent answers questions about files by running commands in one persistent bash
-shell per episode, inside the project's sandbox (issue 21).
+shell per episode, inside the project's sandbox.
 
 Each episode is one task (the prompt item's ``entry``, :mod:`mintrl.env.shell.tasks` or
 :mod:`mintrl.env.shell.loader`). Its shell (:class:`~mintrl.env.shell.session.ShellSession`: no

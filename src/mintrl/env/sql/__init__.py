@@ -1,4 +1,4 @@
-"""``env=sql``: SQL tasks on a private in-memory SQLite table per episode (issue 20).
+"""``env=sql``: SQL tasks on a private in-memory SQLite table per episode.
 
 Modules: :mod:`~mintrl.env.sql.tasks` (the task dict, the generator, the instruction),
 :mod:`~mintrl.env.sql.loader` (AgentBench DB-bench files), :mod:`~mintrl.env.sql.database` (the

@@ -1,4 +1,4 @@
-"""``env=sql``: an agent answers questions about a table, or changes it, by running SQL (issue 20).
+"""``env=sql``: an agent answers questions about a table, or changes it, by running SQL.
 
 Each episode owns a private in-memory SQLite database built from its task entry
 (:mod:`mintrl.env.sql.tasks`), behind the limits of :mod:`mintrl.env.sql.database`. An action

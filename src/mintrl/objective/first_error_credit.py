@@ -1,4 +1,4 @@
-"""``objective=first_error``: GRPO with first-error credit on failed rollouts (issue 22 item 4).
+"""``objective=first_error``: GRPO with first-error credit on failed rollouts.
 
 After Cliff (Ko et al. 2026, "Cliff Tokens: Identifying Single-Token Failure Triggers in LLM
 Mathematical Reasoning", arXiv 2606.25524): a failed trace is recoverable until its first failure
