@@ -8,9 +8,9 @@ from hydra.errors import InstantiationException, MissingConfigException
 from hydra.utils import instantiate
 
 import mintrl.model.loading as loading
-from mintrl.build.checks import check_config
 from mintrl.build.components import build_components
 from mintrl.build.config import CONFIG_DIR
+from mintrl.build.config_checks import check_config
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.intervention.self_privileged import SelfPrivilegedIntervention

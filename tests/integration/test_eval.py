@@ -124,7 +124,7 @@ def test_every_benchmark_config_composes():
         "python_tool_heldout",
         "shell_heldout",
     } <= set(names)
-    from mintrl.build.checks import check_config
+    from mintrl.build.config_checks import check_config
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         for name in names:

@@ -14,9 +14,9 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from test_method_axis import ROWS
 
-from mintrl.build.checks import check_config
 from mintrl.build.components import ModelContext, build_components
 from mintrl.build.config import CONFIG_DIR
+from mintrl.build.config_checks import check_config
 from mintrl.build.run import run
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention

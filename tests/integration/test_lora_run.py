@@ -13,9 +13,9 @@ from hydra import compose, initialize_config_dir
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
-from mintrl.build.checks import check_config
 from mintrl.build.components import ModelContext, build_components
 from mintrl.build.config import CONFIG_DIR
+from mintrl.build.config_checks import check_config
 from mintrl.model.loading import LoadedPolicy
 from mintrl.model.lora import AdapterOff, LoraSettings, apply_lora
 

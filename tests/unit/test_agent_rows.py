@@ -6,8 +6,8 @@ model on their harder level."""
 import pytest
 from hydra import compose, initialize_config_dir
 
-from mintrl.build.checks import check_config
 from mintrl.build.config import CONFIG_DIR
+from mintrl.build.config_checks import check_config
 
 ENVS = {  # env row prefix: (environment class, prompt source class, embedded-model data, paper-scale data)
     "sql": ("SqlEnvironment", "SqlTasks", "sql_lookup", "sql_medium"),

@@ -16,8 +16,8 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from transformers import AutoTokenizer
 
-from mintrl.build.checks import check_config
 from mintrl.build.config import CONFIG_DIR
+from mintrl.build.config_checks import check_config
 from mintrl.data.base import PromptItem
 from mintrl.env.base import replay
 from mintrl.env.python_tool.environment import PythonToolEnvironment

@@ -12,8 +12,8 @@ from hydra.utils import instantiate
 from shell_helpers import FILES, JUDGE_UID, LOADER_UID, bash, item, sandbox_processes
 from transformers import AutoTokenizer
 
-from mintrl.build.checks import check_config
 from mintrl.build.config import CONFIG_DIR
+from mintrl.build.config_checks import check_config
 from mintrl.core.verdict import ReviewRequest
 from mintrl.data.base import InvalidRow, RowFilter
 from mintrl.env.shell.environment import ShellEnvironment

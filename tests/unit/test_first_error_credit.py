@@ -5,7 +5,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from mintrl.build.checks import check_first_error
+from mintrl.build.config_checks import check_first_error
 from mintrl.core.batch import RolloutBatch
 from mintrl.objective import FirstErrorCredit, first_error_token_advantages, step_totals, unmarked_failed_errors
 from mintrl.objective.first_error_credit import response_start

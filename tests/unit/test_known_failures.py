@@ -16,8 +16,8 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from mintrl.build.checks import check_config
 from mintrl.build.config import CONFIG_DIR
+from mintrl.build.config_checks import check_config
 from mintrl.metrics.pass_at_k import PassAtK, pass_at_k
 from mintrl.model import load_policy
 from mintrl.model.logprobs import token_logprobs

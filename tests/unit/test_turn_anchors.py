@@ -20,8 +20,8 @@ from mintrl.allocation import (
     turn_anchors,
     turn_at,
 )
-from mintrl.build.checks import check_config
 from mintrl.build.config import CONFIG_DIR
+from mintrl.build.config_checks import check_config
 from mintrl.core.batch import Rollout, TurnRecord
 
 

@@ -9,7 +9,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig
 
 import mintrl.build.config  # noqa: F401  (registers the config resolvers)
-from mintrl.build.checks import check_config
+from mintrl.build.config_checks import check_config
 from mintrl.data.datamodule import RolloutDataModule
 from mintrl.model.loading import LoadedPolicy, check_model_path, embedded_smollm2, load_policy
 from mintrl.model.lora import frozen_step0

@@ -4,7 +4,7 @@ Each field is checked once, by the component that owns it (its constructor calls
 :func:`check_int`, :func:`check_range` or :func:`check_choice` with the field's full config name),
 so an error names the field as the user writes it: ``rollout.chunk_size must be an integer >= 1,
 got 0``. :func:`check_config` holds only what no single component can see: relations between
-groups, checked before any model is loaded (:func:`mintrl.build.checks.check_config`).
+groups, checked before any model is loaded (:func:`mintrl.build.config_checks.check_config`).
 
 A leaf module: it imports nothing of mintrl and no config library, so every package may use it.
 """
