@@ -4,7 +4,7 @@
 # GRPO step vs TRL (colocated vLLM on both sides), chunked continuation through the prefix cache,
 # log-prob memory (torch's peak device memory), semi-on-policy overhead.
 #   bash benchmarks/gpu_bench.sh          # creates .venv-gpu (official vLLM + CUDA torch + TRL) if missing
-# Not yet run on a GPU: the project's CI machine has none (see the README's Benchmarks section).
+# Not yet run on a GPU: the project's CI machine has none (see benchmarks/README.md, "Latest numbers").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv-gpu}
