@@ -12,7 +12,8 @@ VLLM_STAMP := $(VLLM_VENV)/.mintrl-installed
 REPRO_STAMP := $(shell date +%Y-%m-%d_%H-%M-%S)
 REPRO_DIR ?= outputs/reproduce/$(REPRO_STAMP)
 REPRO_OUT ?= docs/reproduction.md
-# `make reproduce-report`: the committed runs behind docs/reproduction.md (one multirun folder per entry)
+# `make reproduce-report`: the committed runs behind docs/reproduction.md, every multirun folder of each sweep
+# (named <rows>_s<seeds>_<commit>: results/README.md), in name order
 RESULTS ?= $(sort $(wildcard results/reproduce_core/*/))
 INTENSITY_RESULTS ?= $(sort $(wildcard results/reproduce_intensity/*/))
 # 1 optimizer step, 1 seed, tiny sizes: the wiring of `make reproduce` in a few minutes (tokens, prompts, rollouts)
@@ -65,8 +66,8 @@ bench: $(STAMP)
 	cd benchmarks && ../$(BIN)/python scaling.py
 	cd benchmarks && ../$(BIN)/python grpo_vs_trl.py
 
-# the paper's comparison on the hard task (configs/sweep/reproduce_*.yaml; README "Reproduce the paper's
-# comparison"): the core multirun (MInTRL-Const, GRPO, no-intervention x 3 seeds), then the report
+# the paper's comparison on the hard task (configs/sweep/reproduce_*.yaml; docs/evaluation.md "Reproduce the
+# paper's comparison"): the core multirun (MInTRL-Const, GRPO, no-intervention x 3 seeds), then the report
 reproduce: $(STAMP)
 	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_core hydra.sweep.dir=$(REPRO_DIR) $(ARGS)
 	$(BIN)/python -m mintrl.cli.reproduce $(REPRO_DIR) --out $(REPRO_OUT)

@@ -14,10 +14,10 @@ from hydra import compose, initialize_config_dir
 from shell_helpers import sandbox_processes
 from test_agent_run import SMALL as EPISODES
 
+from mintrl.analysis.rollouts import read_records, record_files
+from mintrl.analysis.tensorboard import load_scalars
 from mintrl.build.config import CONFIG_DIR
 from mintrl.build.run import run
-from mintrl.eval.rollouts import read_records, record_files
-from mintrl.eval.tensorboard import load_scalars
 
 UID_BASE = 65400  # sandbox uids of these runs (python_tool slots, shell slots, the shell judge): no other test's
 SMALL = [  # test_agent_run's tiny episodes (1 task x 4 episodes of up to 2 short turns), 2 steps

@@ -7,11 +7,11 @@ import json
 import pytest
 from hydra import compose, initialize_config_dir
 
+from mintrl.analysis.rollouts import read_records, record_files
+from mintrl.analysis.tensorboard import load_scalars
 from mintrl.build.config import CONFIG_DIR
 from mintrl.build.run import run
 from mintrl.eval.evaluate import evaluate
-from mintrl.eval.rollouts import read_records, record_files
-from mintrl.eval.tensorboard import load_scalars
 
 SMALL = [  # 1 prompt x (2 control + 2 semi-on-policy) episodes of up to 2 short turns
     "data.prompts_per_step=1",

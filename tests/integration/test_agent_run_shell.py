@@ -6,10 +6,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from shell_helpers import sandbox_processes
 
+from mintrl.analysis.rollouts import read_records, record_files
+from mintrl.analysis.tensorboard import load_scalars
 from mintrl.build.config import CONFIG_DIR
 from mintrl.build.run import run
-from mintrl.eval.rollouts import read_records, record_files
-from mintrl.eval.tensorboard import load_scalars
 
 UIDS = range(65300, 65310)  # the run's shell slots and judge uid (not the defaults: other runs use 64000+)
 

@@ -115,7 +115,7 @@ def test_rail_allocation_goes_live_and_its_state_survives_a_checkpoint(tmp_path)
         cfg = compose("train", overrides=overrides)
     summary = run(cfg)
     assert summary["steps"] == 2
-    from mintrl.eval.tensorboard import load_scalars
+    from mintrl.analysis.tensorboard import load_scalars
 
     scalars = load_scalars(tmp_path / "tensorboard")
     used = [v for _, v in scalars["allocation/budget_used"]]

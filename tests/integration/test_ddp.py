@@ -14,9 +14,9 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
+from mintrl.analysis.rollouts import read_records
 from mintrl.build.components import build_components
 from mintrl.core.batch import concat_batches
-from mintrl.eval.rollouts import read_records
 from mintrl.objective.aggregation import step_totals
 from mintrl.rollout.records import record_path
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from conftest import TINY_RUN
 
-from mintrl.eval.tensorboard import load_scalars
+from mintrl.analysis.tensorboard import load_scalars
 
 SMALL = [
     "trainer.max_steps=2",

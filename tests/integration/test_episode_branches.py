@@ -137,10 +137,10 @@ def test_two_step_python_tool_rail_run(tmp_path):
     control parent, one of its turn starts, and share its turns up to there."""
     from hydra import compose, initialize_config_dir
 
+    from mintrl.analysis.rollouts import read_records, record_files
+    from mintrl.analysis.tensorboard import load_scalars
     from mintrl.build.config import CONFIG_DIR
     from mintrl.build.run import run
-    from mintrl.eval.rollouts import read_records, record_files
-    from mintrl.eval.tensorboard import load_scalars
 
     overrides = [
         "method=rail",

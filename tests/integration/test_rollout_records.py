@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
+from mintrl.analysis.rollouts import read_records
+from mintrl.analysis.tensorboard import load_scalars
 from mintrl.build.config import CONFIG_DIR
 from mintrl.build.run import run
 from mintrl.cli.rollouts import main as rollouts_main
-from mintrl.eval.rollouts import read_records
-from mintrl.eval.tensorboard import load_scalars
 from mintrl.rollout.records import record_path
 
 PROMPTS, VAL_PROMPTS = 2, 4

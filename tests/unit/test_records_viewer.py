@@ -9,11 +9,7 @@ import json
 import pytest
 import torch
 
-from mintrl.cli.rollouts import main as rollouts_main
-from mintrl.core.batch import BranchRecord, Rollout, collate_rollouts, concat_batches
-from mintrl.core.verdict import KEEP, REVISE, Verdict
-from mintrl.data.base import PromptItem
-from mintrl.eval.rollouts import (
+from mintrl.analysis.rollouts import (
     HIGHLIGHT_OFF,
     HIGHLIGHT_ON,
     filter_records,
@@ -26,8 +22,12 @@ from mintrl.eval.rollouts import (
     step_stats,
     summary_line,
 )
+from mintrl.cli.rollouts import main as rollouts_main
+from mintrl.core.batch import BranchRecord, Rollout, collate_rollouts, concat_batches
+from mintrl.core.verdict import KEEP, REVISE, Verdict
+from mintrl.data.base import PromptItem
 from mintrl.rollout.records import RecordWriter, batch_records, concat_records, record_path
-from mintrl.rollout.semi_on_policy import apply_verdict
+from mintrl.rollout.verdicts import apply_verdict
 from mintrl.text.steps import split_steps
 
 EOS = 1

@@ -14,12 +14,17 @@ from hydra import compose, initialize_config_dir
 from multirun_helpers import write_intensity_multirun, write_reproduce_multirun
 from omegaconf import OmegaConf
 
+from mintrl.analysis.claims import how_to_decide, inverted_u, new_seeds, seed_sweep
+from mintrl.analysis.measures import gap_narrowing
+from mintrl.analysis.report import build_report, figure_paths
+from mintrl.analysis.rows import ROW_NAMES, Row, equal_budget, find_row, paper_order, row_budget, rows_of
+from mintrl.analysis.runs import Job, job_span, seed_of, wall_time
+from mintrl.analysis.stats import paired_difference, seeds_needed, verdict
+from mintrl.analysis.tables import fmt_commits, fmt_diff, fmt_interval, fmt_seconds, render_markdown
 from mintrl.build.config import CONFIG_DIR
 from mintrl.cli.reproduce import main as reproduce_main
-from mintrl.eval import reproduce as rp
-from mintrl.eval.summary import Job
 
-T2 = 4.3027  # t(0.975, 2): 3 seeds
+T2 = 4.302652729911275  # t(0.975, 2): 3 seeds (scipy.stats.t.ppf(0.975, 2))
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -38,79 +43,77 @@ def _stat(mean, low, high, n=3, sd=0.05):
 
 
 def test_verdict_from_the_interval():
-    assert rp.verdict(_stat(0.2, 0.05, 0.35)) == "holds"
-    assert rp.verdict(_stat(-0.2, -0.35, -0.05)) == "does not hold"
-    assert rp.verdict(_stat(0.1, -0.02, 0.22)) == "undecided"
-    assert rp.verdict(_stat(0.1, 0.0, 0.2)) == "undecided"  # touching 0 is not above it
-    assert rp.verdict({"n": 1, "mean": 0.3, "sd": None, "half_width": None, "low": None, "high": None}) == "undecided"
-    assert rp.verdict(None) == "undecided"
+    assert verdict(_stat(0.2, 0.05, 0.35)) == "holds"
+    assert verdict(_stat(-0.2, -0.35, -0.05)) == "does not hold"
+    assert verdict(_stat(0.1, -0.02, 0.22)) == "undecided"
+    assert verdict(_stat(0.1, 0.0, 0.2)) == "undecided"  # touching 0 is not above it
+    assert verdict({"n": 1, "mean": 0.3, "sd": None, "half_width": None, "low": None, "high": None}) == "undecided"
+    assert verdict(None) == "undecided"
 
 
 def test_paired_difference_by_hand():
     a = {"0": 0.30, "1": 0.40, "2": 0.35, "7": 0.9}  # seed 7 has no partner: left out
     b = {"2": 0.30, "0": 0.20, "1": 0.25}
-    d = rp.paired_difference(a, b)
+    d = paired_difference(a, b)
     assert d["seeds"] == ["0", "1", "2"]
     assert d["diffs"] == pytest.approx([0.10, 0.15, 0.05])
     assert d["mean"] == pytest.approx(0.10) and d["sd"] == pytest.approx(0.05)
     assert d["half_width"] == pytest.approx(T2 * 0.05 / math.sqrt(3))
     assert (d["low"], d["high"]) == pytest.approx((0.10 - T2 * 0.05 / math.sqrt(3), 0.10 + T2 * 0.05 / math.sqrt(3)))
-    assert rp.paired_difference({"0": 1.0}, {"1": 1.0}) is None
-    assert rp.paired_difference({"10": 1.0, "2": 0.0}, {"10": 0.0, "2": 0.0})["seeds"] == ["2", "10"]  # numeric order
+    assert paired_difference({"0": 1.0}, {"1": 1.0}) is None
+    assert paired_difference({"10": 1.0, "2": 0.0}, {"10": 0.0, "2": 0.0})["seeds"] == ["2", "10"]  # numeric order
 
 
 def test_seeds_needed_at_the_observed_mean_and_sd():
     # mean 0.10, sd 0.05: t(n-1) * 0.05 / sqrt(n) is 0.449 (n=2), 0.124 (3), 0.0796 (4) -> 4 seeds
-    assert rp.seeds_needed({"n": 3, "mean": 0.10, "sd": 0.05}) == 4
-    assert rp.seeds_needed({"n": 3, "mean": -0.10, "sd": 0.05}) == 4
-    assert rp.seeds_needed({"n": 3, "mean": 0.0, "sd": 0.05}) is None
-    assert rp.seeds_needed({"n": 1, "mean": 0.1, "sd": None}) is None
-    assert rp.seeds_needed({"n": 3, "mean": 1e-6, "sd": 1.0}) is None  # beyond MAX_SEEDS
+    assert seeds_needed({"n": 3, "mean": 0.10, "sd": 0.05}) == 4
+    assert seeds_needed({"n": 3, "mean": -0.10, "sd": 0.05}) == 4
+    assert seeds_needed({"n": 3, "mean": 0.0, "sd": 0.05}) is None
+    assert seeds_needed({"n": 1, "mean": 0.1, "sd": None}) is None
+    assert seeds_needed({"n": 3, "mean": 1e-6, "sd": 1.0}) is None  # beyond MAX_SEEDS
 
 
 def test_how_to_decide_names_seeds_not_yet_run():
     # seeds 3-8 run, mean 0.066, sd 0.065: n = 7 (t(6) 2.447 * 0.065 / sqrt 7 = 0.0601 < 0.066; n = 6 gives
     # 2.571 * 0.065 / sqrt 6 = 0.0682), so one more seed, the smallest not run: 0
     stat = {"n": 6, "mean": 0.066, "sd": 0.065}
-    assert rp.seeds_needed(stat) == 7
-    assert rp.how_to_decide(stat, "paired seeds", ["3", "4", "5", "6", "7", "8"]).endswith(
+    assert seeds_needed(stat) == 7
+    assert how_to_decide(stat, "paired seeds", ["3", "4", "5", "6", "7", "8"]).endswith(
         "about 7 seeds would give an interval that excludes 0 (now 6): add seed=0."
     )
     # a seed run for one row only (or without the logged value) is not suggested again
-    assert rp.how_to_decide(stat, "paired seeds", ["0", "3", "4", "5", "6", "7", "8"]).endswith("add seed=1.")
-    assert rp.new_seeds(["0", "1", "3"], 3) == [2, 4, 5]
-    assert rp.new_seeds(["default"], 2) == [1, 2]  # a job without seed= ran the config's seed 0
-    assert rp.new_seeds(["0"], 0) == []
+    assert how_to_decide(stat, "paired seeds", ["0", "3", "4", "5", "6", "7", "8"]).endswith("add seed=1.")
+    assert new_seeds(["0", "1", "3"], 3) == [2, 4, 5]
+    assert new_seeds(["default"], 2) == [1, 2]  # a job without seed= ran the config's seed 0
+    assert new_seeds(["0"], 0) == []
     with pytest.raises(ValueError, match="at least one seed"):
-        rp.seed_sweep([])
-    assert rp.seed_sweep([9, 10, 11, 12]) == "range(9,13)" and rp.seed_sweep([0, 2]) == "0,2"
-    assert rp.seed_sweep([0, 1, 2, 9]) == "0,1,2,9" and rp.seed_sweep([3, 4, 5]) == "3,4,5"
+        seed_sweep([])
+    assert seed_sweep([9, 10, 11, 12]) == "range(9,13)" and seed_sweep([0, 2]) == "0,2"
+    assert seed_sweep([0, 1, 2, 9]) == "0,1,2,9" and seed_sweep([3, 4, 5]) == "3,4,5"
 
 
 def test_gap_narrowing_first_third_minus_last_third():
-    assert rp.gap_narrowing([0.3, 0.3, 0.2, 0.2, 0.1, 0.1]) == pytest.approx(0.2)
-    assert rp.gap_narrowing([0.1, 0.5, 0.3, 0.2]) == pytest.approx(0.1 - 0.2)  # thirds of 1 step
-    assert rp.gap_narrowing([0.2, 0.4]) == pytest.approx(-0.2)
-    assert rp.gap_narrowing([0.2]) is None and rp.gap_narrowing([]) is None
+    assert gap_narrowing([0.3, 0.3, 0.2, 0.2, 0.1, 0.1]) == pytest.approx(0.2)
+    assert gap_narrowing([0.1, 0.5, 0.3, 0.2]) == pytest.approx(0.1 - 0.2)  # thirds of 1 step
+    assert gap_narrowing([0.2, 0.4]) == pytest.approx(-0.2)
+    assert gap_narrowing([0.2]) is None and gap_narrowing([]) is None
 
 
 def test_rows_are_named_and_grouped_over_seeds(methods):
-    report = rp.build_report(methods, repo_dir=REPO)
+    report = build_report(methods, repo_dir=REPO)
     rows = {r.name: r for r in report["rows"]}
     assert list(rows) == ["MInTRL-Const", "GRPO", "no-intervention"]
     const = rows["MInTRL-Const"].stats["final_pass_at_1"]
     assert const["mean"] == pytest.approx(0.35, abs=1e-6) and const["sd"] == pytest.approx(0.05, abs=1e-6)
     assert (
-        rp.row_budget(rows["GRPO"])["rollouts_per_prompt"]
-        == 4
-        == rp.row_budget(rows["MInTRL-Const"])["rollouts_per_prompt"]
+        row_budget(rows["GRPO"])["rollouts_per_prompt"] == 4 == row_budget(rows["MInTRL-Const"])["rollouts_per_prompt"]
     )
     assert report["equal_budget"]
     assert report["wall"]["step_seconds"] == pytest.approx(9 * 6 * 10.0)
 
 
 def test_claims_on_the_fabricated_multirun(methods):
-    report = rp.build_report(methods, repo_dir=REPO)
+    report = build_report(methods, repo_dir=REPO)
     c1, c2, c3, c4 = report["claims"]
     diff = report["const_minus_grpo"]
     assert diff["diffs"] == pytest.approx([0.10, 0.15, 0.05], abs=1e-6)
@@ -122,7 +125,7 @@ def test_claims_on_the_fabricated_multirun(methods):
 
 
 def test_inverted_u_on_the_intensity_sweep(methods, intensity):
-    report = rp.build_report(methods, intensity, repo_dir=REPO)
+    report = build_report(methods, intensity, repo_dir=REPO)
     points = {p["name"]: p for p in report["points"]}
     assert list(points) == [
         "no-intervention",
@@ -143,11 +146,11 @@ def test_intensity_seeds_from_several_folders_pool(methods, intensity, tmp_path)
     """Seeds 0-1 of the intensity sweep in one multirun and seed 2 in a later one give the same points and
     verdict as one multirun of seeds 0-2."""
     later = [write_intensity_multirun(tmp_path / "a", (0, 1)), write_intensity_multirun(tmp_path / "b", (2,))]
-    pooled, whole = rp.build_report(methods, later, repo_dir=REPO), rp.build_report(methods, intensity, repo_dir=REPO)
+    pooled, whole = build_report(methods, later, repo_dir=REPO), build_report(methods, intensity, repo_dir=REPO)
     assert pooled["points"] == whole["points"] and len(pooled["points"]) == 4
     assert pooled["claims"][3].verdict == whole["claims"][3].verdict == "holds"
     assert pooled["intensity_dir"] == f"{tmp_path / 'a'}, {tmp_path / 'b'}"
-    first = rp.build_report(methods, later[0], repo_dir=REPO)  # seeds 0-1 only: undecided, add seeds 2 and 3
+    first = build_report(methods, later[0], repo_dir=REPO)  # seeds 0-1 only: undecided, add seeds 2 and 3
     assert [p["n"] for p in first["points"]] == [3, 2, 2, 3]
     assert first["claims"][3].verdict == "undecided"
     # seed 2 has its no-intervention job (methods: seeds 0-2), seed 3 not: the next step says to run it
@@ -163,7 +166,7 @@ def test_next_step_names_the_seeds_a_stopped_sweep_left_unfinished(methods, tmp_
         write_intensity_multirun(tmp_path / "a", (0, 1)),
         write_intensity_multirun(tmp_path / "b", (2,), settings=("rollout.max_reviews=1",)),
     ]
-    step = rp.build_report(methods, folders, repo_dir=REPO)["claims"][3].next_step
+    step = build_report(methods, folders, repo_dir=REPO)["claims"][3].next_step
     assert step == (
         "Finish seed=2 for 1 of 2 settings (MInTRL-Const rollout.max_reviews=4). More seeds per "
         "setting (add INTENSITY_ARGS=seed=3,4, with the no-intervention row of seed=3,4 "
@@ -177,7 +180,7 @@ def _point(name, frac, deltas):
         "name": name,
         "offpolicy_frac": frac,
         "per_seed": dict(zip(seeds, deltas)),
-        "delta": rp.paired_difference(dict(zip(seeds, deltas)), dict.fromkeys(seeds, 0.0)),
+        "delta": paired_difference(dict(zip(seeds, deltas)), dict.fromkeys(seeds, 0.0)),
     }
 
 
@@ -186,16 +189,16 @@ def test_inverted_u_verdicts_by_hand():
     mid = _point("mid", 0.03, [0.10, 0.12, 0.11])
     high = _point("high", 0.08, [0.20, 0.25, 0.22])
     # best at the highest fraction and clearly above the interior one: no inverted U
-    assert rp.inverted_u([base, mid, high])[0] == "does not hold"
+    assert inverted_u([base, mid, high])[0] == "does not hold"
     # best inside, above both ends
-    assert rp.inverted_u([base, high, _point("top", 0.3, [0.0, 0.02, -0.01])])[0] == "holds"
+    assert inverted_u([base, high, _point("top", 0.3, [0.0, 0.02, -0.01])])[0] == "holds"
     # best inside but not distinguishable from the high end
-    assert rp.inverted_u([base, mid, _point("end", 0.1, [0.12, 0.05, 0.10])])[0] == "undecided"
+    assert inverted_u([base, mid, _point("end", 0.1, [0.12, 0.05, 0.10])])[0] == "undecided"
     # one seed: no interval
     one = [_point("none", 0.0, [0.0]), _point("mid", 0.03, [0.1]), _point("high", 0.08, [0.0])]
-    verdict, why = rp.inverted_u(one)
-    assert verdict == "undecided" and "strictly inside" in why
-    assert rp.inverted_u([base, mid])[0] == "not measured"
+    v, why = inverted_u(one)
+    assert v == "undecided" and "strictly inside" in why
+    assert inverted_u([base, mid])[0] == "not measured"
 
 
 def test_report_markdown_has_commit_rows_intervals_and_figures(methods, intensity, tmp_path):
@@ -219,7 +222,8 @@ def test_report_markdown_has_commit_rows_intervals_and_figures(methods, intensit
 
 def test_seeds_added_by_a_second_multirun_are_pooled_and_their_commits_named(tmp_path):
     """Seeds 0-2 in one multirun, seed 3 in another (same overrides): one row per setting with 4 seeds;
-    the commit line names what each job's provenance.json recorded."""
+    the commit line names what each job's run manifest recorded (manifest.json, or provenance.json of older
+    runs)."""
     import json
 
     from multirun_helpers import repro_config, write_job
@@ -230,28 +234,28 @@ def test_seeds_added_by_a_second_multirun_are_pooled_and_their_commits_named(tmp
         scalars = {"val/pass@1": [(0, 0.05), (6, final)], "perf/step_seconds": [(s, 10.0) for s in range(1, 7)]}
         config = repro_config(4, 0) if experiment == "math/grpo_cpu" else repro_config(2, 2)
         write_job(later / str(job), [f"experiment={experiment}", "seed=3", "+sweep=reproduce_core"], scalars, config)
-        (later / str(job) / "provenance.json").write_text(json.dumps({"commit": "b" * 40}))
-    (first / "0" / "provenance.json").write_text(json.dumps({"commit": "a" * 40}))
-    report = rp.build_report([first, later], repo_dir=tmp_path)
-    const, grpo = rp.find_row(report["rows"], "MInTRL-Const"), rp.find_row(report["rows"], "GRPO")
-    assert [rp.seed_of(j) for j in const.jobs] == ["0", "1", "2", "3"] and len(grpo.jobs) == 4
+        (later / str(job) / "manifest.json").write_text(json.dumps({"commit": "b" * 40}))
+    (first / "0" / "provenance.json").write_text(json.dumps({"commit": "a" * 40}))  # an older run's name
+    report = build_report([first, later], repo_dir=tmp_path)
+    const, grpo = find_row(report["rows"], "MInTRL-Const"), find_row(report["rows"], "GRPO")
+    assert [seed_of(j) for j in const.jobs] == ["0", "1", "2", "3"] and len(grpo.jobs) == 4
     diff = report["const_minus_grpo"]
     assert diff["seeds"] == ["0", "1", "2", "3"] and diff["diffs"] == pytest.approx([0.10, 0.15, 0.05, 0.20])
     assert diff["mean"] == pytest.approx(0.125) and diff["n"] == 4
     assert (
         report["commit"]
-        == f"`{'a' * 40}` (1 job); `{'b' * 40}` (2 jobs); not recorded (8 jobs) (each job's provenance.json)"
+        == f"`{'a' * 40}` (1 job); `{'b' * 40}` (2 jobs); not recorded (8 jobs) (each job's manifest.json)"
     )
     assert report["multirun_dir"] == f"{first}, {later}"
     # nothing recorded: the report's checkout is named instead (here: no repository)
-    assert rp.fmt_commits({"not recorded": ["0"]}, "unknown").startswith("`unknown` (the checkout writing the report")
+    assert fmt_commits({"not recorded": ["0"]}, "unknown").startswith("`unknown` (the checkout writing the report")
 
 
 def test_a_seed_run_twice_for_one_row_is_refused(tmp_path):
     first = write_reproduce_multirun(tmp_path / "first")
     again = write_reproduce_multirun(tmp_path / "again")
     with pytest.raises(ValueError, match="seed=0"):
-        rp.build_report([first, again])
+        build_report([first, again])
     with pytest.raises(SystemExit) as e:
         reproduce_main([str(first), str(again), "--out", str(tmp_path / "r.md")])
     assert e.value.code == 2
@@ -265,9 +269,9 @@ def test_unequal_budget_is_flagged():
             name=name, path=Path(name), overrides=[f"experiment={name}", "seed=0"], config=repro_config(2, 2, steps)
         )
 
-    rows = rp.rows_of([job("math/mintrl_const_cpu", 6), job("math/grpo_cpu", 12)])
-    assert not rp.equal_budget(rows)
-    assert rp.equal_budget(rp.rows_of([job("math/mintrl_const_cpu", 6), job("math/grpo_cpu", 6)]))
+    rows = rows_of([job("math/mintrl_const_cpu", 6), job("math/grpo_cpu", 12)])
+    assert not equal_budget(rows)
+    assert equal_budget(rows_of([job("math/mintrl_const_cpu", 6), job("math/grpo_cpu", 6)]))
 
 
 def test_wall_time_from_file_times(tmp_path):
@@ -276,16 +280,16 @@ def test_wall_time_from_file_times(tmp_path):
         p.parent.mkdir(exist_ok=True)
         p.write_text("x")
         os.utime(p, (t, t))
-    assert rp.wall_time([tmp_path / "0"], [])["elapsed"] == pytest.approx(3600.0)
+    assert wall_time([tmp_path / "0"], [])["elapsed"] == pytest.approx(3600.0)
     # a second multirun a day later: its own span (60 s) adds, not the day between them
     for name, t in (("a", 90000.0), ("b", 90060.0)):
         p = tmp_path / "later" / "0" / name
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("x")
         os.utime(p, (t, t))
-    assert rp.wall_time([tmp_path / "0", tmp_path / "later" / "0"], [])["elapsed"] == pytest.approx(3660.0)
+    assert wall_time([tmp_path / "0", tmp_path / "later" / "0"], [])["elapsed"] == pytest.approx(3660.0)
     # logged scalars carry their own wall times (a git checkout resets file times): the job ran from its
-    # provenance start (1000 s) to its last scalar (1900 s), whatever the files' times say
+    # manifest's start (1000 s) to its last scalar (1900 s), whatever the files' times say
     import json
 
     from torch.utils.tensorboard import SummaryWriter
@@ -295,13 +299,13 @@ def test_wall_time_from_file_times(tmp_path):
     for step, t in ((0, 1100.0), (1, 1900.0)):
         writer.add_scalar("val/pass@1", 0.1, step, walltime=t)
     writer.close()
-    (job / "provenance.json").write_text(json.dumps({"started_utc": "1970-01-01T00:16:40Z"}))  # 1000 s
-    assert rp.job_span(job) == (1000.0, 1900.0)
-    assert rp.wall_time([job], [])["elapsed"] == pytest.approx(900.0)
-    (job / "provenance.json").unlink()
-    assert rp.job_span(job) == (1100.0, 1900.0)  # no provenance: from the first scalar
+    (job / "manifest.json").write_text(json.dumps({"started_utc": "1970-01-01T00:16:40Z"}))  # 1000 s
+    assert job_span(job) == (1000.0, 1900.0)
+    assert wall_time([job], [])["elapsed"] == pytest.approx(900.0)
+    (job / "manifest.json").unlink()
+    assert job_span(job) == (1100.0, 1900.0)  # no manifest: from the first scalar
 
-    assert rp.fmt_seconds(3720) == "1 h 02 min" and rp.fmt_seconds(90) == "1.5 min" and rp.fmt_seconds(None) == "n/a"
+    assert fmt_seconds(3720) == "1 h 02 min" and fmt_seconds(90) == "1.5 min" and fmt_seconds(None) == "n/a"
 
 
 def test_missing_folder_is_a_usage_error(tmp_path):
@@ -331,7 +335,7 @@ def test_every_row_composes_with_the_hard_task_at_equal_budget(sweep):
                            "math/mentor_cpu", "math/intervention_grpo_cpu"],
         "reproduce_intensity": ["math/mintrl_const_cpu"],
     }[sweep]  # fmt: skip
-    assert rows == expected and all(r in rp.ROW_NAMES for r in rows)
+    assert rows == expected and all(r in ROW_NAMES for r in rows)
     budgets = set()
     for row in rows:
         cfg = _compose(f"+sweep={sweep}", f"experiment={row}", "seed=2")
@@ -436,15 +440,13 @@ def committed(sweep: str) -> list[Path]:
 def test_the_committed_report_is_what_the_committed_runs_give():
     """docs/reproduction.md is `make reproduce-report` over results/reproduce_core/*: every row's final
     pass@1 with its interval, the paired difference and each seed's values come from those runs."""
-    from mintrl.eval.summary import fmt_interval
-
     folders, intensity = committed("reproduce_core"), committed("reproduce_intensity")
     assert len(folders) >= 3
-    report = rp.build_report(folders, intensity or None, repo_dir=REPO)
+    report = build_report(folders, intensity or None, repo_dir=REPO)
     doc = (REPO / "docs" / "reproduction.md").read_text()
     diff = report["const_minus_grpo"]
-    rows = {r.name: {rp.seed_of(j) for j in r.jobs} for r in report["rows"]}
-    assert diff["n"] == len(rows["MInTRL-Const"] & rows["GRPO"]) >= 9 and rp.fmt_diff(diff) in doc
+    rows = {r.name: {seed_of(j) for j in r.jobs} for r in report["rows"]}
+    assert diff["n"] == len(rows["MInTRL-Const"] & rows["GRPO"]) >= 9 and fmt_diff(diff) in doc
     for row in report["rows"]:
         assert f"| {row.name} |" in doc and fmt_interval(row.stats["final_pass_at_1"]) in doc
     for seed, d in zip(diff["seeds"], diff["diffs"]):
@@ -458,11 +460,11 @@ def test_the_committed_report_is_the_whole_text_make_reproduce_report_writes(mon
     monkeypatch.chdir(REPO)  # the report names the folders as make passes them: relative, with a slash
     folders = [f"results/reproduce_core/{p.name}/" for p in committed("reproduce_core")]
     intensity = [f"results/reproduce_intensity/{p.name}/" for p in committed("reproduce_intensity")]
-    report = rp.build_report(folders, intensity or None, repo_dir=REPO)
+    report = build_report(folders, intensity or None, repo_dir=REPO)
     doc = (REPO / "docs" / "reproduction.md").read_text()
-    figures = {c: p.name for c, p in rp.figure_paths("docs/reproduction.md", bool(report["points"])).items()}
+    figures = {c: p.name for c, p in figure_paths("docs/reproduction.md", bool(report["points"])).items()}
     assert all((REPO / "docs" / name).is_file() for name in figures.values())
-    rendered = rp.render_markdown(report, figures)
+    rendered = render_markdown(report, figures)
 
     def lines(text):
         return [x for x in text.splitlines() if not x.startswith(("Written by", "- **machine**"))]
@@ -471,8 +473,8 @@ def test_the_committed_report_is_the_whole_text_make_reproduce_report_writes(mon
 
 
 def test_rows_follow_the_papers_order_whatever_the_folder_order():
-    rows = [rp.Row(name, [], {}) for name in ("no-intervention", "sweep x=1", "GRPO", "MInTRL-Const")]
-    assert [r.name for r in sorted(rows, key=rp.paper_order)] == [
+    rows = [Row(name, [], {}) for name in ("no-intervention", "sweep x=1", "GRPO", "MInTRL-Const")]
+    assert [r.name for r in sorted(rows, key=paper_order)] == [
         "MInTRL-Const",
         "GRPO",
         "no-intervention",

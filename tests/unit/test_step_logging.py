@@ -6,7 +6,7 @@ import pytest
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
-from mintrl.eval.tensorboard import load_scalars
+from mintrl.analysis.tensorboard import load_scalars
 from mintrl.training.step_logging import log_step
 
 

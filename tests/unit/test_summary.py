@@ -1,5 +1,5 @@
-"""Multirun summary (MInTRL Figure 6), keyword shift (Figure 5) and sweep configs, on a fabricated
-multirun with known numbers (tests/multirun_helpers.py)."""
+"""Multirun summary (MInTRL Figure 6), intervals over seeds and sweep configs, on a fabricated multirun with
+known numbers (tests/multirun_helpers.py)."""
 
 from __future__ import annotations
 
@@ -9,21 +9,22 @@ import json
 import pytest
 from multirun_helpers import JOBS
 
+from mintrl.analysis import measures, runs, stats, summary, tables
 from mintrl.build.config import CONFIG_DIR
 from mintrl.cli.summary import main as summary_main
-from mintrl.eval import summary
-from mintrl.eval.keywords import keyword_counts, keyword_rates, keyword_shift, shift_table
+from mintrl.core.verdict import Verdict
+from mintrl.judge.base import Judge
 
 
 def test_jobs_are_read_in_job_order_and_a_job_without_events_is_missing(multirun):
-    jobs = summary.read_multirun(multirun)
+    jobs = runs.read_multirun(multirun)
     assert [j.name for j in jobs] == ["0", "1", "2", "10"]
     assert jobs[1].overrides == JOBS["1"][0]
     assert jobs[3].scalars is None and jobs[0].scalars is not None
 
 
 def test_summary_rows_offpolicy_fraction_final_pass_and_delta(multirun):
-    rows = {r["job"]: r for r in summary.summarize(summary.read_multirun(multirun))}
+    rows = {r["job"]: r for r in summary.summarize(runs.read_multirun(multirun))}
     assert rows["0"]["no_intervention"] and not rows["1"]["no_intervention"]
     assert rows["0"]["pass_at_1_tag"] == "val/reward" and rows["1"]["pass_at_1_tag"] == "val/pass@1"
     assert rows["0"]["final_pass_at_1"] == pytest.approx(0.30, abs=1e-6)
@@ -38,31 +39,65 @@ def test_summary_rows_offpolicy_fraction_final_pass_and_delta(multirun):
 
 
 def test_without_a_no_intervention_job_deltas_are_none(multirun):
-    jobs = [j for j in summary.read_multirun(multirun) if j.name != "0"]
+    jobs = [j for j in runs.read_multirun(multirun) if j.name != "0"]
     assert all(r["delta_pass_at_1"] is None for r in summary.summarize(jobs))
-    base = summary.read_job(multirun / "0")  # an explicit baseline run
+    base = runs.read_job(multirun / "0")  # an explicit baseline run
     rows = summary.summarize(jobs, baseline=base)
     assert rows[0]["delta_pass_at_1"] == pytest.approx(0.05, abs=1e-6)
 
 
 def test_no_intervention_detection_and_baseline_matching():
-    assert summary.is_no_intervention(["judge=none"])
-    assert summary.is_no_intervention(["+rollout.n_semi=0"])
-    assert summary.is_no_intervention(["experiment=no_intervention"])
-    assert summary.is_no_intervention([], {"judge": {"_target_": "mintrl.judge.keep.KeepJudge"}})
-    assert summary.is_no_intervention([], {"rollout": {"n_semi": 0}})
-    assert not summary.is_no_intervention(
+    assert runs.is_no_intervention(["judge=none"])
+    assert runs.is_no_intervention(["+rollout.n_semi=0"])
+    assert runs.is_no_intervention(["experiment=no_intervention"])
+    assert runs.is_no_intervention([], {"judge": {"_target_": "mintrl.judge.keep.KeepJudge"}})
+    assert runs.is_no_intervention([], {"rollout": {"n_semi": 0}})
+    assert not runs.is_no_intervention(
         ["judge=rule", "rollout.n_semi=2"], {"judge": {"_target_": "mintrl.judge.rule.RuleJudge"}}
     )
     baselines = [(["seed=0", "judge=none"], 0.3), (["seed=1", "judge=none"], 0.5)]
     assert summary.baseline_pass_at_1(["seed=1", "judge=rule"], baselines) == 0.5
     assert summary.baseline_pass_at_1(["judge=rule"], baselines) == pytest.approx(0.4)  # tie: mean
     assert summary.baseline_pass_at_1(["judge=rule"], []) is None
-    assert summary.normalize_override("rollout.progress=False") == "rollout.progress=false"
+    assert runs.normalize_override("rollout.progress=False") == "rollout.progress=false"
+
+
+class NeverRevises(Judge):
+    """A judge no analysis code names: it declares that it never revises."""
+
+    finds_errors = False
+
+    def review(self, requests):
+        return [Verdict() for _ in requests]
+
+
+class Revises(Judge):
+    """A judge keeping the base class's declaration (it finds errors)."""
+
+    def review(self, requests):
+        return [Verdict() for _ in requests]
+
+
+def _judge(cls: type) -> dict:
+    return {"judge": {"_target_": f"{cls.__module__}.{cls.__qualname__}"}}
+
+
+def test_the_baseline_is_the_judge_class_that_declares_it_never_revises():
+    assert runs.is_no_intervention([], _judge(NeverRevises))  # no override, no class name known to the analysis
+    assert not runs.is_no_intervention([], _judge(Revises))
+    assert runs.judge_never_revises(f"{NeverRevises.__module__}.NeverRevises") is True
+    # committed runs recorded the keep judge at its old place: looked up where it lives now
+    assert runs.judge_never_revises("mintrl.judge.none.KeepJudge") is True
+    assert not runs.is_no_intervention([], {"judge": {"_target_": "mintrl.judge.rule.RuleJudge"}})
+    # a judge class that no longer imports: a warning names it and the overrides decide
+    gone = {"judge": {"_target_": "mintrl.judge.removed_in_a_refactor.GoneJudge"}}
+    with pytest.warns(UserWarning, match="removed_in_a_refactor.GoneJudge.*does not import"):
+        assert runs.is_no_intervention(["seed=0"], gone) is False
+    assert runs.is_no_intervention(["judge=none"], gone) is True
 
 
 def test_table_lists_the_numbers_and_the_missing_job(multirun):
-    table = summary.markdown_table(summary.summarize(summary.read_multirun(multirun)))
+    table = tables.markdown_table(summary.summarize(runs.read_multirun(multirun)))
     lines = table.splitlines()
     assert lines[0].startswith(
         "| job | overrides | off-policy frac | final val pass@1 | delta pass@1 vs no-intervention"
@@ -88,64 +123,13 @@ def test_cli_errors_name_the_directory(tmp_path, capsys):
     empty = tmp_path / "empty_multirun"
     empty.mkdir()
     with pytest.raises(FileNotFoundError, match="empty_multirun"):
-        summary.find_jobs(empty)
+        runs.find_jobs(empty)
     with pytest.raises(SystemExit) as e:
         summary_main([str(empty)])
     assert e.value.code == 2 and str(empty) in capsys.readouterr().err
     with pytest.raises(SystemExit):
         summary_main([str(tmp_path / "nowhere")])
     assert "nowhere" in capsys.readouterr().err
-
-
-# --- keyword shift (Figure 5) ---------------------------------------------------------------------
-
-TEXT = (
-    "Wait, maybe we can use the sum. Waiting is not waiting; actually we will compute it. "
-    "Alternatively, WE CAN reuse."
-)  # 20 words
-LONG = " ".join(["step"] * 510) + " wait we can maybe"  # words 511-514: the phrase crosses word 512
-
-
-def test_keyword_counts_whole_words_phrases_and_window():
-    counts, n = keyword_counts(TEXT)
-    assert n == 20
-    assert counts == {
-        "wait": 1,
-        "actually": 1,
-        "maybe": 1,
-        "alternatively": 1,
-        "compute": 1,
-        "use": 1,
-        "we can": 2,
-        "we will": 1,
-    }  # not waiting / reuse
-    counts, n = keyword_counts(LONG)
-    assert n == 512
-    assert counts["wait"] == 1 and counts["we can"] == 0 and counts["maybe"] == 0
-    counts, n = keyword_counts(TEXT, first_words=4)
-    assert n == 4 and counts["we can"] == 1 and counts["use"] == 0
-    fenced = "Maybe.\n```python\nwait = use(x)\n```\nWait."
-    assert keyword_counts(fenced)[0]["wait"] == 1 and keyword_counts(fenced)[1] == 2
-    assert keyword_counts(fenced, keep_code=True)[0]["wait"] == 2
-
-
-def test_keyword_rates_per_1000_window_words():
-    rates = keyword_rates([TEXT, LONG])  # 20 + 512 words
-    assert rates["wait"] == pytest.approx(1000 * 2 / 532)
-    assert rates["we can"] == pytest.approx(1000 * 2 / 532)
-    assert rates["maybe"] == pytest.approx(1000 * 1 / 532)
-    assert rates["alternatively"] == pytest.approx(1000 / 532)
-    with pytest.raises(ValueError, match="no words"):
-        keyword_rates(["", "..."])
-
-
-def test_keyword_shift_difference_and_relative_change():
-    shift = keyword_shift(["wait use use"], ["wait wait use"])
-    assert shift["wait"]["a"] == pytest.approx(1000 / 3) and shift["wait"]["b"] == pytest.approx(2000 / 3)
-    assert shift["wait"]["diff"] == pytest.approx(1000 / 3) and shift["wait"]["rel_pct"] == pytest.approx(100.0)
-    assert shift["use"]["rel_pct"] == pytest.approx(-50.0)
-    assert shift["maybe"]["rel_pct"] is None and shift["maybe"]["diff"] == 0
-    assert "| wait | 333.33 | 666.67 | +333.33 | +100.0 |" in shift_table(shift)
 
 
 # --- sweep configs --------------------------------------------------------------------------------
@@ -197,55 +181,57 @@ def test_sweep_configs_compose_and_every_job_composes(name):
 
 # --- seeds and intervals (hand-computed on SEEDED_JOBS) -------------------------------------------
 
-T2 = 4.3027  # t(0.975, 2)
-T1 = 12.7062  # t(0.975, 1)
+# Student t 0.975 quantiles to 4 decimals (statistical tables): df -> t
+T_975 = {1: 12.7062, 2: 4.3027, 3: 3.1824, 4: 2.7764, 5: 2.5706, 9: 2.2622, 10: 2.2281, 20: 2.0860, 30: 2.0423,
+         40: 2.0211, 60: 2.0003, 120: 1.9799}  # fmt: skip
 
 
 def test_t_quantiles_and_mean_interval_on_hand_values():
-    assert summary.t_quantile_975(2) == T2 and summary.t_quantile_975(1) == T1
-    assert summary.t_quantile_975(35) == summary.t_quantile_975(30) == 2.0423  # next smaller df: conservative
-    assert summary.t_quantile_975(1000) == 1.96
+    for df, t in T_975.items():
+        assert stats.t_quantile_975(df) == pytest.approx(t, abs=5e-5), df
+    assert stats.t_quantile_975(35) == pytest.approx(2.0301, abs=5e-5)  # between the tabulated 30 and 40
+    assert stats.t_quantile_975(100_000) == pytest.approx(1.9600, abs=5e-5)  # the normal limit
     for bad in (0, -1, 2.5, True):
         with pytest.raises(ValueError, match="df"):
-            summary.t_quantile_975(bad)
+            stats.t_quantile_975(bad)
     # [0.5, 0.6, 0.7]: mean 0.6, s = 0.1, half width 4.3027 * 0.1 / sqrt(3) = 0.24842
-    stat = summary.mean_interval([0.5, 0.6, 0.7])
+    stat = stats.mean_interval([0.5, 0.6, 0.7])
     assert stat["n"] == 3 and stat["mean"] == pytest.approx(0.6) and stat["sd"] == pytest.approx(0.1)
     assert stat["half_width"] == pytest.approx(0.24842, abs=1e-5)
     assert (stat["low"], stat["high"]) == pytest.approx((0.35158, 0.84842), abs=1e-5)
-    one = summary.mean_interval([0.45])
+    one = stats.mean_interval([0.45])
     assert one["mean"] == 0.45 and one["half_width"] is None and one["low"] is None
-    assert summary.fmt_interval(one) == "0.450 (n=1, no interval)"
-    assert summary.fmt_interval(stat) == "0.600 [0.352, 0.848]"
+    assert tables.fmt_interval(one) == "0.450 (n=1, no interval)"
+    assert tables.fmt_interval(stat) == "0.600 [0.352, 0.848]"
     with pytest.raises(ValueError, match="at least one"):
-        summary.mean_interval([])
+        stats.mean_interval([])
     with pytest.raises(ValueError, match="non-finite"):
-        summary.mean_interval([0.5, float("nan")])
+        stats.mean_interval([0.5, float("nan")])
 
 
 def test_area_under_curve_and_binomial_se_on_hand_values():
     # trapezoids 4 * (0.2 + 0.4) / 2 + 4 * (0.4 + 0.5) / 2 = 3.0 over a span of 8 steps
-    assert summary.area_under_curve([(0, 0.2), (4, 0.4), (8, 0.5)]) == pytest.approx(0.375)
+    assert stats.area_under_curve([(0, 0.2), (4, 0.4), (8, 0.5)]) == pytest.approx(0.375)
     # uneven steps: 2 * (0 + 1) / 2 + 8 * (1 + 1) / 2 = 9 over 10
-    assert summary.area_under_curve([(0, 0.0), (2, 1.0), (10, 1.0)]) == pytest.approx(0.9)
-    assert summary.area_under_curve([(5, 0.3)]) == 0.3 and summary.area_under_curve([]) is None
+    assert stats.area_under_curve([(0, 0.0), (2, 1.0), (10, 1.0)]) == pytest.approx(0.9)
+    assert stats.area_under_curve([(5, 0.3)]) == 0.3 and stats.area_under_curve([]) is None
     with pytest.raises(ValueError, match="strictly increasing"):
-        summary.area_under_curve([(4, 0.1), (4, 0.2)])
-    assert summary.pass_at_1_curve({"val/pass@1": [(8, 0.5), (0, 0.2), (8, 0.6)]}) == [(0, 0.2), (8, 0.6)]
-    assert summary.binomial_se(0.6, 256) == pytest.approx(0.0306186, abs=1e-6)  # sqrt(0.24 / 256)
-    assert summary.binomial_se(0.0, 10) == 0.0
+        stats.area_under_curve([(4, 0.1), (4, 0.2)])
+    assert measures.pass_at_1_curve({"val/pass@1": [(8, 0.5), (0, 0.2), (8, 0.6)]}) == [(0, 0.2), (8, 0.6)]
+    assert stats.binomial_se(0.6, 256) == pytest.approx(0.0306186, abs=1e-6)  # sqrt(0.24 / 256)
+    assert stats.binomial_se(0.0, 10) == 0.0
     with pytest.raises(ValueError, match="p must be"):
-        summary.binomial_se(1.5, 10)
+        stats.binomial_se(1.5, 10)
     with pytest.raises(ValueError, match="n must be"):
-        summary.binomial_se(0.5, 0)
-    assert summary.heldout_size({"data": {"prompts": {"val_size": 64}, "val_samples_per_prompt": 4}}) == 256
-    assert summary.heldout_size({"data": {"prompts": {"val_size": "${x}"}, "val_samples_per_prompt": 4}}) is None
-    assert summary.heldout_size(None) is None
+        stats.binomial_se(0.5, 0)
+    assert measures.heldout_size({"data": {"prompts": {"val_size": 64}, "val_samples_per_prompt": 4}}) == 256
+    assert measures.heldout_size({"data": {"prompts": {"val_size": "${x}"}, "val_samples_per_prompt": 4}}) is None
+    assert measures.heldout_size(None) is None
 
 
 def test_jobs_are_grouped_by_seed_with_intervals(seeded_multirun):
-    jobs = summary.read_multirun(seeded_multirun)
-    assert [[j.name for j in g] for g in summary.group_by_seed(jobs)] == [["0", "1", "2"], ["3", "4"], ["5", "6"]]
+    jobs = runs.read_multirun(seeded_multirun)
+    assert [[j.name for j in g] for g in runs.group_by_seed(jobs)] == [["0", "1", "2"], ["3", "4"], ["5", "6"]]
     const, none, grpo = summary.summarize_seeds(jobs)
     assert const["varying"] == ["objective=regression_const"] and const["seeds"] == ["0", "1", "2"]
     assert const["n"] == 3 and not const["missing"] and not const["no_intervention"]
@@ -274,7 +260,7 @@ def test_jobs_are_grouped_by_seed_with_intervals(seeded_multirun):
 
 
 def test_seed_table_states_intervals_and_how_they_are_computed(seeded_multirun):
-    table = summary.seed_table(summary.summarize_seeds(summary.read_multirun(seeded_multirun)))
+    table = tables.seed_table(summary.summarize_seeds(runs.read_multirun(seeded_multirun)))
     assert (
         "| objective=regression_const | 0,1,2 (3) | 0.600 [0.352, 0.848] | 0.450 [0.264, 0.636] | 0.031 (N=256) |"
         in table

@@ -6,7 +6,7 @@ A 2 x 2 x 2 grid of settings run at the same seeds answers more than its eight r
 with a low and a high level, every two settings that differ only in that knob form a matched pair, and the
 pair's difference at one seed cancels that seed's luck in the prompts and the sampling. Per seed the
 effect is the mean difference over the matched pairs (high minus low); its interval is Student t over the
-seeds (:func:`mintrl.eval.summary.mean_interval`), the same as every other interval of the report.
+seeds (:func:`mintrl.analysis.stats.mean_interval`), the same as every other interval of the report.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Callable, Sequence
 
-from mintrl.eval.summary import Job, _get, is_seed_override, mean_interval, parse_override, seed_key
+from mintrl.analysis.runs import Job, config_value, is_seed_override, parse_override
+from mintrl.analysis.stats import mean_interval, seed_key
 
 Setting = tuple[str | None, ...]  # one value per knob (str, as in an override), None when unknown
 NOT_KNOBS = ("experiment", "hydra.sweep.dir", "callbacks.hf_export")  # overrides that name no setting knob
@@ -40,7 +41,7 @@ def knob_value(job: Job, knob: str) -> str | None:
         key, value = parse_override(o)
         if key.lstrip("+~") == knob:
             return value
-    value = _get(job.config, knob)
+    value = config_value(job.config, knob)
     return None if value is None or isinstance(value, (dict, list)) else str(value)
 
 
@@ -65,14 +66,14 @@ def main_effects(
     are the settings ``(p, q)`` equal on every other knob with ``p[k] = low`` and ``q[k] = high`` (settings
     at a middle level, e.g. 2 and 3 reviews between 1 and 4, are in no pair). Per seed ``s`` run by both
     settings of every pair, ``e_s = mean over pairs of value(q, s) - value(p, s)``; the effect is
-    :func:`~mintrl.eval.summary.mean_interval` over those seeds. A seed missing from some pair (a sweep
+    :func:`~mintrl.analysis.stats.mean_interval` over those seeds. A seed missing from some pair (a sweep
     stopped part-way) is left out of that knob's effect rather than averaged over fewer pairs, so every
     ``e_s`` is over the same pairs.
 
     Args:
         jobs: the sweep's runs; a job whose ``value`` is None (no held-out curve) is skipped.
-        value: the measured number per job (e.g. :func:`mintrl.eval.reproduce.final_pass`, pass@1 0-1).
-        seed_of: the job's seed (e.g. :func:`mintrl.eval.reproduce.seed_of`).
+        value: the measured number per job (e.g. :func:`mintrl.analysis.measures.final_pass`, pass@1 0-1).
+        seed_of: the job's seed (e.g. :func:`mintrl.analysis.runs.seed_of`).
         knobs: the knobs; default :func:`swept_knobs`. A job with an unknown value of some knob
             (:func:`knob_value` None) is in no pair.
 

@@ -1,4 +1,5 @@
-"""Reading, filtering and printing rollout records (``mintrl-rollouts``; format: :mod:`mintrl.rollout.records`)."""
+"""Reading, filtering and printing the rollout records a run wrote (``mintrl-rollouts``; format:
+:mod:`mintrl.rollout.records`), and what the judge and the intervention did per step (``--stats``)."""
 
 from __future__ import annotations
 

@@ -1,19 +1,11 @@
-"""Reading TensorBoard scalars of one or several runs and drawing the training curves."""
+"""Reading the TensorBoard scalars a run logged: every tag's ``(step, value)`` points and the wall-clock times
+they were logged at (the plots are :mod:`mintrl.analysis.plots`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-DEFAULT_CURVES = (
-    "reward/control",
-    "reward/semi",
-    "reward/gap",
-    "val/reward",
-    "rollout/offpolicy_frac",
-    "train/policy_entropy",
-    "rollout/response_len",
-    "train/loss",
-)
+Scalars = dict[str, list[tuple[int, float]]]  # {tag: [(step, value), ...]} sorted by step
 
 
 def _scalar_events(run_dir: str | Path) -> list[tuple[str, object]]:
@@ -29,7 +21,7 @@ def _scalar_events(run_dir: str | Path) -> list[tuple[str, object]]:
     return out
 
 
-def load_scalars(run_dir: str | Path) -> dict[str, list[tuple[int, float]]]:
+def load_scalars(run_dir: str | Path) -> Scalars:
     """All scalars under ``run_dir`` (searched recursively for event files), as
     ``{tag: [(step, value), ...]}`` sorted by step.
 
@@ -52,23 +44,7 @@ def event_times(run_dir: str | Path) -> tuple[float, float] | None:
     return (min(times), max(times)) if times else None
 
 
-def plot_curves(runs: dict[str, dict[str, list[tuple[int, float]]]], tags=DEFAULT_CURVES, columns: int = 4):
-    """One panel per tag, one line per run (x: optimizer step). Returns the matplotlib Figure;
-    tags absent from every run are skipped."""
-    import matplotlib.pyplot as plt
-
-    tags = [t for t in tags if any(t in s for s in runs.values())]
-    rows = max(1, -(-len(tags) // columns))
-    fig, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3 * rows), squeeze=False)
-    for ax, tag in zip(axes.flat, tags):
-        for name, scalars in runs.items():
-            if tag in scalars:
-                steps, values = zip(*scalars[tag])
-                ax.plot(steps, values, marker="o", ms=3, label=name)
-        ax.set_title(tag)
-        ax.set_xlabel("step")
-    for ax in list(axes.flat)[len(tags) :]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=8)
-    fig.tight_layout()
-    return fig
+def tag_values(scalars: Scalars | None, tag: str) -> list[float]:
+    """The values of ``tag`` in step order (a step logged twice, as by a resumed run, keeps its last value);
+    empty when ``scalars`` is None or lacks the tag."""
+    return [v for _, v in sorted(dict((scalars or {}).get(tag, [])).items())]

@@ -1,12 +1,12 @@
 """``mintrl-keywords``: keyword shift between two runs' evaluation samples (MInTRL Figure 5; see
-:mod:`mintrl.eval.keywords`)."""
+:mod:`mintrl.analysis.keywords`)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Sequence
 
-from mintrl.eval.keywords import keyword_shift, read_responses, shift_table
+from mintrl.analysis.keywords import keyword_shift, read_responses, shift_table
 
 
 def main(argv: Sequence[str] | None = None) -> None:

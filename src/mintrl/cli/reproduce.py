@@ -1,5 +1,5 @@
 """``mintrl-reproduce``: the reproduction report (table with intervals, figures, commit, machine, wall time and
-the paper's claims with measured verdicts) of a ``make reproduce`` multirun (see :mod:`mintrl.eval.reproduce`)."""
+the paper's claims with measured verdicts) of a ``make reproduce`` multirun (see :mod:`mintrl.analysis.report`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from mintrl.eval.reproduce import write_report
+from mintrl.analysis.report import write_report
 
 
 def main(argv: Sequence[str] | None = None) -> int:

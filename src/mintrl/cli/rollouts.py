@@ -1,4 +1,5 @@
-"""``mintrl-rollouts``: print a run's rollout records with intervention tokens highlighted (see :mod:`mintrl.eval.rollouts`)."""
+"""``mintrl-rollouts``: print a run's rollout records with intervention tokens highlighted (see
+:mod:`mintrl.analysis.rollouts`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 import sys
 from typing import Sequence
 
-from mintrl.eval.rollouts import format_run, format_stats
+from mintrl.analysis.rollouts import format_run, format_stats
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,5 +1,5 @@
 """``mintrl-summary``: the table, the seed intervals, the held-out curves and MInTRL Figure 6 of a Hydra
-multirun (see :mod:`mintrl.eval.summary`)."""
+multirun (see :mod:`mintrl.analysis.summary`)."""
 
 from __future__ import annotations
 
@@ -9,19 +9,11 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from mintrl.eval.summary import (
-    final_pass_at_1,
-    fmt,
-    is_no_intervention,
-    markdown_table,
-    plot_curves,
-    plot_intensity,
-    read_job,
-    read_multirun,
-    seed_table,
-    summarize,
-    summarize_seeds,
-)
+from mintrl.analysis.measures import final_pass_at_1
+from mintrl.analysis.plots import plot_curves, plot_intensity
+from mintrl.analysis.runs import is_no_intervention, read_job, read_multirun
+from mintrl.analysis.summary import summarize, summarize_seeds
+from mintrl.analysis.tables import fmt, markdown_table, seed_table
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -12,7 +12,7 @@ Rows are read with ``datasets`` (``load_dataset("json", ...)``, local files only
 Split: problems are shuffled with ``split_seed``; the first ``val_size`` are validation, the rest
 (up to ``train_size``) training; no problem is in both. The embedded model's pre-training data may
 contain these public benchmarks, so scores on such a split measure learning on this task family,
-not uncontaminated generalisation (README, "Code").
+not uncontaminated generalisation (docs/tasks.md, "Code: HumanEval, MBPP").
 """
 
 from __future__ import annotations

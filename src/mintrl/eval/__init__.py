@@ -1,3 +1,3 @@
-"""The evaluation library: the pass@k metric, :func:`~mintrl.eval.evaluate.evaluate` of a checkpoint
-on a benchmark, the pilot table, keyword shift, the multirun summary and TensorBoard reading.
-No command-line code (that is :mod:`mintrl.cli`)."""
+"""Evaluation of a policy: :func:`~mintrl.eval.evaluate.evaluate` (pass@k of a checkpoint on a benchmark) and the
+judge pilot (:mod:`mintrl.eval.pilot`). Reports on finished runs are :mod:`mintrl.analysis`; no command-line code
+here (that is :mod:`mintrl.cli`)."""

@@ -6,7 +6,8 @@ claim. With ``check_last_number``, a chunk that ends the response must also leav
 as the reward reads it (:func:`mintrl.text.answer.locate_answer`: the last ``<answer>`` tag, else
 the last complete box, else the ``####`` number, else the last number), that matches the
 reference; if it does not, the step holding it is revised with a correction stating the reference
-answer (a much more frequent intervention: see the README's pilot table).
+answer (a much more frequent intervention: see the pilot table of docs/measurements.md, "Which
+judge and intervention the embedded default uses").
 
 The first step is read together with the unfinished last step of the accepted prefix, so a
 claim split across the chunk boundary is still checked; a claim that ends exactly where a
