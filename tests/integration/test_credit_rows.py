@@ -16,7 +16,7 @@ from mintrl.intervention.base import InterventionRequest
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.judge.rule import RuleJudge
 from mintrl.objective import SupervisedNLL
-from mintrl.rollout.first_error import locate_first_errors
+from mintrl.rollout.error_location import locate_first_errors
 from mintrl.sft import intervention_example
 
 # step 0 holds a true claim, step 1 the first false one ("2 + 2 = 5"), step 2 a wrong answer

@@ -144,7 +144,7 @@ class Rollout:
         row: the rollout's row in its step's batch (set by the rollout engine; -1 before).
         turns: an episode's action turns (:class:`TurnRecord`), empty for a single-turn rollout.
         first_error: for a failed rollout that the judge reviewed whole after scoring
-            (:mod:`mintrl.rollout.first_error`), the response token where its first wrong step
+            (:mod:`mintrl.rollout.error_location`), the response token where its first wrong step
             starts (tokens from the response start; the tokens before it are wholly before that
             step); None when not reviewed or no error was found.
     """

@@ -209,7 +209,7 @@ def first_error_token_advantages(
 
 
 def unmarked_failed_errors(rewards: torch.Tensor, first_error: torch.Tensor) -> torch.Tensor:
-    """Rows that failed (finite reward below 1, :func:`mintrl.rollout.first_error.is_failed`) and have
+    """Rows that failed (finite reward below 1, :func:`mintrl.rollout.error_location.is_failed`) and have
     no marked first error (``first_error < 0``): the rollouts ``objective.unmarked=after`` treats as
     wrong from their first token (docs/guided.md, "First-error credit collapsed").
 

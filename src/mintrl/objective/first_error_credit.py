@@ -5,7 +5,7 @@ Mathematical Reasoning", arXiv 2606.25524): a failed trace is recoverable until 
 trigger, and deleting that token and resampling recovers far more often than continuing from it.
 Cliff locates the trigger with rollout-estimated potentials and trains single-token DPO at it; here
 the configured judge locates the first wrong *step* once per rollout batch (the rollout engine's
-``mark_first_error``, :mod:`mintrl.rollout.first_error`) and the credit is a token-level advantage
+``mark_first_error``, :mod:`mintrl.rollout.error_location`) and the credit is a token-level advantage
 in a GRPO surrogate: the failed rollout's tokens before its first error get ``+credit_before``,
 its tokens from the error on ``-credit_after``; rollouts without a marked error (successes,
 failures where the judge found nothing) keep the group-relative sequence advantage. Cliff

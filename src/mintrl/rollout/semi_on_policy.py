@@ -29,7 +29,7 @@ from mintrl.guide.base import Guide
 from mintrl.intervention.base import Intervention, InterventionRequest
 from mintrl.judge.base import Judge
 from mintrl.reward.base import Reward, score_rewards
-from mintrl.rollout.first_error import is_failed, locate_first_errors
+from mintrl.rollout.error_location import is_failed, locate_first_errors
 from mintrl.rollout.guards import GuardedJudge, GuardedReward
 from mintrl.rollout.schedule import InterventionSchedule
 from mintrl.rollout.stats import guide_stats, rollout_stats
@@ -143,7 +143,7 @@ class SemiOnPolicyRollout:
             ``judge/{errors,timeouts,garbage}`` and ``reward/{failed,timeout}``.
         mark_first_error: after scoring, the judge reviews each failed rollout's whole response
             once (one batched call) and marks the token where its first wrong step starts
-            (:attr:`mintrl.core.batch.Rollout.first_error`; :mod:`mintrl.rollout.first_error`).
+            (:attr:`mintrl.core.batch.Rollout.first_error`; :mod:`mintrl.rollout.error_location`).
             Set by the run when the objective declares ``needs_first_error`` (``objective=first_error``).
 
     Attributes:

@@ -8,7 +8,7 @@ failed ones; (2) a verifier with the reference finds the first wrong step and an
 writes a single-step correction in its place; (3, optional in InT) keep an intervention only when
 the policy, continuing after it, reaches a correct answer; (4) fine-tune on ``prefix +
 intervention`` given the problem. Here the judge and intervention are the run's configured
-components (:mod:`mintrl.rollout.first_error` finds the cut).
+components (:mod:`mintrl.rollout.error_location` finds the cut).
 
 Token in, token out: an example's response is the sampled prefix ids ``response[:cut]`` (policy
 provenance) followed by the intervention's ids (intervention provenance), spliced as ids and never
@@ -29,7 +29,7 @@ from mintrl.core.batch import Rollout
 from mintrl.core.checks import check_int
 from mintrl.intervention.base import Correction, InterventionRequest
 from mintrl.reward.base import score_rewards
-from mintrl.rollout.first_error import FirstError, is_failed, locate_first_errors
+from mintrl.rollout.error_location import FirstError, is_failed, locate_first_errors
 from mintrl.sft.stage import SFTStage
 
 log = logging.getLogger(__name__)
