@@ -13,8 +13,9 @@ from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.judge.rule import RuleJudge
 from mintrl.reward import ReasoningGymReward, extract_answer
-from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout, apply_verdict
+from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
 from mintrl.rollout.stats import rollout_stats
+from mintrl.rollout.verdicts import apply_verdict
 from mintrl.sampler import HFSampler
 from mintrl.text.steps import split_steps, token_index_of_char
 

@@ -27,7 +27,7 @@ from mintrl.core.batch import BranchRecord, Rollout, collate_rollouts, concat_ba
 from mintrl.core.verdict import KEEP, REVISE, Verdict
 from mintrl.data.base import PromptItem
 from mintrl.rollout.records import RecordWriter, batch_records, concat_records, record_path
-from mintrl.rollout.semi_on_policy import apply_verdict
+from mintrl.rollout.verdicts import apply_verdict
 from mintrl.text.steps import split_steps
 
 EOS = 1

@@ -63,11 +63,7 @@ def plot_intensity(rows: Sequence[dict], path: str | Path | None = None, title: 
     ax.set_xlabel("off-policy token fraction, mean over training (%)")
     ax.set_ylabel("delta pass@1 vs no-intervention (pp)")
     ax.set_title(title)
-    fig.tight_layout()
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
-    return fig
+    return _finish(fig, path)
 
 
 def plot_curves(rows: Sequence[dict], path: str | Path | None = None, title: str = "Held-out pass@1"):
@@ -119,11 +115,7 @@ def plot_curves(rows: Sequence[dict], path: str | Path | None = None, title: str
     ax.set_xlabel("optimizer step")
     ax.set_ylabel("held-out pass@1 (%), mean over seeds")
     ax.set_title(f"{title}\nbands: 95% interval over seeds (Student t)", fontsize=10)
-    fig.tight_layout()
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
-    return fig
+    return _finish(fig, path)
 
 
 def plot_training(rows: Sequence[Row], path: str | Path | None = None):
@@ -177,11 +169,7 @@ def plot_training(rows: Sequence[Row], path: str | Path | None = None):
         if ax.lines:
             ax.legend(fontsize=7)
     fig.suptitle("mean over seeds; bands: 95% interval over seeds (Student t)", fontsize=9)
-    fig.tight_layout()
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
-    return fig
+    return _finish(fig, path)
 
 
 def plot_intensity_points(points: Sequence[dict], path: str | Path | None = None):
@@ -212,11 +200,7 @@ def plot_intensity_points(points: Sequence[dict], path: str | Path | None = None
     ax.set_xlabel("off-policy token fraction, mean over training and seeds (%)")
     ax.set_ylabel("delta final pass@1 vs no-intervention (pp)")
     ax.set_title("Off-policy intensity (error bars: 95% interval over paired seeds)", fontsize=10)
-    fig.tight_layout()
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120)
-    return fig
+    return _finish(fig, path)
 
 
 def plot_scalars(runs: dict[str, Scalars], tags: Sequence[str] = DEFAULT_CURVES, columns: int = 4):
@@ -247,4 +231,14 @@ def plot_scalars(runs: dict[str, Scalars], tags: Sequence[str] = DEFAULT_CURVES,
         ax.axis("off")
     axes.flat[0].legend(fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def _finish(fig, path: str | Path | None):
+    """Lay out ``fig`` and, when ``path`` is given, save it there (PNG at 120 dpi, parent folders
+    made); returns ``fig``."""
+    fig.tight_layout()
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=120)
     return fig

@@ -13,7 +13,7 @@ from mintrl.build.config_checks import check_config
 from mintrl.data.datamodule import RolloutDataModule
 from mintrl.model.loading import LoadedPolicy, check_model_path, embedded_smollm2, load_policy
 from mintrl.model.lora import frozen_step0
-from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
+from mintrl.rollout.engine import RolloutEngine
 from mintrl.training.callbacks.run_summary import RunSummary
 from mintrl.training.module import PolicyModule
 
@@ -72,7 +72,7 @@ class Components:
     """
 
     context: ModelContext
-    rollout: SemiOnPolicyRollout
+    rollout: RolloutEngine
     datamodule: RolloutDataModule
     module: PolicyModule
     trainer: L.Trainer | None

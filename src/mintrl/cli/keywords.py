@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import Sequence
 
 from mintrl.analysis.keywords import keyword_shift, read_responses, shift_table
@@ -18,7 +20,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--first-words", type=int, default=512, help="window per response (words)")
     args = parser.parse_args(argv)
     shift = keyword_shift(read_responses(args.samples_a), read_responses(args.samples_b), args.first_words)
-    print(shift_table(shift, args.samples_a, args.samples_b))
+    try:
+        print(shift_table(shift, args.samples_a, args.samples_b))
+    except BrokenPipeError:  # piped into head or less and closed early: not an error
+        sys.stdout = open(os.devnull, "w")
 
 
 if __name__ == "__main__":

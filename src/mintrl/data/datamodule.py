@@ -93,7 +93,8 @@ class RolloutDataModule(L.LightningDataModule):
 
     Args:
         prompts: a prompt source with ``build(split, tokenizer)`` (e.g. ``ReasoningGymPrompts``).
-        rollout: the rollout engine (``SemiOnPolicyRollout``).
+        rollout: the rollout engine (:class:`mintrl.rollout.engine.RolloutEngine`, e.g.
+            ``SemiOnPolicyRollout`` or ``EpisodeRollout``).
         tokenizer: the policy tokenizer.
         prompts_per_step: prompts per optimizer step (positive).
         val_samples_per_prompt: rollouts per validation prompt (positive).

@@ -205,25 +205,110 @@ def step_result(
     return out
 
 
-class SerialEnvironment(Environment):
-    """An environment that applies a step's actions one episode at a time (``env=shell``, ``env=sql``).
+class EpisodicEnvironment(Environment):
+    """An environment that keeps one state object per episode (``env=python_tool``, ``env=shell``,
+    ``env=sql``): what their ``reset``, ``score_final``, ``close`` and ``metrics`` share.
 
     A subclass names itself (:attr:`name`, for the log), keeps its open episodes in ``self.episodes``
-    (objects with a ``done`` flag) and its counters in ``self.counters`` (declaring ``errors`` and
-    ``seconds``), and provides :meth:`act` and :meth:`free`; :meth:`step` is shared: an exception in
-    ``act`` ends that episode with reward NaN (:func:`step_result`), never the call.
+    and its counters in ``self.counters`` (declaring ``errors`` and ``seconds``), sets
+    :attr:`max_turns`, and provides :meth:`_open` (an episode object with the fields ``done``,
+    ``failure`` and ``turns``), optionally :meth:`free` and :meth:`final_reward`. A bad task entry
+    never raises at ``reset``: ``_open`` records it as the episode's ``failure``, which fails the
+    episode at its first step (reward NaN, ``error``) or in :meth:`score_final`.
+
+    Attributes:
+        name: the environment's name in the log (``python_tool``, ``shell``, ``SQL``).
+        max_turns: actions after which an episode ends, scored by :meth:`final_reward` (actions),
+            or None for no limit of its own (the rollout's turn limit applies).
     """
 
     name: str = "environment"
+    max_turns: int | None = None
     episodes: list
     counters: Counters
 
     @abstractmethod
-    def act(self, episode, text: str) -> ActionOutcome:
-        """Apply one action to one open episode."""
+    def _open(self, item: PromptItem):
+        """One episode's state for ``item``; a bad entry is remembered as its ``failure``, not raised."""
 
     def free(self, episode) -> None:
         """Free a finished episode's state (default: nothing to free)."""
+
+    def final_reward(self, episode) -> float:
+        """The reward of an open episode that ends without an answer (default 0.0; an environment
+        that scores the final state, e.g. a table after UPDATEs, overrides it). May raise: the
+        episode then ends with reward NaN."""
+        return 0.0
+
+    def reset(self, items: Sequence[PromptItem]) -> list[str]:
+        """Start one episode per item (previous episodes are closed); the time counts in ``seconds``.
+
+        Returns:
+            One "" per item: the instruction (the prompt) already states the task and the protocol.
+        """
+        start = time.perf_counter()
+        self.close()
+        self.episodes = [self._open(item) for item in items]
+        self.counters.add("seconds", time.perf_counter() - start)
+        return [""] * len(items)
+
+    def turn_outcome(self, episode, observation: str, kind: str) -> ActionOutcome:
+        """The outcome of an action that did not answer: ``(observation, 0.0, False, kind, invalid)``
+        (``invalid``: ``kind == "invalid"``), or, when it used the last of :attr:`max_turns`, the end
+        of the episode with no observation and its :meth:`final_reward`."""
+        invalid = kind == "invalid"
+        if self.max_turns is not None and episode.turns >= self.max_turns:
+            return "", self.final_reward(episode), True, kind, invalid
+        return observation, 0.0, False, kind, invalid
+
+    def score_final(self, episodes: Sequence[int]) -> list[float]:
+        """End episodes that ran out of turns or tokens without an answer: each gets its
+        :meth:`final_reward`, or NaN when its task entry is bad or the scoring raised (logged and
+        counted in ``env/errors``), and is freed (:meth:`free`); the time counts in ``seconds``.
+
+        Raises:
+            ValueError: an unknown, repeated or finished episode index.
+        """
+        start = time.perf_counter()
+        check_episodes(episodes, self.episodes)
+        rewards = []
+        for e in episodes:
+            ep = self.episodes[e]
+            try:
+                if ep.failure is not None:
+                    raise RuntimeError(ep.failure)
+                rewards.append(self.final_reward(ep))
+            except Exception as err:  # noqa: BLE001 - one episode's failure never stops the run
+                log.warning("%s episode %d failed: %s: %s", self.name, e, type(err).__name__, err)
+                self.counters.add("errors", 1)
+                rewards.append(math.nan)
+            ep.done = True
+            self.free(ep)
+        self.counters.add("seconds", time.perf_counter() - start)
+        return rewards
+
+    def close(self) -> None:
+        """Free every episode's state (:meth:`free`) and forget the episodes."""
+        for ep in self.episodes:
+            self.free(ep)
+        self.episodes = []
+
+    def metrics(self) -> dict[str, float]:
+        """The counters since the last call, ``env/<name>`` (counts; ``env/seconds`` in seconds),
+        then every counter back to 0 (:meth:`Counters.take`)."""
+        return self.counters.take()
+
+
+class SerialEnvironment(EpisodicEnvironment):
+    """An environment that applies a step's actions one episode at a time (``env=shell``, ``env=sql``).
+
+    A subclass provides what :class:`EpisodicEnvironment` asks and :meth:`act`; :meth:`step` is
+    shared: an exception in ``act`` ends that episode with reward NaN (:func:`step_result`), never the call.
+    """
+
+    @abstractmethod
+    def act(self, episode, text: str) -> ActionOutcome:
+        """Apply one action to one open episode."""
 
     def step(self, episodes: Sequence[int], actions: Sequence[str]) -> StepResult:
         """Apply ``actions[i]`` to episode ``episodes[i]`` through :meth:`act`, in call order; each

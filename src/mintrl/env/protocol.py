@@ -1,6 +1,7 @@
-"""What the text environments' action protocols share (``env/sql``, ``env/python_tool``): a final
-answer in ``<answer>...</answer>`` tags (the last one counts), else the first fenced block of the
-environment's language, else an invalid action whose text tells the agent the protocol."""
+"""What the text environments' action protocols share (``env/sql``, ``env/python_tool``,
+``env/shell``): a final answer in ``<answer>...</answer>`` tags (the last one counts), else the first
+fenced block of the environment's language, else an invalid action whose text tells the agent the
+protocol (:class:`TaggedProtocol`)."""
 
 from __future__ import annotations
 
@@ -71,34 +72,48 @@ def drop_leading_blank_lines(body: str) -> str:
     return "\n".join(lines)
 
 
-def parse_tagged_action(
-    text: str,
-    max_chars: int,
-    find_block: Callable[[str], Action | None],
-    no_action: str,
-    empty_block: str,
-    too_long: Callable[[int, int], str],
-) -> Action:
-    """Read one action; never raises.
+@dataclass(frozen=True)
+class TaggedProtocol:
+    """One environment's action protocol (see the module docstring): an ``<answer>`` tag, else the
+    environment's first fenced block, else an invalid action whose text tells the agent the protocol.
 
-    Args:
-        text: the agent's whole turn.
-        max_chars: longer actions are invalid (characters).
-        find_block: the environment's first block of ``text`` as an action (its text may be ""),
-            or None.
-        no_action, empty_block: the observations for an action with neither a block nor an
-            answer, and for an empty block.
-        too_long: the observation for an action over the limit, from (length, max_chars).
+    Attributes:
+        block: the fence language the agent is told to write (``python``, ``bash``, ``sql``).
+        find_block: ``(text, allow_open) ->`` the environment's first block of ``text`` as an action
+            (its text may be ""), or None.
+        no_action, empty_block: the observations for an action with neither a block nor an answer,
+            and for an empty block.
     """
-    if len(text) > max_chars:
-        return Action("invalid", too_long(len(text), max_chars))
-    answers = list(ANSWER.finditer(text))
-    if answers:
-        last = answers[-1]
-        return Action("answer", last.group(1).strip(), last.start(), last.end())
-    block = find_block(text)
-    if block is None:
-        return Action("invalid", no_action)
-    if not block.text:
-        return Action("invalid", empty_block)
-    return block
+
+    block: str
+    find_block: Callable[[str, bool], Action | None]
+    no_action: str
+    empty_block: str
+
+    def too_long(self, length: int, max_chars: int) -> str:
+        """The observation for an action over the limit (``length`` and ``max_chars`` in characters)."""
+        return (
+            f"Your message is too long ({length} characters; at most {max_chars} are read). "
+            f"Write one short ```{self.block} block or an <answer></answer> tag."
+        )
+
+    def parse(self, text: str, max_chars: int = 1000, allow_open: bool = True) -> Action:
+        """Read one action; never raises.
+
+        Args:
+            text: the agent's whole turn.
+            max_chars: longer actions are invalid (characters).
+            allow_open: accept a block left open at the end (the turn ended inside it).
+        """
+        if len(text) > max_chars:
+            return Action("invalid", self.too_long(len(text), max_chars))
+        answers = list(ANSWER.finditer(text))
+        if answers:
+            last = answers[-1]
+            return Action("answer", last.group(1).strip(), last.start(), last.end())
+        block = self.find_block(text, allow_open)
+        if block is None:
+            return Action("invalid", self.no_action)
+        if not block.text:
+            return Action("invalid", self.empty_block)
+        return block

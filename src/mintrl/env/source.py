@@ -7,10 +7,24 @@ from __future__ import annotations
 import os
 import random
 from abc import abstractmethod
-from typing import Any, ClassVar, Hashable
+from typing import Any, ClassVar, Hashable, Sequence
 
-from mintrl.core.checks import check_int
+from mintrl.core.checks import check_int, check_range
 from mintrl.data.base import PromptItem, PromptSource, RowFilter, prompt_ids
+
+
+def check_spans(knobs: Any, field: str, spans: Sequence[tuple[str, int, int]]) -> None:
+    """Check the ``min_<name>`` / ``max_<name>`` pairs of a task generator's knobs (its Difficulty):
+    for each ``(name, low, high)`` of ``spans``, ``low <= min_<name> <= max_<name> <= high`` (integers).
+
+    Raises:
+        ValueError: a knob out of its range, or a minimum above its maximum (named ``<field>.<knob>``).
+    """
+    for name, low, high in spans:
+        lo, hi = getattr(knobs, f"min_{name}"), getattr(knobs, f"max_{name}")
+        check_int(f"{field}.min_{name}", lo, low)
+        check_int(f"{field}.max_{name}", hi, lo)
+        check_range(f"{field}.max_{name}", hi, low, high)
 
 
 class EnvTaskSource(PromptSource):
@@ -20,14 +34,16 @@ class EnvTaskSource(PromptSource):
     environment and its judge run, ``task`` the environment's name (:attr:`task`), and ``reference`` the
     reference action an intervention writes (``entry["reference_action"]``).
 
-    A subclass names its environment (:attr:`task`) and provides :meth:`generate`, :meth:`render`,
-    :meth:`examples` and :meth:`load`; :meth:`key` says when a generated training task counts as a copy of
-    a validation task (default: the same instruction).
+    A subclass names its environment (:attr:`task`), takes its generator's knobs into
+    :attr:`difficulty` and passes these fields on (as keywords), and provides the environment's task
+    functions (:meth:`generate_task`, :meth:`render`, :meth:`examples`) and :meth:`load`;
+    :meth:`key` says when a generated training task counts as a copy of a validation task (default:
+    the same instruction).
 
     Args:
         path: a local benchmark file (read by :meth:`load`), or None to generate tasks.
-        train_size: training tasks (None with a file: all rows that are not validation).
-        val_size: validation tasks (the first ``val_size`` rows of a file after the shuffle).
+        train_size: training tasks (tasks, >= 1; None with a file: all rows that are not validation).
+        val_size: validation tasks (tasks, >= 1; the first ``val_size`` rows of a file after the shuffle).
         train_seed, val_seed: generator seeds (must differ); a generated training task whose :meth:`key`
             equals a validation task's is skipped, so the splits are disjoint.
         split_seed: seed of the shuffle that splits a file.
@@ -40,18 +56,19 @@ class EnvTaskSource(PromptSource):
     """
 
     task: ClassVar[str]
+    difficulty: Any  # the generator's knobs (the environment's Difficulty), set by the subclass
 
     def __init__(
         self,
-        path: str | None,
-        train_size: int | None,
-        val_size: int,
-        train_seed: int,
-        val_seed: int,
-        split_seed: int,
-        max_prompt_tokens: int,
-        chat_template_kwargs: dict | None,
-        example: bool,
+        path: str | None = None,
+        train_size: int | None = 1000,
+        val_size: int = 64,
+        train_seed: int = 1,
+        val_seed: int = 2,
+        split_seed: int = 0,
+        max_prompt_tokens: int = 512,
+        chat_template_kwargs: dict | None = None,
+        example: bool = True,
     ):
         check_int("data.prompts.train_size", train_size, none_ok=path is not None)
         check_int("data.prompts.val_size", val_size)
@@ -69,16 +86,19 @@ class EnvTaskSource(PromptSource):
 
     # --- what an environment provides -------------------------------------------------------------
 
+    @staticmethod
     @abstractmethod
-    def generate(self, seed: int, index: int) -> dict[str, Any]:
-        """Task ``index`` of the generator seeded with ``seed`` (deterministic)."""
+    def generate_task(seed: int, index: int, difficulty: Any) -> dict[str, Any]:
+        """Task ``index`` of the generator seeded with ``seed`` at ``difficulty`` (deterministic)."""
 
+    @staticmethod
     @abstractmethod
-    def render(self, entry: dict[str, Any]) -> str:
+    def render(entry: dict[str, Any]) -> str:
         """The instruction of a task (the user message)."""
 
+    @staticmethod
     @abstractmethod
-    def examples(self) -> list[dict[str, str]]:
+    def examples() -> list[dict[str, str]]:
         """The worked example episode as chat messages."""
 
     @abstractmethod
@@ -94,6 +114,10 @@ class EnvTaskSource(PromptSource):
         return self.render(entry)
 
     # --- shared -----------------------------------------------------------------------------------
+
+    def generate(self, seed: int, index: int) -> dict[str, Any]:
+        """Task ``index`` of the generator seeded with ``seed`` at this source's :attr:`difficulty`."""
+        return self.generate_task(seed, index, self.difficulty)
 
     def _generated(self, split: str) -> list[dict[str, Any]]:
         if split == "val":

@@ -37,15 +37,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import torch
+from tqdm.auto import tqdm
 
 from mintrl.core.batch import Rollout, RolloutBatch, TurnRecord, collate_rollouts
 from mintrl.core.checks import check_int
 from mintrl.core.verdict import ReviewRequest
 from mintrl.data.base import PromptItem
 from mintrl.env.base import Environment, StepResult
-from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout, apply_verdict
+from mintrl.rollout.engine import RolloutEngine
 from mintrl.rollout.stats import rollout_stats
+from mintrl.rollout.verdicts import apply_verdict
 from mintrl.text.steps import split_steps
 
 
@@ -127,27 +128,32 @@ class EpisodeTally:
     env_seconds: float = 0.0
 
 
-class EpisodeRollout(SemiOnPolicyRollout):
+class EpisodeRollout(RolloutEngine):
     """Generates one step's episodes (see module docstring); ``rollout=episodes``.
 
     Args:
         env: the :class:`mintrl.env.base.Environment` (``env=`` config group).
+        sampler, judge, intervention, tokenizer: as :class:`mintrl.rollout.engine.RolloutEngine`.
+        reward: must be None (``reward=null``): the environment scores episodes. The run passes its
+            ``reward`` group to every rollout engine.
         max_turns: action turns per episode (turns).
         max_action_tokens: tokens per action turn, an intervention's included (tokens).
         max_observation_tokens: tokens of one observation's text; longer ones are cut (tokens; the
             turn wrapper comes on top).
-        max_response_tokens: the episode's whole token budget: actions, interventions and
-            observation turns (tokens). An observation that would leave no room for one more
-            action token ends the episode (scored by ``env.score_final``).
         env_workers: threads stepping the environment within one turn (1: the calling thread;
             more only when the environment is ``thread_safe``).
-        reward: unused (the environment scores episodes; ``reward=null`` in the agent experiments);
-            any value is accepted and ignored.
-        other arguments: as :class:`mintrl.rollout.semi_on_policy.SemiOnPolicyRollout`
-            (``chunk_size`` is unused: a turn is one chunk).
+        engine: the shared fields of :class:`mintrl.rollout.engine.RolloutEngine`; here
+            ``max_response_tokens`` is the episode's whole token budget (actions, interventions
+            and observation turns; an observation that would leave no room for one more action
+            token ends the episode, scored by ``env.score_final``), ``max_reviews`` counts reviewed
+            action turns (a turn is one chunk), ``continuation_len`` is the most tokens of a
+            corrected action (its end-of-turn id comes on top) and ``progress`` shows a transient
+            bar of the step's turns. Any other keyword is a TypeError.
 
     Raises:
-        ValueError: a non-positive size, naming the ``rollout.*`` field.
+        ValueError: a non-positive size, naming the ``rollout.*`` field; ``env`` not an
+            environment; a reward component.
+        TypeError: a keyword this engine does not take (e.g. ``chunk_size``: a turn is one chunk).
     """
 
     multi_turn = True
@@ -155,14 +161,25 @@ class EpisodeRollout(SemiOnPolicyRollout):
     def __init__(
         self,
         env: Environment,
+        sampler,
+        judge,
+        intervention,
+        tokenizer,
+        *,
+        reward: None = None,
         max_turns: int = 4,
         max_action_tokens: int = 48,
         max_observation_tokens: int = 64,
         env_workers: int = 2,
-        **kwargs,
+        **engine,
     ):
         if not isinstance(env, Environment):
             raise ValueError(f"rollout.env must be an Environment (set env=...), got {type(env).__name__}")
+        if reward is not None:
+            raise ValueError(
+                f"rollout=episodes: the environment scores episodes, so reward must be null (reward=null), "
+                f"got {type(reward).__name__}"
+            )
         for name, value in (
             ("max_turns", max_turns),
             ("max_action_tokens", max_action_tokens),
@@ -170,7 +187,7 @@ class EpisodeRollout(SemiOnPolicyRollout):
             ("env_workers", env_workers),
         ):
             check_int(f"rollout.{name}", value, 1)
-        super().__init__(**kwargs)
+        super().__init__(sampler, judge, intervention, tokenizer, **engine)
         self.env = env
         self.max_turns, self.max_action_tokens = max_turns, max_action_tokens
         self.max_observation_tokens, self.env_workers = max_observation_tokens, env_workers
@@ -178,16 +195,6 @@ class EpisodeRollout(SemiOnPolicyRollout):
         self.end_of_turn = self.tokenizer.eos_token_id
         self._pool = ThreadPoolExecutor(env_workers) if env_workers > 1 and env.thread_safe else None
         self.tally = EpisodeTally()  # the current step's counters (branches add to them)
-
-    # the environment scores episodes: a configured reward component is kept but never called
-    @property
-    def reward(self):
-        """Unused in episodes (the environment's rewards are the rollouts' rewards); as given."""
-        return self._reward
-
-    @reward.setter
-    def reward(self, reward) -> None:
-        self._reward = reward
 
     # ------------------------------------------------------------------ environment
     def _step_env(self, episodes: list[int], actions: list[str]) -> StepResult:
@@ -315,13 +322,15 @@ class EpisodeRollout(SemiOnPolicyRollout):
         tally: EpisodeTally,
         reviewed: bool,
         temperature: float | None = None,
+        bar: tqdm | None = None,
     ) -> None:
         """Run episodes to their end: action turns (batched across episodes) and environment steps
         until each is ended by the environment, out of tokens or at ``max_turns`` actions (turns it
         already has count: a branch continues its parent's); then ``env.score_final`` scores the
         episodes the environment did not end. ``rollouts[i]`` acts in environment episode
         ``slots[i]``. ``reviewed``: the judge reviews the semi-on-policy episodes' turns (up to
-        ``max_reviews`` each). ``temperature``: sampling temperature (None: the rollout's)."""
+        ``max_reviews`` each). ``temperature``: sampling temperature (None: the rollout's). ``bar``:
+        a progress bar advanced by one per turn."""
         over = [False] * len(rollouts)
         while True:
             active = [
@@ -336,6 +345,8 @@ class EpisodeRollout(SemiOnPolicyRollout):
             starts = self._action_turn(episodes, items, review, temperature)
             for i, stop in zip(active, self._env_turn(episodes, [slots[i] for i in active], starts, tally)):
                 over[i] = stop
+            if bar is not None:
+                bar.update(1)
         unfinished = [i for i, r in enumerate(rollouts) if not r.finished]
         if unfinished:
             for i, value in zip(unfinished, self.env.score_final([slots[i] for i in unfinished])):
@@ -360,37 +371,29 @@ class EpisodeRollout(SemiOnPolicyRollout):
 
         return EpisodeBrancher(self)
 
-    # ------------------------------------------------------------------ public
-    @torch.no_grad()
-    def generate(
-        self,
-        items: list[PromptItem],
-        step: int = 0,
-        n_control: int | None = None,
-        n_semi: int | None = None,
-        allocate: bool = True,
-        guide: bool = True,
+    def _roll(
+        self, items: list[PromptItem], rollouts: list[Rollout], step: int, start: float, allocate: bool, guide: bool
     ) -> RolloutBatch:
-        """All episodes for one optimizer step (one per rollout; same arguments and batch layout as
-        :meth:`SemiOnPolicyRollout.generate`; episodes take no guide, so ``guide`` changes nothing). With a branching allocation (``allocate``), once every
-        episode of the step has ended and been scored, the allocation branches more episodes from
-        turn anchors (:class:`mintrl.rollout.episode_branches.EpisodeBrancher`); they join their
-        prompts' groups after the initial rows.
+        """The step's episodes played to their end (the judge reviews the turns of the semi-on-policy
+        ones), then, with a branching allocation (``allocate``), more episodes branched from turn
+        anchors (:class:`mintrl.rollout.episode_branches.EpisodeBrancher`), which join their
+        prompts' groups after the initial rows. Episodes take no guide: ``guide`` adds nothing.
 
         Raises:
             ValueError: the environment returned a first observation (the instruction must hold it).
         """
-        start = time.perf_counter()
-        rollouts, intervene = self._new_rollouts(items, step, n_control, n_semi)
         self._reset([items[r.group] for r in rollouts])
         tally = EpisodeTally()
-        self._play(rollouts, items, list(range(len(rollouts))), tally, reviewed=intervene)
+        bar = tqdm(
+            total=self.max_turns, desc=f"episodes (step {step})", unit="turn", leave=False, disable=not self.progress
+        )
+        # control episodes are never reviewed; outside the intervention phase every episode is a control one
+        self._play(rollouts, items, list(range(len(rollouts))), tally, reviewed=True, bar=bar)
+        bar.update(bar.total - bar.n)
+        bar.close()
         self._score_interventions([r for r in rollouts if not r.is_control])
         self.tally = tally  # the branches' turns add to it (EpisodeBrancher)
-        extra, allocation_stats = self._allocate(rollouts, items) if allocate else ([], {})
-        for row, r in enumerate(extra, start=len(rollouts)):
-            r.row = row
-        rollouts += extra
+        allocation_stats = self._branch(rollouts, items, allocate)
         gen_seconds = time.perf_counter() - start
         batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature, prompts=list(items))
         batch.stats = rollout_stats(rollouts, gen_seconds - tally.env_seconds, white_box=self.intervention.white_box)
@@ -403,7 +406,6 @@ class EpisodeRollout(SemiOnPolicyRollout):
         batch.stats.update(self.judge.metrics())
         batch.stats.update(self.sampler.metrics())
         batch.stats.update(allocation_stats)
-        self._end_step(batch, step, intervene)
         return batch
 
 

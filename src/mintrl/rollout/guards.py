@@ -250,3 +250,30 @@ class GuardedReward(Reward):
         out = dict(self.inner.metrics())
         out.update({"reward/failed": float(c.errors + c.garbage), "reward/timeout": float(c.timeouts)})
         return out
+
+
+class Guarded:
+    """An attribute of a rollout engine that always holds a guarded component: assigning a
+    component stores it wrapped in ``guard`` (:class:`GuardedJudge` or :class:`GuardedReward`) with
+    the time limit the engine holds in its attribute ``timeout_attr`` (seconds or None); an already
+    guarded component is stored as it is. Reading returns the guard (``.inner`` is the component).
+    Swapping the component later (the pilot swaps judges) keeps it guarded.
+
+    Args:
+        guard: the wrapper class, called as ``guard(component, timeout_s)``.
+        timeout_attr: the engine attribute with the limit of one call (set before the component).
+    """
+
+    def __init__(self, guard: type, timeout_attr: str):
+        self.guard, self.timeout_attr = guard, timeout_attr
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.slot = f"_{name}"
+
+    def __get__(self, engine, owner=None):
+        return self if engine is None else getattr(engine, self.slot)
+
+    def __set__(self, engine, component) -> None:
+        if not isinstance(component, self.guard):
+            component = self.guard(component, getattr(engine, self.timeout_attr))
+        setattr(engine, self.slot, component)

@@ -30,7 +30,7 @@ order (groups of a prompt together, control rollouts first), with the keys:
   (see :class:`mintrl.core.batch.TurnRecord`; ``action`` decodes the action's tokens).
 
 :class:`RecordWriter` writes them with the standard library (gzip + json) under a size cap;
-:mod:`mintrl.eval.rollouts` reads and prints them (``mintrl-rollouts``).
+:mod:`mintrl.analysis.rollouts` reads and prints them (``mintrl-rollouts``).
 """
 
 from __future__ import annotations

@@ -70,6 +70,17 @@ def rollout_stats(rollouts: list[Rollout], gen_seconds: float, white_box: bool =
     return {k: float(v) for k, v in stats.items() if not math.isnan(v)}
 
 
+def rollout_counts(kept: int, generated: int, prompts: int) -> dict[str, float]:
+    """A step's rollout counts: ``allocation/rollouts_per_prompt`` (rollouts in the batch / prompts),
+    ``allocation/budget_used`` (rollouts generated, count) and ``allocation/generated_per_prompt``
+    (generated / prompts); the x axis of RAIL's performance-vs-rollouts comparison (RAIL sec. 4)."""
+    return {
+        "allocation/rollouts_per_prompt": kept / max(prompts, 1),
+        "allocation/budget_used": float(generated),
+        "allocation/generated_per_prompt": generated / max(prompts, 1),
+    }
+
+
 def kappa_estimate(behaviour_logprobs, intervention_mask) -> float:
     """MInTRL Appendix H's choice of ``kappa``: the mean log-prob (nats) the intervention model
     gave its own intervention tokens.

@@ -41,6 +41,40 @@ class Generation:
     logprobs: list[torch.Tensor]
     finished: list[bool]
 
+    def append_row(self, ids: torch.Tensor, logprobs: torch.Tensor, eos_token_ids: Sequence[int]) -> None:
+        """Append one sampled row, cut after its first EOS id (nothing a backend sampled past it is
+        kept); the row is finished when it holds one.
+
+        Args:
+            ids: ``[n]`` int64 sampled token ids. logprobs: ``[n]`` float32 log-probs of them (nats).
+            eos_token_ids: every id that ends a response.
+        """
+        hits = torch.isin(ids, torch.tensor(list(eos_token_ids), dtype=ids.dtype)).nonzero()
+        n = int(hits[0]) + 1 if len(hits) else len(ids)
+        self.token_ids.append(ids[:n].clone())
+        self.logprobs.append(logprobs[:n].clone())
+        self.finished.append(bool(len(hits)))
+
+
+def eos_ids_of(model, tokenizer=None) -> tuple[int, ...]:
+    """Every EOS id of the model's generation config (int or list), else the tokenizer's.
+
+    Raises:
+        ValueError: neither defines one.
+    """
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if eos is None and tokenizer is not None:
+        eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError("the model's generation_config and tokenizer define no eos_token_id")
+    return tuple(int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]))
+
+
+def pad_id_of(tokenizer, eos_token_ids: Sequence[int]) -> int:
+    """The id that pads rows: the tokenizer's pad token, else the first EOS id."""
+    pad = tokenizer.pad_token_id
+    return int(pad if pad is not None else eos_token_ids[0])
+
 
 def check_generate_args(
     prefixes: Sequence[Sequence[int]],
@@ -69,18 +103,25 @@ def check_generate_args(
 class Sampler(ABC):
     """What the rollout loop needs from a generation backend (``sampler=`` config group).
 
+    :meth:`generate` checks its arguments and answers an empty call itself; a backend implements
+    :meth:`_continue` for the rest.
+
     Attributes:
-        eos_token_ids: every id that ends a response.
-        pad_token_id: the id that pads rows (the tokenizer's pad token, else the first EOS id).
+        eos_token_ids: every id that ends a response (:func:`eos_ids_of`).
+        pad_token_id: the id that pads rows (the tokenizer's pad token, else the first EOS id:
+            :func:`pad_id_of`).
+        max_prefix_tokens: longest prefix the backend accepts, exclusive (tokens), or None for no
+            limit of its own.
         runs_sharded: class-level; True when the backend can sample while the policy's weights are
             sharded by FSDP (it holds its own copy, as vLLM does), which ``trainer=fsdp`` requires.
     """
 
     eos_token_ids: tuple[int, ...]
     pad_token_id: int
+    max_prefix_tokens: int | None = None
     runs_sharded: bool = False
 
-    @abstractmethod
+    @torch.no_grad()
     def generate(
         self,
         prefixes: Sequence[Sequence[int]],
@@ -89,7 +130,33 @@ class Sampler(ABC):
         top_p: float = 1.0,
         cache_keys: Sequence[int] | None = None,
     ) -> Generation:
-        """Continue each prefix by at most ``max_new_tokens`` tokens (see module docstring)."""
+        """Continue each prefix by at most ``max_new_tokens`` sampled tokens (see module docstring).
+
+        Args:
+            prefixes: ``B`` lists of token ids (prompt + accepted response), each non-empty and
+                shorter than :attr:`max_prefix_tokens`.
+            max_new_tokens: per-row budget (tokens), positive.
+            temperature: > 0; ``top_p`` in (0, 1].
+            cache_keys: one id per row (the rollout's), naming the row for a backend that keeps
+                its KV between calls.
+
+        Returns:
+            :class:`Generation` with ``B`` rows, in input order; log-probs ``log_softmax(logits / T)``.
+
+        Raises:
+            ValueError: an empty or too long prefix (row named), a non-positive budget or
+                temperature, ``top_p`` outside (0, 1], or ``cache_keys`` of another length.
+        """
+        check_generate_args(prefixes, max_new_tokens, temperature, top_p, self.max_prefix_tokens)
+        if cache_keys is not None and len(cache_keys) != len(prefixes):
+            raise ValueError(f"cache_keys has {len(cache_keys)} entries for {len(prefixes)} prefixes")
+        if not prefixes:
+            return Generation([], [], [])
+        return self._continue(prefixes, max_new_tokens, temperature, top_p, cache_keys)
+
+    @abstractmethod
+    def _continue(self, prefixes, max_new_tokens: int, temperature: float, top_p: float, cache_keys) -> Generation:
+        """:meth:`generate` for checked arguments and at least one prefix."""
 
     @abstractmethod
     def score(

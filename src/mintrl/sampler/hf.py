@@ -11,18 +11,8 @@ from transformers import DynamicCache, GenerationConfig, LogitsProcessor, Logits
 from mintrl.core.checks import check_int
 from mintrl.model.logprobs import token_logprobs
 from mintrl.model.shared_prompts import CACHE_ARG
-from mintrl.sampler.base import Generation, Sampler, check_generate_args
+from mintrl.sampler.base import Generation, Sampler, eos_ids_of, pad_id_of
 from mintrl.sampler.weights import is_sharded, weights_version
-
-
-def eos_ids_of(model: PreTrainedModel, tokenizer=None) -> tuple[int, ...]:
-    """Every EOS id of the model's generation config (int or list), else the tokenizer's."""
-    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if eos is None and tokenizer is not None:
-        eos = tokenizer.eos_token_id
-    if eos is None:
-        raise ValueError("the model's generation_config and tokenizer define no eos_token_id")
-    return tuple(int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos]))
 
 
 class _SampledTokenLogprobs(LogitsProcessor):
@@ -96,8 +86,7 @@ class HFSampler(Sampler):
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.eos_token_ids = eos_ids_of(model, tokenizer)
-        pad = tokenizer.pad_token_id
-        self.pad_token_id = int(pad if pad is not None else self.eos_token_ids[0])
+        self.pad_token_id = pad_id_of(tokenizer, self.eos_token_ids)
         self.cache_bytes = int(continuation_cache_mib * 2**20)
         self._kept_bytes = 0
         self._kept: dict[
@@ -106,39 +95,20 @@ class HFSampler(Sampler):
         self._kept_version = None
         self.reused_tokens = 0  # prefix tokens served from kept KV instead of re-encoded (perf/prefix_reused_tokens)
 
-    @torch.no_grad()
-    def generate(
-        self,
-        prefixes: Sequence[Sequence[int]],
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        cache_keys: Sequence[int] | None = None,
-    ) -> Generation:
-        """Continue each prefix by at most ``max_new_tokens`` sampled tokens.
-
-        Args:
-            prefixes: ``B`` lists of token ids (prompt + accepted response), each non-empty.
-            max_new_tokens: per-row budget (tokens), positive.
-            temperature: > 0; ``top_p`` in (0, 1].
-            cache_keys: one id per row (the rollout's): its KV is kept for the next call with this id.
-
-        Returns:
-            :class:`Generation` with ``B`` rows, in input order.
+    def _continue(self, prefixes, max_new_tokens: int, temperature: float, top_p: float, cache_keys) -> Generation:
+        """Continue each prefix (see :meth:`Sampler.generate`) in calls of at most
+        ``max_batch_size`` rows; with ``cache_keys`` (and the cache on) each row's KV is kept for
+        the next call with its key.
 
         Raises:
-            ValueError: empty prefix, non-positive budget or temperature, top_p outside (0, 1].
             RuntimeError: the policy is FSDP-sharded (use ``sampler=vllm``).
         """
-        check_generate_args(prefixes, max_new_tokens, temperature, top_p)
         if is_sharded(self.model):
             raise RuntimeError(
                 "sampler=hf cannot generate from an FSDP-sharded policy (each rank would need the full "
                 "weights at every step of decoding): use sampler=vllm with trainer=fsdp"
             )
         keys = list(cache_keys) if cache_keys is not None and self.cache_bytes > 0 else None
-        if keys is not None and len(keys) != len(prefixes):
-            raise ValueError(f"cache_keys has {len(keys)} entries for {len(prefixes)} prefixes")
         version = weights_version(self.model)
         if version != self._kept_version:  # KV computed with other weights must not be reused
             self.release()
@@ -283,15 +253,9 @@ class HFSampler(Sampler):
         if new.shape[1] > 0:
             recorder.record(new[:, -1].to(recorder.previous.device))
         logprobs = torch.stack(recorder.recorded, dim=1).float().cpu() if recorder.recorded else new.float()
-        eos = torch.tensor(self.eos_token_ids)
-        is_eos = torch.isin(new, eos)  # [B, n]
         out = Generation([], [], [])
         for i in range(new.shape[0]):
-            hits = is_eos[i].nonzero()
-            n = int(hits[0]) + 1 if len(hits) else new.shape[1]
-            out.token_ids.append(new[i, :n].clone())
-            out.logprobs.append(logprobs[i, :n].clone())
-            out.finished.append(bool(len(hits)))
+            out.append_row(new[i], logprobs[i], self.eos_token_ids)
         if keys is not None and getattr(result, CACHE_ARG, None) is not None:
             self._keep(
                 keys,

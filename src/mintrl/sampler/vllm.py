@@ -44,8 +44,8 @@ import torch
 from transformers import PreTrainedModel
 
 from mintrl.core.checks import check_choice, check_int, check_range
-from mintrl.sampler.base import Generation, Sampler, check_generate_args
-from mintrl.sampler.hf import eos_ids_of, score_sequences
+from mintrl.sampler.base import Generation, Sampler, eos_ids_of, pad_id_of
+from mintrl.sampler.hf import score_sequences
 from mintrl.sampler.weights import hf_state_dict, is_sharded, save_hf_folder, weights_version
 
 # The CPU build refuses to start without a KV-cache size (GiB) or takes ~16 GiB; by default it keeps
@@ -134,8 +134,7 @@ class VLLMSampler(Sampler):
         self.score_with = score_with
         self.engine_kwargs = dict(engine_kwargs or {})
         self.eos_token_ids = eos_ids_of(model, tokenizer)
-        pad = tokenizer.pad_token_id
-        self.pad_token_id = int(pad if pad is not None else self.eos_token_ids[0])
+        self.pad_token_id = pad_id_of(tokenizer, self.eos_token_ids)
         self.llm = None
         self.asleep = False
         self.synced_version: tuple | None = None
@@ -258,34 +257,15 @@ class VLLMSampler(Sampler):
         return llm
 
     # ------------------------------------------------------------------ contract
-    @torch.no_grad()
-    def generate(
-        self,
-        prefixes: Sequence[Sequence[int]],
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        cache_keys: Sequence[int] | None = None,
-    ) -> Generation:
-        """Continue each prefix by at most ``max_new_tokens`` sampled tokens with current weights.
+    @property
+    def max_prefix_tokens(self) -> int:
+        """Longest prefix the engine accepts, exclusive: ``max_model_len`` (tokens)."""
+        return self.max_model_len
 
-        Args:
-            prefixes: ``B`` lists of token ids (prompt + accepted response), each non-empty and
-                shorter than ``max_model_len``.
-            max_new_tokens: per-row budget (tokens), positive.
-            temperature: > 0; ``top_p`` in (0, 1].
-            cache_keys: rollout ids (the engine's prefix cache matches by content; unused).
-
-        Returns:
-            :class:`Generation` with ``B`` rows in input order; log-probs ``log_softmax(logits/T)``.
-
-        Raises:
-            ValueError: empty or too long prefix (row named), non-positive budget or temperature,
-                top_p outside (0, 1].
-        """
-        check_generate_args(prefixes, max_new_tokens, temperature, top_p, max_prefix_tokens=self.max_model_len)
-        if not prefixes:
-            return Generation([], [], [])
+    def _continue(self, prefixes, max_new_tokens: int, temperature: float, top_p: float, cache_keys) -> Generation:
+        """Continue each prefix with the current weights (see :meth:`Sampler.generate`); each row's
+        budget is cut to fit ``max_model_len``. ``cache_keys`` are unused: the engine's prefix cache
+        matches by content."""
         from vllm import SamplingParams
 
         self._ready()
@@ -312,7 +292,6 @@ class VLLMSampler(Sampler):
         prompts = [{"prompt_token_ids": [int(t) for t in p]} for p in prefixes]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
         out = Generation([], [], [])
-        eos = set(self.eos_token_ids)
         for i, request in enumerate(outputs):
             completion = request.outputs[0]
             ids = list(completion.token_ids)
@@ -321,11 +300,9 @@ class VLLMSampler(Sampler):
                     f"vLLM returned {len(completion.logprobs or [])} log-probs for {len(ids)} tokens in row {i}"
                 )
             logprobs = [step[t].logprob for t, step in zip(ids, completion.logprobs)]
-            first_eos = next((k for k, t in enumerate(ids) if t in eos), None)
-            cut = len(ids) if first_eos is None else first_eos + 1  # nothing after the first EOS
-            out.token_ids.append(torch.tensor(ids[:cut], dtype=torch.long))
-            out.logprobs.append(torch.tensor(logprobs[:cut], dtype=torch.float32))
-            out.finished.append(first_eos is not None)
+            out.append_row(
+                torch.tensor(ids, dtype=torch.long), torch.tensor(logprobs, dtype=torch.float32), self.eos_token_ids
+            )
         return out
 
     def score(

@@ -23,7 +23,6 @@ stops.
 
 from __future__ import annotations
 
-import logging
 import math
 import threading
 import time
@@ -34,13 +33,11 @@ import reasoning_gym
 
 from mintrl.core.checks import check_int, check_range
 from mintrl.data.base import PromptItem
-from mintrl.env.base import ActionOutcome, Counters, Environment, StepResult, check_episodes, check_step, step_result
+from mintrl.env.base import ActionOutcome, Counters, EpisodicEnvironment, StepResult, check_step, step_result
 from mintrl.env.python_tool.program import program_source, result_text
 from mintrl.env.python_tool.protocol import output_observation, parse_action
 from mintrl.reward.reasoning_gym import ReasoningGymReward
 from mintrl.reward.sandbox import Outcome, Program, Sandbox
-
-log = logging.getLogger(__name__)
 
 COUNTERS = ("tool_calls", "tool_errors", "timeouts", "invalid_actions", "errors", "seconds")
 
@@ -54,7 +51,7 @@ class _Episode:
     cells: list[str] = field(default_factory=list)  # code of the calls that ran to the end, in order
 
 
-class PythonToolEnvironment(Environment):
+class PythonToolEnvironment(EpisodicEnvironment):
     """Many tool-using math episodes at once (see the module docstring). Thread-safe for disjoint
     episodes: the sandbox hands out worker slots from a thread-safe queue and runs each call in its
     own process; its one-time self-check runs under a lock, the counters under another.
@@ -72,10 +69,16 @@ class PythonToolEnvironment(Environment):
         workers: calls run at once by the sandbox (processes, >= 1), or None for the CPU count.
         uid_base: first unprivileged uid of the sandbox's slots (used only when running as root).
 
+    Counters (:meth:`metrics`): ``env/tool_calls`` (code runs), ``env/tool_errors`` (runs that
+    raised, timed out or crashed), ``env/timeouts`` (runs stopped at the time limit),
+    ``env/invalid_actions`` (unusable actions), ``env/errors`` (episodes ended by an environment
+    error) and ``env/seconds`` (wall time in reset, step and score_final, seconds).
+
     Raises:
         ValueError: a field out of its range (named ``env.<field>``).
     """
 
+    name = "python_tool"
     thread_safe = True
     action_kinds = ("run", "run_error", "answer", "invalid", "error")
 
@@ -128,18 +131,6 @@ class PythonToolEnvironment(Environment):
             return _Episode(item, failure=f"bad task entry (no reasoning-gym scorer): {type(err).__name__}: {err}")
         return _Episode(item)
 
-    def reset(self, items: Sequence[PromptItem]) -> list[str]:
-        """Start one episode per item (previous episodes are closed).
-
-        Returns:
-            One "" per item: the instruction (the prompt) already states the task and the protocol.
-        """
-        start = time.perf_counter()
-        self.close()
-        self.episodes = [self._open(item) for item in items]
-        self.counters.add("seconds", time.perf_counter() - start)
-        return [""] * len(items)
-
     def _run(self, calls: list[tuple[_Episode, str]]) -> list[tuple[str, bool] | Exception]:
         """Run each (episode, code) call in the sandbox, all at once: for each, the text it shows the
         agent and whether it ran to the end, or the exception that ends its episode (a sandbox
@@ -166,13 +157,6 @@ class PythonToolEnvironment(Environment):
             out.append((text, result.outcome is Outcome.PASSED))
         return out
 
-    def _limit(self, ep: _Episode, observation: str, kind: str) -> tuple[str, float, bool, str, bool]:
-        """An action that did not answer: (observation, 0.0, False, kind, invalid), or the end of the
-        episode (reward 0.0, no observation) when it used the last of ``max_turns``."""
-        if self.max_turns is not None and ep.turns >= self.max_turns:
-            return "", 0.0, True, kind, kind == "invalid"
-        return observation, 0.0, False, kind, kind == "invalid"
-
     def step(self, episodes: Sequence[int], actions: Sequence[str]) -> StepResult:
         """Apply ``actions[i]`` to episode ``episodes[i]`` (see the module docstring); the code of
         every ``run`` action of the call runs at once (up to ``workers`` processes).
@@ -196,7 +180,7 @@ class PythonToolEnvironment(Environment):
                     rows[pos] = ("", reward, True, "answer", False)
                 elif action.kind == "invalid":
                     self.counters.add("invalid_actions", 1)
-                    rows[pos] = self._limit(ep, action.text, "invalid")
+                    rows[pos] = self.turn_outcome(ep, action.text, "invalid")
                 else:
                     calls.append((pos, ep, action.text))
             except Exception as err:  # noqa: BLE001 - one episode's failure never stops the run
@@ -207,34 +191,5 @@ class PythonToolEnvironment(Environment):
                 if isinstance(got, Exception):
                     rows[pos] = got
                 else:
-                    rows[pos] = self._limit(ep, output_observation(*got), "run" if got[1] else "run_error")
-        return step_result("python_tool", episodes, rows, self.episodes, self.counters, start)
-
-    def score_final(self, episodes: Sequence[int]) -> list[float]:
-        """End episodes that ran out of turns or tokens without an answer: 0.0 each, NaN for an
-        episode whose task entry is bad (counted in ``env/errors``).
-
-        Raises:
-            ValueError: an unknown, repeated or finished episode index.
-        """
-        check_episodes(episodes, self.episodes)
-        rewards = []
-        for e in episodes:
-            ep = self.episodes[e]
-            if ep.failure is not None:
-                log.warning("python_tool episode %d failed: %s", e, ep.failure)
-                self.counters.add("errors", 1)
-            rewards.append(math.nan if ep.failure is not None else 0.0)
-            ep.done = True
-        return rewards
-
-    def close(self) -> None:
-        """Forget every episode (no process outlives its call)."""
-        self.episodes = []
-
-    def metrics(self) -> dict[str, float]:
-        """Counters since the last call (then reset): ``env/tool_calls`` (code runs),
-        ``env/tool_errors`` (runs that raised, timed out or crashed), ``env/timeouts`` (runs stopped
-        at the time limit), ``env/invalid_actions`` (unusable actions), ``env/errors`` (episodes
-        ended by an environment error) and ``env/seconds`` (wall time in reset and step, seconds)."""
-        return self.counters.take()
+                    rows[pos] = self.turn_outcome(ep, output_observation(*got), "run" if got[1] else "run_error")
+        return step_result(self.name, episodes, rows, self.episodes, self.counters, start, self.free)

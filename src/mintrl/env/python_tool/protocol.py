@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import textwrap
 
-from mintrl.env.protocol import ANSWER, Action, drop_leading_blank_lines, first_block, parse_tagged_action
+from mintrl.env.protocol import ANSWER, Action, TaggedProtocol, drop_leading_blank_lines, first_block
 
 __all__ = ["ANSWER", "Action", "find_code", "output_observation", "parse_action", "too_long"]
 _LANGUAGE = re.compile(r"(?:python3?|py)[ \t]*(?:\n|$)", re.I)
@@ -38,37 +38,17 @@ def output_observation(text: str, ok: bool = True) -> str:
     return f"Output:\n{text if text else NO_OUTPUT}\n{OUTPUT_HINT if ok else ERROR_HINT}"
 
 
-def too_long(length: int, max_chars: int) -> str:
-    """The observation for an action over the limit (``length`` and ``max_chars`` in characters)."""
-    return (
-        f"Your message is too long ({length} characters; at most {max_chars} are read). "
-        "Write one short ```python block or an <answer></answer> tag."
-    )
-
-
 def _code(body: str) -> str:
     """A block body's code: dedented, leading blank lines and trailing space removed."""
     return drop_leading_blank_lines(textwrap.dedent(body))
 
 
 def find_code(text: str, allow_open: bool = True) -> Action | None:
-    """The first ```python block of ``text`` as a ``run`` action (its ``text`` may be ""), or None.
-
-    Fences pair up in order (1st opens, 2nd closes, ...); a pair whose opening fence has no Python
-    language tag is skipped.
-
-    Args:
-        allow_open: also accept a block opened by the last fence and never closed.
-    """
+    """The first ```python block of ``text`` as a ``run`` action (its ``text`` may be ""), or None
+    (:func:`mintrl.env.protocol.first_block`; ``allow_open``: also a block never closed)."""
     return first_block(text, _LANGUAGE, _code, allow_open)
 
 
-def parse_action(text: str, max_chars: int = 1000, allow_open: bool = True) -> Action:
-    """Read one action (see the module docstring); never raises.
-
-    Args:
-        text: the agent's whole turn.
-        max_chars: longer actions are invalid (characters).
-        allow_open: accept a ```python block left open at the end (the turn ended inside it).
-    """
-    return parse_tagged_action(text, max_chars, lambda t: find_code(t, allow_open), NO_ACTION, EMPTY_CODE, too_long)
+PROTOCOL = TaggedProtocol("python", find_code, NO_ACTION, EMPTY_CODE)
+parse_action = PROTOCOL.parse  # (text, max_chars=1000, allow_open=True) -> Action; never raises
+too_long = PROTOCOL.too_long  # (length, max_chars) -> the observation for an action over the limit

@@ -21,34 +21,20 @@ class PythonToolPrompts(ReasoningGymPrompts):
     chat turns (:meth:`history`).
 
     Args:
-        task, task_kwargs, train_size, val_size, train_seed, val_seed, max_prompt_tokens,
-            chat_template_kwargs: as in :class:`~mintrl.data.reasoning_gym.ReasoningGymPrompts`
-            (sizes in prompts, ``max_prompt_tokens`` in tokens).
         instruction: user-message template with ``{question}`` (default: :data:`TOOL_INSTRUCTION`).
         example: put a worked example episode (about 120 tokens) before each task.
+        task: the task's fields, keywords of :class:`~mintrl.data.reasoning_gym.ReasoningGymPrompts`
+            (``task``, ``task_kwargs``, ``train_size``, ``val_size``, ``train_seed``, ``val_seed``,
+            ``max_prompt_tokens``, ``chat_template_kwargs``; sizes in prompts, ``max_prompt_tokens``
+            in tokens); any other keyword is a TypeError.
 
     Raises:
         ValueError: as :class:`~mintrl.data.reasoning_gym.ReasoningGymPrompts` (unknown task,
             non-positive sizes, equal seeds, no ``{question}`` in the instruction).
     """
 
-    def __init__(
-        self,
-        task: str = "basic_arithmetic",
-        task_kwargs: dict | None = None,
-        train_size: int = 1000,
-        val_size: int = 64,
-        train_seed: int = 1,
-        val_seed: int = 2,
-        instruction: str = TOOL_INSTRUCTION,
-        max_prompt_tokens: int = 512,
-        chat_template_kwargs: dict | None = None,
-        example: bool = True,
-    ):
-        super().__init__(
-            task, task_kwargs, train_size, val_size, train_seed, val_seed, instruction, max_prompt_tokens,
-            chat_template_kwargs,
-        )  # fmt: skip
+    def __init__(self, *, instruction: str = TOOL_INSTRUCTION, example: bool = True, **task):
+        super().__init__(instruction=instruction, **task)
         self.example = bool(example)
 
     def history(self) -> list[dict[str, str]]:

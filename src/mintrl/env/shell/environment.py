@@ -33,7 +33,6 @@ An episode that reaches ``max_turns`` actions ends with reward 0.0.
 from __future__ import annotations
 
 import logging
-import math
 import queue
 import time
 from dataclasses import dataclass, field
@@ -41,7 +40,7 @@ from typing import Any, Sequence
 
 from mintrl.core.checks import check_int, check_range
 from mintrl.data.base import PromptItem
-from mintrl.env.base import Counters, SerialEnvironment, check_episodes
+from mintrl.env.base import Counters, SerialEnvironment
 from mintrl.env.shell.protocol import CHECKS, answers_match, output_observation, parse_action
 from mintrl.env.shell.session import CommandResult, ShellLimits, ShellSession
 
@@ -120,6 +119,12 @@ class ShellEnvironment(SerialEnvironment):
             limits of each shell (:class:`~mintrl.env.shell.session.ShellLimits`; seconds, MiB,
             processes, MiB, descriptors, MiB, absolute paths).
         tmp_dir: where each shell's run folder (launcher status) is made (default: the system's).
+
+    Counters (:meth:`metrics`): ``env/commands`` (commands run), ``env/command_errors`` (non-zero
+    exit, timeout or shell end), ``env/timeouts`` (commands stopped at the time limit),
+    ``env/restarts`` (shells rebuilt by replay), ``env/invalid_actions``, ``env/errors`` (episodes
+    ended by an environment error) and ``env/seconds`` (wall time in reset, step and score_final,
+    seconds).
 
     Raises:
         ValueError: a field out of its range (named ``env.<field>``).
@@ -259,26 +264,14 @@ class ShellEnvironment(SerialEnvironment):
     # -- episodes ---------------------------------------------------------------------------------
 
     @staticmethod
-    def _open(entry: Any) -> _Episode:
-        """One episode's state; a bad entry is remembered, not raised (it fails at the first step)."""
+    def _open(item: PromptItem) -> _Episode:
+        """One episode's state from ``item.entry``; a bad entry is remembered, not raised (it fails
+        at the first step; no shell starts before an episode's first command)."""
         try:
-            check_task(entry)
+            check_task(item.entry)
         except ValueError as err:
-            return _Episode(entry, failure=f"bad task entry: {err}")
-        return _Episode(entry)
-
-    def reset(self, items: Sequence[PromptItem]) -> list[str]:
-        """Start one episode per item from ``item.entry`` (previous episodes are closed; no shell
-        starts before an episode's first command).
-
-        Returns:
-            One "" per item: the instruction (the prompt) already states the question and the protocol.
-        """
-        start = time.perf_counter()
-        self.close()
-        self.episodes = [self._open(item.entry) for item in items]
-        self.counters.add("seconds", time.perf_counter() - start)
-        return [""] * len(items)
+            return _Episode(item.entry, failure=f"bad task entry: {err}")
+        return _Episode(item.entry)
 
     def act(self, ep: _Episode, text: str) -> tuple[str, float, bool, str, bool]:
         """One action: (observation, reward, done, kind, invalid)."""
@@ -298,43 +291,8 @@ class ShellEnvironment(SerialEnvironment):
             except _EpisodeOver as over:
                 log.info("shell episode ended: %s", over)
                 return "", 0.0, True, "run_error", False
-        if self.max_turns is not None and ep.turns >= self.max_turns:
-            return "", 0.0, True, kind, kind == "invalid"
-        return observation, 0.0, False, kind, kind == "invalid"
-
-    def score_final(self, episodes: Sequence[int]) -> list[float]:
-        """End episodes that ran out of turns or tokens without an answer: 0.0 each, NaN for an
-        episode whose task entry is bad (counted in ``env/errors``); their shells are closed.
-
-        Raises:
-            ValueError: an unknown, repeated or finished episode index.
-        """
-        check_episodes(episodes, self.episodes)
-        rewards = []
-        for e in episodes:
-            ep = self.episodes[e]
-            if ep.failure is not None:
-                log.warning("shell episode %d failed: %s", e, ep.failure)
-                self.counters.add("errors", 1)
-            rewards.append(math.nan if ep.failure is not None else 0.0)
-            ep.done = True
-            self.free(ep)
-        return rewards
-
-    def close(self) -> None:
-        """Close every episode's shell (nothing started in one survives) and forget the episodes."""
-        for ep in self.episodes:
-            self.free(ep)
-        self.episodes = []
+        return self.turn_outcome(ep, observation, kind)
 
     def live_shells(self) -> int:
         """Shells alive now (processes)."""
         return sum(ep.session is not None for ep in self.episodes)
-
-    def metrics(self) -> dict[str, float]:
-        """Counters since the last call (then reset): ``env/commands`` (commands run),
-        ``env/command_errors`` (non-zero exit, timeout or shell end), ``env/timeouts`` (commands
-        stopped at the time limit), ``env/restarts`` (shells rebuilt by replay),
-        ``env/invalid_actions``, ``env/errors`` (episodes ended by an environment error) and
-        ``env/seconds`` (wall time in reset and step, seconds)."""
-        return self.counters.take()

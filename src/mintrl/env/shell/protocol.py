@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 
-from mintrl.env.protocol import ANSWER, Action, drop_leading_blank_lines, first_block, parse_tagged_action
+from mintrl.env.protocol import ANSWER, Action, TaggedProtocol, drop_leading_blank_lines, first_block
 
 __all__ = ["ANSWER", "Action", "CHECKS", "answers_match", "find_command", "normalize", "parse_action"]
 _LANGUAGE = re.compile(r"(?:bash|sh|shell|console)[ \t]*(?:\n|$)", re.I)
@@ -54,37 +54,15 @@ def output_observation(text: str, exit_code: int | None, note: str = "") -> str:
     return "\n".join(parts)
 
 
-def too_long(length: int, max_chars: int) -> str:
-    """The observation for an action over the limit (``length`` and ``max_chars`` in characters)."""
-    return (
-        f"Your message is too long ({length} characters; at most {max_chars} are read). "
-        "Write one short ```bash block or an <answer></answer> tag."
-    )
-
-
 def find_command(text: str, allow_open: bool = True) -> Action | None:
-    """The first ```bash block of ``text`` as a ``run`` action (its ``text`` may be ""), or None.
-
-    Fences pair up in order (1st opens, 2nd closes, ...); a pair whose opening fence has no shell
-    language tag is skipped.
-
-    Args:
-        allow_open: also accept a block opened by the last fence and never closed.
-    """
+    """The first ```bash block of ``text`` as a ``run`` action (its ``text`` may be ""), or None
+    (:func:`mintrl.env.protocol.first_block`; ``allow_open``: also a block never closed)."""
     return first_block(text, _LANGUAGE, drop_leading_blank_lines, allow_open)
 
 
-def parse_action(text: str, max_chars: int = 1000, allow_open: bool = True) -> Action:
-    """Read one action (see the module docstring); never raises.
-
-    Args:
-        text: the agent's whole turn.
-        max_chars: longer actions are invalid (characters).
-        allow_open: accept a ```bash block left open at the end (the turn ended inside it).
-    """
-    return parse_tagged_action(
-        text, max_chars, lambda t: find_command(t, allow_open), NO_ACTION, EMPTY_COMMAND, too_long
-    )
+PROTOCOL = TaggedProtocol("bash", find_command, NO_ACTION, EMPTY_COMMAND)
+parse_action = PROTOCOL.parse  # (text, max_chars=1000, allow_open=True) -> Action; never raises
+too_long = PROTOCOL.too_long  # (length, max_chars) -> the observation for an action over the limit
 
 
 def normalize(text: str) -> str:

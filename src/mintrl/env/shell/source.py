@@ -22,52 +22,42 @@ class ShellTasks(EnvTaskSource):
     so that a corrected agent sees the output and then answers itself).
 
     Args:
-        path: a local AgentBench OS ``.json``/``.jsonl`` file (:mod:`mintrl.env.shell.loader`; each
-            row's init runs once in the sandbox at load time), or None to generate tasks.
-        scripts_dir: folder of the file's ``{"file": ...}`` scripts (default: the file's folder).
-        train_size, val_size: tasks per split (tasks, >= 1; for a file, ``train_size`` None takes
-            all the rows not held out).
-        train_seed, val_seed: generator seeds (must differ); a generated training task whose
-            instruction and init equal a validation task's is skipped, so the splits are disjoint.
-        split_seed: seed of the shuffle that splits a file (the first ``val_size`` rows are validation).
+        scripts_dir: folder of a benchmark file's ``{"file": ...}`` scripts (default: the file's folder).
         min_files, max_files, max_depth, min_lines, max_lines, kinds: the generator's difficulty
             (:class:`~mintrl.env.shell.tasks.Difficulty`, units there).
-        max_prompt_tokens: longer prompts are rejected (tokens).
-        example: put a worked example episode before each task, as earlier chat turns
-            (:func:`~mintrl.env.shell.tasks.example_messages`).
-        chat_template_kwargs: extra arguments of ``apply_chat_template``.
         uid: sandbox uid of the load-time runs of a file's rows (used only as root).
+        source: the fields of :class:`~mintrl.env.source.EnvTaskSource`, as keywords: ``path`` (a
+            local AgentBench OS ``.json``/``.jsonl`` file, :mod:`mintrl.env.shell.loader`, each
+            row's init run once in the sandbox at load time; or None to generate tasks),
+            ``train_size``, ``val_size``, ``train_seed``, ``val_seed`` (a generated training task
+            whose instruction and init equal a validation task's is skipped), ``split_seed``,
+            ``max_prompt_tokens``, ``chat_template_kwargs``, ``example`` (a worked example episode
+            before each task, :func:`~mintrl.env.shell.tasks.example_messages`); any other keyword
+            is a TypeError.
 
     Raises:
         ValueError: a field out of range (named ``data.prompts.<field>``), equal seeds, a missing file.
     """
 
     task = TASK
+    generate_task = staticmethod(generate_task)
+    render = staticmethod(render_instruction)
+    examples = staticmethod(example_messages)
 
     def __init__(
         self,
-        path: str | None = None,
+        *,
         scripts_dir: str | None = None,
-        train_size: int | None = 1000,
-        val_size: int = 64,
-        train_seed: int = 1,
-        val_seed: int = 2,
-        split_seed: int = 0,
         min_files: int = 2,
         max_files: int = 4,
         max_depth: int = 0,
         min_lines: int = 1,
         max_lines: int = 3,
         kinds: Sequence[str] = ("count_files", "file_content"),
-        max_prompt_tokens: int = 512,
-        chat_template_kwargs: dict | None = None,
-        example: bool = True,
         uid: int = 64300,
+        **source,
     ):
-        super().__init__(
-            path, train_size, val_size, train_seed, val_seed, split_seed, max_prompt_tokens, chat_template_kwargs,
-            example,
-        )  # fmt: skip
+        super().__init__(**source)
         self.difficulty = Difficulty(
             min_files=min_files,
             max_files=max_files,
@@ -77,15 +67,6 @@ class ShellTasks(EnvTaskSource):
             kinds=tuple(kinds),
         )
         self.scripts_dir, self.uid = scripts_dir, uid
-
-    def generate(self, seed: int, index: int) -> dict[str, Any]:
-        return generate_task(seed, index, self.difficulty)
-
-    def render(self, entry: dict[str, Any]) -> str:
-        return render_instruction(entry)
-
-    def examples(self) -> list[dict[str, str]]:
-        return example_messages()
 
     def load(self, rows: RowFilter | None) -> list[dict[str, Any]]:
         return load_os_tasks(self.path, rows, self.scripts_dir, self.uid)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from mintrl.core.checks import check_int, check_range
+from mintrl.env.source import check_spans
 
 ROOT = "~/data"
 MTIME = "2024-01-01 00:00:00 UTC"  # every generated file's and folder's modification time
@@ -76,11 +77,7 @@ class Difficulty:
 
     def __post_init__(self):
         f = self.field
-        for name, low, high in (("files", 1, 40), ("lines", 1, 30)):
-            lo, hi = getattr(self, f"min_{name}"), getattr(self, f"max_{name}")
-            check_int(f"{f}.min_{name}", lo, low)
-            check_int(f"{f}.max_{name}", hi, lo)
-            check_range(f"{f}.max_{name}", hi, low, high)
+        check_spans(self, f, (("files", 1, 40), ("lines", 1, 30)))
         check_int(f"{f}.max_depth", self.max_depth, 0)
         check_range(f"{f}.max_depth", self.max_depth, 0, 4)
         object.__setattr__(self, "kinds", tuple(self.kinds))

@@ -20,20 +20,15 @@ any unexpected exception inside one episode: the others go on, the run never sto
 
 from __future__ import annotations
 
-import logging
-import math
-import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from mintrl.core.checks import check_int, check_range
 from mintrl.data.base import PromptItem
-from mintrl.env.base import Counters, SerialEnvironment, check_episodes
+from mintrl.env.base import Counters, SerialEnvironment
 from mintrl.env.sql.database import TaskDatabase
 from mintrl.env.sql.protocol import answers_match, parse_action, result_observation
 from mintrl.env.sql.tasks import check_entry, expected_table
-
-log = logging.getLogger(__name__)
 
 COUNTERS = ("invalid_actions", "queries", "query_errors", "timeouts", "errors", "seconds")
 
@@ -57,8 +52,13 @@ class SqlEnvironment(SerialEnvironment):
         max_result_rows: most rows of a result shown to the agent (rows, >= 1).
         max_result_chars: most characters of a result shown to the agent (characters, >= 1).
         max_action_chars: longer actions are invalid (characters, >= 1).
-        max_turns: actions after which an episode ends and is scored by :meth:`score_final`
+        max_turns: actions after which an episode ends and is scored by :meth:`final_reward`
             (actions, >= 1), or None for no limit of its own (the rollout's turn limit applies).
+
+    Counters (:meth:`metrics`): ``env/invalid_actions`` (unusable actions), ``env/queries``
+    (statements run), ``env/query_errors`` (statements that failed, timeouts included),
+    ``env/timeouts`` (statements stopped at the time limit), ``env/errors`` (episodes ended by an
+    environment error) and ``env/seconds`` (wall time in reset, step and score_final, seconds).
 
     Raises:
         ValueError: a field out of its range (named ``env.<field>``).
@@ -88,26 +88,16 @@ class SqlEnvironment(SerialEnvironment):
 
     # -- episodes ---------------------------------------------------------------------------------
 
-    def _open(self, entry: Any) -> _Episode:
-        """One episode's state; a bad entry is remembered, not raised (it fails at the first step)."""
+    def _open(self, item: PromptItem) -> _Episode:
+        """One episode's state from ``item.entry`` (its database built); a bad entry is remembered,
+        not raised (it fails at the first step)."""
+        entry = item.entry
         try:
             check_entry(entry)
             db = TaskDatabase(entry, self.query_timeout_s, self.max_result_rows, self.max_result_chars)
         except Exception as err:  # noqa: BLE001 - an environment error never stops the run
             return _Episode(entry, failure=f"bad task entry: {err}")
         return _Episode(entry, db)
-
-    def reset(self, items: Sequence[PromptItem]) -> list[str]:
-        """Start one episode per item from ``item.entry`` (previous episodes are closed).
-
-        Returns:
-            One "" per item: the instruction (the prompt) already shows the table and the question.
-        """
-        start = time.perf_counter()
-        self.close()
-        self.episodes = [self._open(item.entry) for item in items]
-        self.counters.add("seconds", time.perf_counter() - start)
-        return [""] * len(items)
 
     def free(self, ep: _Episode) -> None:
         """Mark the episode done and close its database."""
@@ -122,8 +112,9 @@ class SqlEnvironment(SerialEnvironment):
             ep.expected = expected_table(ep.entry)
         return 1.0 if ep.db.snapshot() == ep.expected else 0.0
 
-    def _final_reward(self, ep: _Episode) -> float:
-        """The reward of an episode that ends without an answer: a change task's table, else 0.0."""
+    def final_reward(self, ep: _Episode) -> float:
+        """The reward of an episode that ends without an answer: a change task is scored on its
+        current table (1.0 or 0.0), a SELECT task gets 0.0."""
         return self._table_reward(ep) if ep.entry["kind"] != "select" else 0.0
 
     def act(self, ep: _Episode, text: str) -> tuple[str, float, bool, str, bool]:
@@ -148,47 +139,4 @@ class SqlEnvironment(SerialEnvironment):
             self.counters.add("timeouts", result.timed_out)
             observation = result_observation(result.text) if result.ok else result.text
             kind = "query" if result.ok else "query_error"
-        if self.max_turns is not None and ep.turns >= self.max_turns:
-            return "", self._final_reward(ep), True, kind, kind == "invalid"
-        return observation, 0.0, False, kind, kind == "invalid"
-
-    def score_final(self, episodes: Sequence[int]) -> list[float]:
-        """End episodes that ran out of turns or tokens without an answer: a change task is scored on
-        its current table (1.0 or 0.0), a SELECT task gets 0.0, an episode whose environment failed
-        NaN (counted in ``env/errors``).
-
-        Raises:
-            ValueError: an unknown, repeated or finished episode index.
-        """
-        start = time.perf_counter()
-        check_episodes(episodes, self.episodes)
-        rewards = []
-        for e in episodes:
-            ep = self.episodes[e]
-            try:
-                if ep.failure is not None:
-                    raise RuntimeError(ep.failure)
-                rewards.append(self._final_reward(ep))
-            except Exception as err:  # noqa: BLE001
-                log.warning("SQL episode %d failed: %s: %s", e, type(err).__name__, err)
-                self.counters.add("errors", 1)
-                rewards.append(math.nan)
-            self.free(ep)
-        self.counters.add("seconds", time.perf_counter() - start)
-        return rewards
-
-    def close(self) -> None:
-        """Free every episode's database."""
-        for ep in self.episodes:
-            if ep.db is not None:
-                ep.db.close()
-                ep.db = None
-        self.episodes = []
-
-    def metrics(self) -> dict[str, float]:
-        """Counters since the last call (then reset): ``env/invalid_actions`` (unusable actions),
-        ``env/queries`` (statements run), ``env/query_errors`` (statements that failed, timeouts
-        included), ``env/timeouts`` (statements stopped at the time limit), ``env/errors``
-        (episodes ended by an environment error) and ``env/seconds`` (wall time in reset, step and
-        score_final, seconds)."""
-        return self.counters.take()
+        return self.turn_outcome(ep, observation, kind)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from mintrl.env.protocol import ANSWER, Action, fenced_blocks, parse_tagged_action
+from mintrl.env.protocol import ANSWER, Action, TaggedProtocol, fenced_blocks
 
 __all__ = ["ANSWER", "Action", "answers_match", "find_query", "parse_action", "result_observation", "too_long"]
 _LANGUAGE = re.compile(r"[ \t]*(?:sql|sqlite)\b[ \t]*\n?", re.I)
@@ -36,14 +36,6 @@ def result_observation(result: str) -> str:
     """The observation after a statement ran: ``"Result:"``, its result text, then
     :data:`RESULT_HINT` (what to do next; a small model otherwise keeps querying or stops)."""
     return f"Result:\n{result}\n{RESULT_HINT}"
-
-
-def too_long(length: int, max_chars: int) -> str:
-    """The observation for an action over the limit (characters)."""
-    return (
-        f"Your message is too long ({length} characters; at most {max_chars} are read). "
-        "Write one short ```sql block or an <answer></answer> tag."
-    )
 
 
 def _statement(body: str) -> str | None:
@@ -68,15 +60,9 @@ def find_query(text: str, allow_open: bool = True) -> Action | None:
     return None
 
 
-def parse_action(text: str, max_chars: int = 1000, allow_open: bool = True) -> Action:
-    """Read one action (see the module docstring); never raises.
-
-    Args:
-        text: the agent's whole turn.
-        max_chars: longer actions are invalid (characters).
-        allow_open: accept a ```sql block left open at the end (the turn ended inside it).
-    """
-    return parse_tagged_action(text, max_chars, lambda t: find_query(t, allow_open), NO_ACTION, EMPTY_QUERY, too_long)
+PROTOCOL = TaggedProtocol("sql", find_query, NO_ACTION, EMPTY_QUERY)
+parse_action = PROTOCOL.parse  # (text, max_chars=1000, allow_open=True) -> Action; never raises
+too_long = PROTOCOL.too_long  # (length, max_chars) -> the observation for an action over the limit
 
 
 def _value_key(part: str) -> tuple[str, str]:

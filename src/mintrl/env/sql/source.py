@@ -22,21 +22,16 @@ class SqlTasks(EnvTaskSource):
     too, so that a corrected agent sees the result and then answers itself.
 
     Args:
-        path: a local DB-bench ``.jsonl``/``.json`` file (:mod:`mintrl.env.sql.loader`), or None to
-            generate tasks.
-        train_size, val_size: tasks per split (tasks, >= 1; for a file, ``train_size`` None takes
-            all the rows not held out).
-        train_seed, val_seed: generator seeds (must differ); a generated training task identical
-            to a validation task is skipped, so the splits are disjoint.
-        split_seed: seed of the shuffle that splits a file (the first ``val_size`` rows are
-            validation).
         min_columns, max_columns, min_rows, max_rows, max_conditions, comparison_prob,
             aggregate_prob, mutation_fraction: the generator's difficulty
             (:class:`~mintrl.env.sql.tasks.Difficulty`, units there).
-        max_prompt_tokens: longer prompts are rejected (tokens).
-        example: put a worked example episode before each task, as earlier chat turns
-            (:func:`~mintrl.env.sql.tasks.example_messages`, about 150 tokens of the prompt).
-        chat_template_kwargs: extra arguments of ``apply_chat_template``.
+        source: the fields of :class:`~mintrl.env.source.EnvTaskSource`, as keywords: ``path`` (a
+            local DB-bench ``.jsonl``/``.json`` file, :mod:`mintrl.env.sql.loader`, or None to
+            generate tasks), ``train_size``, ``val_size``, ``train_seed``, ``val_seed`` (a generated
+            training task identical to a validation task is skipped), ``split_seed``,
+            ``max_prompt_tokens``, ``chat_template_kwargs``, ``example`` (a worked example episode
+            before each task, :func:`~mintrl.env.sql.tasks.example_messages`, about 150 tokens of
+            the prompt); any other keyword is a TypeError.
 
     Raises:
         ValueError: a field out of range (named ``data.prompts.<field>``), equal seeds, a missing
@@ -44,15 +39,13 @@ class SqlTasks(EnvTaskSource):
     """
 
     task = TASK
+    generate_task = staticmethod(generate_task)
+    render = staticmethod(render_instruction)
+    examples = staticmethod(example_messages)
 
     def __init__(
         self,
-        path: str | None = None,
-        train_size: int | None = 1000,
-        val_size: int = 64,
-        train_seed: int = 1,
-        val_seed: int = 2,
-        split_seed: int = 0,
+        *,
         min_columns: int = 2,
         max_columns: int = 3,
         min_rows: int = 3,
@@ -61,14 +54,9 @@ class SqlTasks(EnvTaskSource):
         comparison_prob: float = 0.0,
         aggregate_prob: float = 0.0,
         mutation_fraction: float = 0.0,
-        max_prompt_tokens: int = 512,
-        chat_template_kwargs: dict | None = None,
-        example: bool = True,
+        **source,
     ):
-        super().__init__(
-            path, train_size, val_size, train_seed, val_seed, split_seed, max_prompt_tokens, chat_template_kwargs,
-            example,
-        )  # fmt: skip
+        super().__init__(**source)
         self.difficulty = Difficulty(
             min_columns=min_columns,
             max_columns=max_columns,
@@ -79,15 +67,6 @@ class SqlTasks(EnvTaskSource):
             aggregate_prob=aggregate_prob,
             mutation_fraction=mutation_fraction,
         )
-
-    def generate(self, seed: int, index: int) -> dict[str, Any]:
-        return generate_task(seed, index, self.difficulty)
-
-    def render(self, entry: dict[str, Any]) -> str:
-        return render_instruction(entry)
-
-    def examples(self) -> list[dict[str, str]]:
-        return example_messages()
 
     def load(self, rows: RowFilter | None) -> list[dict[str, Any]]:
         return load_dbbench(self.path, rows)

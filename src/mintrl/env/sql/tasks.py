@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from mintrl.core.checks import check_int, check_range
+from mintrl.env.source import check_spans
 from mintrl.env.sql.database import TaskDatabase, check_table, quote_ident, render_rows, render_value
 
 KINDS = ("select", "insert", "update", "delete")
@@ -86,11 +87,7 @@ class Difficulty:
 
     def __post_init__(self):
         f = self.field
-        for name, low, high in (("columns", 2, 6), ("rows", 1, 20)):
-            lo, hi = getattr(self, f"min_{name}"), getattr(self, f"max_{name}")
-            check_int(f"{f}.min_{name}", lo, low)
-            check_int(f"{f}.max_{name}", hi, lo)
-            check_range(f"{f}.max_{name}", hi, low, high)
+        check_spans(self, f, (("columns", 2, 6), ("rows", 1, 20)))
         check_int(f"{f}.max_conditions", self.max_conditions, 0)
         check_range(f"{f}.max_conditions", self.max_conditions, 0, 2)
         for name in ("comparison_prob", "aggregate_prob", "mutation_fraction"):
