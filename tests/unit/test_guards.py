@@ -61,15 +61,16 @@ def test_reward_faults_give_no_reward_for_the_rows_they_hit():
             time.sleep(5)
         if r == "raise":
             raise KeyError("no answer")
-        return [{"nan": math.nan, "none": None, "word": "yes", "inf": math.inf, "ok": 1, "bool": True}[r]]
+        return [{"nan": math.nan, "none": None, "word": "yes", "inf": math.inf, "ok": 1, "bool": True, "late": 1}[r]]
 
     counts = FaultCounts()
-    rows = ["ok", "nan", "none", "word", "inf", "raise", "hang", "bool"]
+    rows = ["ok", "nan", "none", "word", "inf", "raise", "bool", "hang", "late"]
     values = score_rewards_guarded(reward, rows, [None] * len(rows), 0.3, counts)
-    assert values[0] == 1.0 and values[7] == 1.0
-    assert all(math.isnan(v) for v in values[1:7])
-    # the batch and "raise" raised; "word" and "inf" are garbage; "hang" timed out; NaN / None are no reward, not faults
-    assert (counts.errors, counts.garbage, counts.timeouts) == (2, 2, 1)
+    assert values[0] == 1.0 and values[6] == 1.0
+    assert all(math.isnan(v) for v in values[1:6] + values[7:])
+    # the batch and "raise" raised; "word" and "inf" are garbage; "hang" spent the rows' one timeout, so "late"
+    # is not reached; NaN / None are no reward, not faults
+    assert (counts.errors, counts.garbage, counts.timeouts) == (2, 2, 2)
     g = GuardedReward(lambda responses, items: ["yes"] * len(responses))
     assert all(math.isnan(v) for v in g(["a", "b"], [None, None]))
     # both values are garbage (not numbers)
@@ -89,3 +90,49 @@ def test_a_signal_timing_reward_still_runs_in_the_main_thread():
     guarded = GuardedReward(MathVerifyReward(), timeout_s=30)
     assert guarded(["so <answer>0.5</answer>", "<answer>2</answer>"], [item, item]) == [1.0, 0.0]
     assert guarded.metrics()["reward/failed"] == 0.0
+
+
+def test_a_judge_answering_the_wrong_number_of_verdicts_stops_the_run():
+    """A verdict count other than the request count is a configuration error (as for rewards),
+    named with both counts, never retried row by row."""
+    short = _Judge(lambda call, requests: [Verdict(KEEP)] * (len(requests) - 1))
+    with pytest.raises(ValueError, match="returned 2 verdicts for 3 requests"):
+        review_guarded(short, _requests(3), None, FaultCounts())
+    assert short.calls == 1
+
+
+def test_a_reward_that_always_hangs_costs_about_two_timeouts_per_phase():
+    """After a batch timeout the rows are retried within one more timeout in all: a reward that
+    hangs on every call must not cost (1 + rows) x timeout."""
+    calls = []
+
+    def hangs(responses, items):
+        calls.append(len(responses))
+        time.sleep(5)
+
+    counts = FaultCounts()
+    start = time.monotonic()
+    values = score_rewards_guarded(hangs, ["a"] * 6, [None] * 6, 0.3, counts)
+    elapsed = time.monotonic() - start
+    assert all(math.isnan(v) for v in values) and len(values) == 6
+    assert elapsed < 0.3 * 2 + 0.4, elapsed
+    assert counts.timeouts == 7 and calls[0] == 6  # the batch, then every row, each counted once
+
+
+def test_a_hung_math_verify_comparison_is_no_reward_never_zero(monkeypatch):
+    """A comparison that hangs is cut at the reward's comparison limit and gives no reward (NaN,
+    counted in reward/timeout), not a wrong answer's 0."""
+    import math_verify.grader
+
+    from mintrl.reward import MathVerifyReward
+
+    def hang(*args, **kwargs):
+        time.sleep(30)
+
+    monkeypatch.setattr(math_verify.grader, "sympy_expr_eq", hang)
+    item = type("Item", (), {"reference": "7"})()
+    guarded = GuardedReward(MathVerifyReward(comparison_timeout_s=1), timeout_s=30)
+    start = time.monotonic()
+    values = guarded(["<answer>7.0</answer>"], [item])
+    assert math.isnan(values[0]) and time.monotonic() - start < 5
+    assert guarded.metrics() == {"reward/failed": 0.0, "reward/timeout": 1.0}

@@ -29,14 +29,16 @@ def build_program(code: str, entry: dict) -> Program:
 
     HumanEval: the problem's prompt (imports, helpers, the documented header) comes first; code that
     defines ``entry_point`` itself follows on its own lines and replaces the header's empty
-    function, otherwise the code is taken as the function's body (completion style).
+    function, otherwise the code is taken as the function's body (completion style). The prompt is
+    also the tests' trusted ``context``: helpers the tests call (``encode_cyclic``) run the problem's
+    own code, never the candidate's.
     """
     prompt = entry.get("prompt") or ""
     name = entry.get("entry_point")
     if name and prompt:
         defines = re.search(rf"(?m)^\s*def\s+{re.escape(name)}\s*\(", code) is not None
         code = prompt + ("\n" if defines else "") + code
-    return Program(code, entry["tests"], name)
+    return Program(code, entry["tests"], name, context=prompt)
 
 
 class CodeReward(Reward):

@@ -2,42 +2,100 @@
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
+from mintrl.core.checks import check_int
 from mintrl.reward.base import Reward
 from mintrl.text.answer import _TAG, find_boxes, marker_answer
 
 REL_TOL = 1e-6  # two numbers are equal when |a - b| <= REL_TOL * max(|a|, |b|)
 
 
-def parse_gold(answer: str):
-    """``math_verify.parse`` of a reference answer written as plain math (wrapped in ``$...$``)."""
+class ComparisonTimeout(Exception):
+    """A ``math-verify`` parse or comparison ran past its time limit."""
+
+
+PARSE_TIMEOUT_S = 5  # math-verify's own default limit of one parse or comparison (whole seconds)
+
+
+def _as_math(answer: str) -> str:
+    """A reference answer written as plain math, wrapped in ``$...$`` for ``math_verify.parse``."""
+    return answer if "$" in answer or "\\boxed" in answer else f"${answer}$"
+
+
+def _parse(text: str, timeout_s: int):
+    """``math_verify.parse(text)`` with its limit: ``[]`` on a parse error (as math-verify returns).
+
+    Raises:
+        ComparisonTimeout: the parse ran past ``timeout_s`` seconds.
+    """
     import math_verify
+    from math_verify.errors import TimeoutException
 
-    return math_verify.parse(answer if "$" in answer or "\\boxed" in answer else f"${answer}$")
+    try:
+        return math_verify.parse(text, parsing_timeout=timeout_s, raise_on_error=True)
+    except TimeoutException as err:
+        raise ComparisonTimeout(str(err)) from None
+    except Exception:  # noqa: BLE001 - an unparseable text has no answer, as in math-verify
+        return []
 
 
-def parse_response(response: str):
+def parse_gold(answer: str, timeout_s: int = PARSE_TIMEOUT_S):
+    """``math_verify.parse`` of a reference answer written as plain math (wrapped in ``$...$``).
+
+    Raises:
+        ComparisonTimeout: the parse ran past ``timeout_s`` seconds.
+    """
+    return _parse(_as_math(answer), timeout_s)
+
+
+def parse_response(response: str, timeout_s: int = PARSE_TIMEOUT_S):
     """The model's final answer parsed by ``math_verify``, by the rules of
     :func:`mintrl.text.answer.locate_answer`: the last ``<answer>`` tag's content when it parses;
     else the last complete ``\\boxed{}``/``\\fbox{}`` (one box, never the set of all boxes; a
     response whose boxes are all unclosed has no answer, ``[]``); else the number after GSM8K's
     last ``####`` marker; else whatever ``math_verify`` finds in the whole response (``$...$``,
-    the last number)."""
-    import math_verify
+    the last number).
 
+    Raises:
+        ComparisonTimeout: a parse ran past ``timeout_s`` seconds.
+    """
     tags = _TAG.findall(response)
     if tags:
-        parsed = parse_gold(tags[-1].strip())
+        parsed = parse_gold(tags[-1].strip(), timeout_s)
         if parsed:
             return parsed
     boxes, opened = find_boxes(response)
     if opened:
-        return math_verify.parse(f"\\boxed{{{boxes[-1][0]}}}") if boxes else []
+        return _parse(f"\\boxed{{{boxes[-1][0]}}}", timeout_s) if boxes else []
     marked = marker_answer(response)
     if marked is not None:
-        return parse_gold(marked[0])
-    return math_verify.parse(response)
+        return parse_gold(marked[0], timeout_s)
+    return _parse(response, timeout_s)
+
+
+def verify_bounded(gold, answer, timeout_s: int = PARSE_TIMEOUT_S) -> bool:
+    """``math_verify.verify(gold, answer)``, pair by pair with its limit: True when any pair of
+    parsed gold and answer values is equal; a pair whose comparison raises counts as unequal (as in
+    math-verify).
+
+    Raises:
+        ComparisonTimeout: a comparison ran past ``timeout_s`` seconds.
+    """
+    import math_verify
+    from math_verify.errors import TimeoutException
+
+    for g in gold:
+        for a in answer:
+            try:
+                if math_verify.verify([g], [a], timeout_seconds=timeout_s, raise_on_error=True):
+                    return True
+            except TimeoutException as err:
+                raise ComparisonTimeout(str(err)) from None
+            except Exception:  # noqa: BLE001 - a failed comparison is unequal, as in math-verify
+                continue
+    return False
 
 
 def numbers_agree(gold, answer, rel_tol: float = REL_TOL) -> bool | None:
@@ -67,19 +125,44 @@ def numbers_agree(gold, answer, rel_tol: float = REL_TOL) -> bool | None:
 class MathVerifyReward(Reward):
     """1.0 when ``math_verify.verify(gold, answer)`` holds (equivalent expressions, sets, intervals)
     and, for two numbers, they also agree to a relative ``1e-6`` (:func:`numbers_agree`), else 0.0;
-    the reference is ``item.reference`` and the answer is read by :func:`parse_response`. Runs in
-    the calling (main) thread, since ``math-verify`` times out with signals (``main_thread_only``:
-    the rollout's fault guard then contains its errors but leaves timing out to ``math-verify``)."""
+    the reference is ``item.reference`` and the answer is read by :func:`parse_response`.
+
+    A parse or comparison that runs past ``comparison_timeout_s`` gives that row no reward (NaN,
+    counted in ``reward/timeout``), never 0: a hung check says nothing about the answer. Runs in the
+    calling (main) thread, since ``math-verify`` times out with ``SIGALRM`` (``main_thread_only``:
+    the rollout's fault guard then contains errors but leaves the time limit to this reward, whose
+    row costs at most ``comparison_timeout_s`` per parse and per compared pair).
+
+    Args:
+        comparison_timeout_s: limit of one ``math-verify`` parse or comparison (whole seconds,
+            >= 1; ``signal.alarm`` counts in seconds); 5 is math-verify's own default.
+
+    Raises:
+        ValueError: ``comparison_timeout_s`` not a positive integer.
+    """
 
     main_thread_only = True
 
-    def __call__(self, responses: Sequence[str], items: Sequence) -> list[float]:
-        """Rewards of ``N`` decoded responses for their prompt items."""
-        import math_verify
+    def __init__(self, comparison_timeout_s: int = 5):
+        check_int("reward.comparison_timeout_s", comparison_timeout_s, 1)
+        self.comparison_timeout_s = comparison_timeout_s
+        self.timeouts = 0
 
-        out = []
-        for response, item in zip(responses, items):
-            gold, answer = parse_gold(item.reference), parse_response(response)
-            right = bool(gold) and bool(answer) and math_verify.verify(gold, answer)
-            out.append(float(right and numbers_agree(gold, answer) is not False))
+    def _grade(self, response: str, reference: str) -> float:
+        limit = self.comparison_timeout_s
+        try:
+            gold, answer = parse_gold(reference, limit), parse_response(response, limit)
+            right = bool(gold) and bool(answer) and verify_bounded(gold, answer, limit)
+        except ComparisonTimeout:
+            self.timeouts += 1
+            return math.nan
+        return float(right and numbers_agree(gold, answer) is not False)
+
+    def __call__(self, responses: Sequence[str], items: Sequence) -> list[float]:
+        """Rewards of ``N`` decoded responses for their prompt items (NaN: a timed-out row)."""
+        return [self._grade(response, item.reference) for response, item in zip(responses, items)]
+
+    def metrics(self) -> dict[str, float]:
+        """``reward/timeout``: rows whose parse or comparison timed out since the last call (then 0)."""
+        out, self.timeouts = {"reward/timeout": float(self.timeouts)}, 0
         return out

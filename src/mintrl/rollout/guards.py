@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -85,13 +86,29 @@ def _valid_verdicts(value, n: int) -> bool:
     return isinstance(value, (list, tuple)) and len(value) == n and all(isinstance(v, Verdict) for v in value)
 
 
+def check_verdict_count(judge, verdicts, n: int) -> None:
+    """Raise when a judge answered a sequence of ``len(verdicts) != n`` verdicts for ``n`` requests:
+    like a reward's wrong count, a configuration error (a judge that ignores its batch), never
+    retried. Anything that is not a list or tuple is garbage, left to the caller.
+
+    Raises:
+        ValueError: ``"judge <class>.review returned {len} verdicts for {n} requests ..."``.
+    """
+    if isinstance(verdicts, (list, tuple)) and len(verdicts) != n:
+        name = type(getattr(judge, "inner", judge)).__name__
+        raise ValueError(
+            f"judge {name}.review returned {len(verdicts)} verdicts for {n} requests: a judge must return one "
+            "verdict per request, in order"
+        )
+
+
 def review_guarded(
     judge, requests: Sequence[ReviewRequest], timeout_s: float | None, counts: FaultCounts
 ) -> list[Verdict]:
-    """``judge.review(requests)`` that never raises: a batch that raises or answers garbage (not one
-    :class:`Verdict` per request) is retried one request at a time, and each request that fails
-    again gets ``Verdict("failed")``; a batch that times out fails all its requests (retrying
-    each would cost a timeout apiece).
+    """``judge.review(requests)`` that never raises on a fault: a batch that raises or answers garbage
+    (anything but one :class:`Verdict` per request) is retried one request at a time, and each
+    request that fails again gets ``Verdict("failed")``; a batch that times out fails all its
+    requests (retrying each would cost a timeout apiece).
 
     Args:
         timeout_s: limit of one ``review`` call (seconds), or None.
@@ -99,23 +116,30 @@ def review_guarded(
 
     Returns:
         one verdict per request, in order.
+
+    Raises:
+        ValueError: the judge returned a list of the wrong length (:func:`check_verdict_count`).
     """
     if not requests:
         return []
+    verdicts = None
     try:
         verdicts = call_with_timeout(lambda: judge.review(list(requests)), timeout_s)
-        if _valid_verdicts(verdicts, len(requests)):
-            return list(verdicts)
-        counts.add("garbage", f"judge answered {type(verdicts).__name__} for {len(requests)} requests")
     except CallTimeout as err:
         counts.add("timeouts", f"judge: {err}")
         return [Verdict(kind=FAILED) for _ in requests]
     except Exception as err:  # noqa: BLE001 - any judge failure is contained
         counts.add("errors", f"judge raised {type(err).__name__}: {err}")
+    if verdicts is not None:
+        check_verdict_count(judge, verdicts, len(requests))  # outside the try: the run stops
+        if _valid_verdicts(verdicts, len(requests)):
+            return list(verdicts)
+        counts.add("garbage", f"judge answered {type(verdicts).__name__} for {len(requests)} requests")
     out = []
     for request in requests:
         try:
             one = call_with_timeout(lambda r=request: judge.review([r]), timeout_s)
+            check_verdict_count(judge, one, 1)
             if _valid_verdicts(one, 1):
                 out.append(one[0])
                 continue
@@ -145,9 +169,10 @@ def score_rewards_guarded(
     reward, responses: Sequence[str], items: Sequence, timeout_s: float | None, counts: FaultCounts
 ) -> list[float]:
     """Rewards of a batch, faults contained: a batch call that raises or times out is retried one
-    row at a time (each with ``timeout_s``); a row whose call fails, or whose value is not a
-    number or infinite, gets NaN (no reward). None and NaN values are "no reward" as well, but not
-    faults.
+    row at a time, all the rows within one more ``timeout_s`` in all (so a reward phase takes at most
+    about two timeouts, however many rows hang); a row whose call fails or is not reached in that
+    time, or whose value is not a number or infinite, gets NaN (no reward). None and NaN values are
+    "no reward" as well, but not faults.
 
     Returns:
         ``N`` floats (NaN: no reward; see :func:`mintrl.objective.advantages.valid_rows`).
@@ -168,11 +193,15 @@ def score_rewards_guarded(
         counts.add("errors", f"reward raised {type(err).__name__}: {err}")
     if values is not None:
         check_reward_count(values, len(responses))  # outside the try: the run stops
-    else:  # row by row
+    else:  # row by row, all the rows within one more timeout
         values = []
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         for response, item in zip(responses, items):
+            left = None if deadline is None else deadline - time.monotonic()
             try:
-                one = list(call_with_timeout(lambda r=response, i=item: reward([r], [i]), timeout_s))
+                if left is not None and left <= 0:
+                    raise CallTimeout("the rows' retry time is spent")
+                one = list(call_with_timeout(lambda r=response, i=item: reward([r], [i]), left))
             except CallTimeout as err:
                 counts.add("timeouts", f"reward: {err}")
                 values.append(math.nan)
@@ -226,7 +255,7 @@ class GuardedReward(Reward):
 
     ``metrics()`` returns the wrapped reward's metrics plus, reset at each call, the step's
     ``reward/failed`` (calls that raised or values that are not finite numbers) and
-    ``reward/timeout`` counts. A reward that returns the wrong number of values stops the run
+    ``reward/timeout`` counts (the guard's timeouts plus those the reward counted itself). A reward that returns the wrong number of values stops the run
     (:func:`score_rewards_guarded`). ``inner`` is the wrapped reward (a plain function is wrapped in
     :class:`mintrl.reward.base.FunctionReward`); its ``main_thread_only`` and ``handles_code`` are
     the guard's.
@@ -248,7 +277,8 @@ class GuardedReward(Reward):
         if c.first:
             log.warning("reward faults this step (no reward for those rollouts): %s", "; ".join(c.first))
         out = dict(self.inner.metrics())
-        out.update({"reward/failed": float(c.errors + c.garbage), "reward/timeout": float(c.timeouts)})
+        inner_timeouts = out.get("reward/timeout", 0.0)  # a reward that times out by itself (math-verify)
+        out.update({"reward/failed": float(c.errors + c.garbage), "reward/timeout": float(c.timeouts) + inner_timeouts})
         return out
 
 

@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass
 
 from mintrl.core.checks import check_range
-from mintrl.reward.sandbox.runner import launcher_config, start_launcher
+from mintrl.reward.sandbox.launch import launcher_config, start_launcher
 
 BASH = ("/bin/bash", "--noprofile", "--norc")
 _READ_CHUNK = 1 << 20  # bytes per read
@@ -85,7 +85,7 @@ class ShellLimits:
             raise ValueError(f"{self.field}.tmpfs_dirs: {bad!r} are not absolute paths")
 
     def launcher_limits(self, wall_s: float | None = None) -> dict:
-        """The launcher's ``limits`` dict (:func:`~mintrl.reward.sandbox.runner.launcher_config`),
+        """The launcher's ``limits`` dict (:func:`~mintrl.reward.sandbox.launch.launcher_config`),
         with ``wall_s`` (seconds) in place of the session's own when given."""
         return {
             "wall_s": float(self.wall_s if wall_s is None else wall_s),

@@ -1,18 +1,21 @@
-"""Sandbox harness: run one untrusted solution against its tests (stdlib only).
+"""Sandbox harness of a program without tests (stdlib only): run it in one process, say it ran to the end.
+
+Used for programs that carry no verdict (the python_tool environment's calls: their output is what
+the agent reads; the episode's reward is scored outside the sandbox). A program with tests never
+runs here: :mod:`mintrl.reward.sandbox.relay` runs it as two processes, so that the verdict is
+computed where the candidate cannot reach.
 
 Runs as the unprivileged sandbox user (``python -I -c <this file>``), reads one JSON object from stdin:
-``{"solution": str, "tests": str, "entry_point": str | null, "nonce": str}``.
+``{"solution": str, "tests": str, "entry_point": str | null, "nonce": str}`` (``tests`` empty here).
 
-1. ``exec`` the solution in a fresh namespace (``__name__ == "__main__"`` is *not* set, so a
-   solution's own ``if __name__ == "__main__":`` block does not run).
-2. ``exec`` the tests in the same namespace, every ``assert`` (at module level, in ``check``, and in
-   loops or branches under them) rewritten to count itself as passed or failed instead of stopping
-   the run; then ``check(<entry_point>)`` when an entry point is given (HumanEval format).
+1. ``exec`` the solution in a fresh namespace (``__name__ == "__main__"`` is *not* set).
+2. ``exec`` the tests, if any, asserts counted (kept for direct use of this file).
 3. Print ``<nonce> <passed> <total>`` as the last stdout line. The nonce is not in the program's
-   text, so a solution that exits early (``sys.exit(0)``, ``os._exit(0)``) cannot claim a pass.
+   text, but the program runs in this process and can find it: the line only says that the program
+   ran to the end, which the program could also claim by itself; nothing is scored on it.
 
-Exit codes: 0 ran to the end (pass or fail decided by the counts), 1 the solution or the tests
-raised, 2 a resource limit was hit (memory, processes, open files, file size).
+Exit codes: 0 ran to the end, 1 the program raised, 2 a resource limit was hit (memory, processes,
+open files, file size).
 """
 
 import ast

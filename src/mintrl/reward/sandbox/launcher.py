@@ -163,9 +163,13 @@ def _child(cfg, isolation, root, report_fd, harness_source):
 def main():
     cfg = json.loads(sys.argv[1])
     harness_source = None
-    if "harness" in cfg:
-        with open(cfg["harness"]) as f:
-            harness_source = f.read()
+    if "harness" in cfg:  # one path, or several whose texts run as one program (codec.py + a harness)
+        paths = cfg["harness"] if isinstance(cfg["harness"], list) else [cfg["harness"]]
+        texts = []
+        for path in paths:
+            with open(path) as f:
+                texts.append(f.read())
+        harness_source = "\n".join(texts)
     root = os.geteuid() == 0
     isolation = _isolate(root)
     isolation["separate_user"] = root  # root drops to a per-slot uid; others already run unprivileged

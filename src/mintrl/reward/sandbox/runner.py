@@ -28,80 +28,19 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Sequence
 
 from mintrl.core.checks import check_range
+from mintrl.reward.sandbox.launch import SAFE_ENV, head, kill_group, launcher_config, start_launcher
+from mintrl.reward.sandbox.program import Outcome, Program, ProgramResult
+from mintrl.reward.sandbox.relay import run_checked
+
+__all__ = ["Outcome", "Program", "ProgramResult", "Sandbox", "launcher_config", "start_launcher"]
 
 log = logging.getLogger(__name__)
 
-_HERE = Path(__file__).resolve().parent
-LAUNCHER, HARNESS = str(_HERE / "launcher.py"), str(_HERE / "harness.py")
-_SAFE_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "LANG": "C.UTF-8",
-    "PYTHONHASHSEED": "0",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "OMP_NUM_THREADS": "1",
-    "OPENBLAS_NUM_THREADS": "1",
-    "MKL_NUM_THREADS": "1",
-}
-
-
-class Outcome(str, Enum):
-    """How a program ended: all tests passed, a test failed or the program raised, the wall-clock
-    or CPU-time limit was hit, or it crashed (a signal, a memory/process/file-size limit, or a
-    launcher failure)."""
-
-    PASSED = "passed"
-    FAILED = "failed"
-    TIMEOUT = "timeout"
-    CRASHED = "crashed"
-
-
-@dataclass(frozen=True)
-class Program:
-    """One untrusted solution and its tests.
-
-    Attributes:
-        solution: Python source of the solution (untrusted).
-        tests: Python source of the tests: ``assert`` statements (MBPP style) and/or a
-            ``check(candidate)`` function (HumanEval style).
-        entry_point: name of the function passed to ``check``; None when the tests are plain asserts.
-    """
-
-    solution: str
-    tests: str
-    entry_point: str | None = None
-
-
-@dataclass(frozen=True)
-class ProgramResult:
-    """What one run produced.
-
-    Attributes:
-        outcome: the :class:`Outcome`. passed, total: asserts that passed / ran (0/0 unless the
-        tests ran to the end). stdout, stderr: the first ``max_output_bytes`` of each (decoded,
-        harness result line removed). wall_s: seconds the program ran (launcher's clock).
-        sandbox_error: set when the sandbox itself failed (no temporary folder, no process could
-        be started, the launcher left no status); the outcome is then CRASHED but says nothing about
-        the program.
-    """
-
-    outcome: Outcome
-    passed: int = 0
-    total: int = 0
-    stdout: str = ""
-    stderr: str = ""
-    wall_s: float = 0.0
-    sandbox_error: str | None = None
-
-    @property
-    def fraction(self) -> float:
-        """Fraction of asserts passed (0 when the tests did not run to the end or there are none)."""
-        return self.passed / self.total if self.total else 0.0
+HARNESS = str(Path(__file__).resolve().parent / "harness.py")  # a program without tests, in one process
 
 
 class Sandbox:
@@ -184,7 +123,7 @@ class Sandbox:
                         sys.executable,
                         os.path.realpath(sys.executable),
                         getattr(sys, "_base_executable", None),
-                        shutil.which("python3", path=_SAFE_ENV["PATH"]),
+                        shutil.which("python3", path=SAFE_ENV["PATH"]),
                     )
                     if p
                 )
@@ -254,6 +193,14 @@ class Sandbox:
             self._slots.put(slot)
 
     def _run_one(self, program: Program, slot: int) -> tuple[ProgramResult, dict]:
+        if program.has_checks:
+            return run_checked(program, self._first_uid + slot, self.limits, self.tmp_bytes, self.python,
+                               self.timeout_s, self.max_output_bytes, self.tmp_dir)  # fmt: skip
+        return self._run_whole(program, slot)
+
+    def _run_whole(self, program: Program, slot: int) -> tuple[ProgramResult, dict]:
+        """A program without tests, in one process (``harness.py``): PASSED means it ran to the end.
+        The end line is written by code the program could reach, so no verdict may rest on it."""
         nonce = secrets.token_hex(16)
         tmp = tempfile.mkdtemp(prefix="mintrl-sandbox-", dir=self.tmp_dir)
         try:
@@ -267,11 +214,11 @@ class Sandbox:
                 try:
                     proc.communicate(job, timeout=self.timeout_s + 10.0)
                 except subprocess.TimeoutExpired:  # the launcher's own timer failed: kill its whole group
-                    _kill_group(proc)
+                    kill_group(proc)
                 except BaseException:
-                    _kill_group(proc)
+                    kill_group(proc)
                     raise
-                stdout, stderr = _head(out, self.max_output_bytes), _head(err, self.max_output_bytes)
+                stdout, stderr = head(out, self.max_output_bytes), head(err, self.max_output_bytes)
             try:
                 with open(cfg["status_path"]) as f:
                     status = json.load(f)
@@ -281,82 +228,6 @@ class Sandbox:
             return _result(status, stdout, stderr, nonce, self.limits["cpu_s"]), status["isolation"]
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def launcher_config(
-    run_dir: str,
-    uid: int,
-    limits: dict,
-    tmp_bytes: int,
-    harness: str | None = None,
-    argv: Sequence[str] | None = None,
-    tmpfs_dirs: Sequence[str] = (),
-) -> dict:
-    """The JSON config of one ``launcher.py`` run (see its docstring), in harness or program mode.
-
-    Args:
-        run_dir: a fresh folder only this process writes: the launcher's status file
-            (``status.json``) and, where no private ``/tmp`` can be mounted, the working directory
-            (``work``, which must exist) go there.
-        uid: the sandbox uid (and gid) the program runs as (used only as root).
-        limits: ``wall_s`` (seconds), ``cpu_s`` (seconds), ``address_space_bytes``,
-            ``file_size_bytes`` (bytes), ``processes``, ``open_files`` (counts).
-        tmp_bytes: size of each private tmpfs (bytes).
-        harness: path of the harness script (harness mode), or None.
-        argv: the program and its arguments to exec (program mode), or None.
-        tmpfs_dirs: more folders hidden under a private writable tmpfs (absolute paths).
-
-    Raises:
-        ValueError: neither or both of ``harness`` and ``argv``.
-    """
-    if (harness is None) == (argv is None):
-        raise ValueError("launcher_config needs exactly one of harness and argv")
-    cfg = {
-        "workdir": os.path.join(run_dir, "work"),
-        "uid": int(uid),
-        "gid": int(uid),
-        "limits": dict(limits),
-        "tmp_bytes": int(tmp_bytes),
-        "env": _SAFE_ENV,
-        "status_path": os.path.join(run_dir, "status.json"),
-        "caller_home": os.path.expanduser("~"),
-        "tmpfs_dirs": list(tmpfs_dirs),
-    }
-    if harness is not None:
-        cfg["harness"] = harness
-    else:
-        cfg["argv"] = list(argv)
-    return cfg
-
-
-def start_launcher(cfg: dict, **popen_kwargs) -> subprocess.Popen:
-    """Start ``launcher.py`` with ``cfg`` (:func:`launcher_config`) in a new session, with a
-    scrubbed environment and no inherited descriptors; ``popen_kwargs`` set its stdin, stdout and
-    stderr.
-
-    Raises:
-        OSError: the process could not be started.
-    """
-    return subprocess.Popen(
-        [sys.executable, "-I", "-S", LAUNCHER, json.dumps(cfg)],
-        env=_SAFE_ENV,
-        start_new_session=True,
-        close_fds=True,
-        **popen_kwargs,
-    )
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-def _head(f, n: int) -> str:
-    f.seek(0)
-    return f.read(n).decode("utf-8", "replace")
 
 
 def _result(status: dict, stdout: str, stderr: str, nonce: str, cpu_limit: float) -> ProgramResult:
