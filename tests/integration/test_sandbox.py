@@ -60,6 +60,9 @@ def test_this_machine_grants_every_isolation(sandbox):
         "read_only": True,
         "user_namespace": False,
         "separate_user": True,
+        "visible_only": True,
+        "no_new_privs": True,
+        "no_user_namespaces": True,
     }
 
 

@@ -181,6 +181,7 @@ class ShellSession:
             raise
         self._out = self._proc.stdout.fileno()
         os.set_blocking(self._out, False)
+        self._bash: int | None = None
         self.alive = True
 
     def run(self, command: str, timeout_s: float) -> CommandResult:
@@ -223,36 +224,75 @@ class ShellSession:
                 _decode(body[: self.max_output_bytes]), exit_code, truncated, seconds=time.monotonic() - start, **flags
             )
 
+        marked = False  # a marker is out; the command has ended once the shell also waits for input
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 self._die()
                 return result(head, timed_out=True)
-            ready, _, _ = select.select([self._out], [], [], left)
-            if not ready:
-                continue
-            try:
-                chunk = os.read(self._out, _READ_CHUNK)
-            except BlockingIOError:
-                continue
-            if not chunk:  # EOF: the launcher and the shell are gone
+            ready, _, _ = select.select([self._out], [], [], min(left, 0.002) if marked else left)
+            drained = not ready
+            if drained:
+                if not (marked and self._shell_waits()):
+                    continue
+                chunk = self._drain()  # all the shell wrote before it went back to reading
+            else:
+                try:
+                    chunk = os.read(self._out, _READ_CHUNK) or None
+                except BlockingIOError:
+                    continue
+            if chunk is None:  # EOF: the launcher and the shell are gone
                 self._die()
                 return result(head, shell_ended=True)
             if not dropped:
                 head += chunk
-                match = pattern.search(head)
-                if match is not None:
-                    return result(head[: match.start()], int(match.group(1)))
                 if len(head) > keep + window:
                     tail = head[-window:]
                     del head[keep:]
                     dropped = True
             else:
                 tail += chunk
-                match = pattern.search(tail)
-                if match is not None:
-                    return result(head, int(match.group(1)))
+            # the command has ended when its marker is out and the shell waits for the next line:
+            # a marker the command printed itself (it can learn the nonce) does not end it early
+            matches = list(pattern.finditer(tail if dropped else head))
+            marked = bool(matches)
+            if (
+                marked and drained
+            ):  # read to the end after the shell went back to reading: the last marker is the wrapper's
+                last = matches[-1]
+                return result(head if dropped else head[: last.start()], int(last.group(1)))
+            if dropped:
                 del tail[:-window]
+
+    def _shell_waits(self) -> bool:
+        """Whether bash is blocked reading its next command line (``read`` on fd 0). True where this
+        machine does not show it (no ``/proc/<pid>/syscall``): then the marker alone ends a command."""
+        pid = self._bash_pid()
+        state = None if pid is None else _syscall(pid)
+        return state is None or state == (READ_SYSCALL, 0)
+
+    def _drain(self) -> bytes | None:
+        """Everything in the output pipe now (possibly b""), or None at its end (the shell is gone)."""
+        data = bytearray()
+        while True:
+            try:
+                chunk = os.read(self._out, _READ_CHUNK)
+            except BlockingIOError:
+                return bytes(data)
+            if not chunk:
+                return bytes(data) if data else None
+            data += chunk
+
+    def _bash_pid(self) -> int | None:
+        """This machine's PID of the sandbox's bash (the launcher's one child), or None."""
+        if self._bash is None and self._proc is not None:
+            try:
+                with open(f"/proc/{self._proc.pid}/task/{self._proc.pid}/children") as f:
+                    children = f.read().split()
+                self._bash = int(children[0]) if len(children) == 1 else None
+            except (OSError, ValueError):
+                self._bash = None
+        return self._bash
 
     def _die(self) -> None:
         """Kill the sandbox (the launcher reaps PID 1 of its PID namespace) and mark the session dead."""
@@ -311,6 +351,28 @@ def run_script(
                 why = "timed out" if init.timed_out else f"exit code {init.exit_code}"
                 raise RuntimeError(f"the init script failed ({why}): {init.output.strip()[-300:]!r}")
         return session.run(command, timeout_s)
+
+
+READ_SYSCALL = {"x86_64": 0, "aarch64": 63}.get(os.uname().machine)  # the number of read(2) here
+
+
+def _syscall(pid: int) -> tuple[int, int] | None:
+    """``(syscall number, first argument)`` a process is blocked in (``/proc/<pid>/syscall``), or
+    ``(-1, -1)`` while it runs; None where this machine does not tell (no such file, no permission,
+    an architecture whose read(2) number is not known here)."""
+    if READ_SYSCALL is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/syscall") as f:
+            fields = f.read().split()
+    except OSError:
+        return None
+    if not fields or fields[0] == "running" or fields[0] == "-1":
+        return (-1, -1)
+    try:
+        return int(fields[0]), int(fields[1], 16)
+    except (IndexError, ValueError):
+        return None
 
 
 def _decode(data: bytes | bytearray) -> str:

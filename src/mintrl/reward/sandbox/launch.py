@@ -22,14 +22,31 @@ SAFE_ENV = {
 }
 
 
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev")
+
+
+def visible_paths(python: str | None = None) -> list[str]:
+    """The host paths a sandbox sees (read-only): :data:`SYSTEM_PATHS` (commands, libraries,
+    ``/etc``, devices) and, for a ``python`` outside them, its installation's folder (the real path
+    of ``<prefix>``, found from ``<prefix>/bin/python``), which holds its standard library."""
+    paths = list(SYSTEM_PATHS)
+    if python:
+        real = os.path.realpath(python)
+        prefix = os.path.dirname(os.path.dirname(real))
+        if not any(real.startswith(p + "/") for p in SYSTEM_PATHS) and prefix not in ("", "/"):
+            paths.append(prefix)
+    return paths
+
+
 def launcher_config(
     run_dir: str,
     uid: int,
     limits: dict,
     tmp_bytes: int,
-    harness: str | None = None,
+    harness: str | Sequence[str] | None = None,
     argv: Sequence[str] | None = None,
     tmpfs_dirs: Sequence[str] = (),
+    python: str | None = None,
 ) -> dict:
     """The JSON config of one ``launcher.py`` run (see its docstring), in harness or program mode.
 
@@ -41,9 +58,14 @@ def launcher_config(
         limits: ``wall_s`` (seconds), ``cpu_s`` (seconds), ``address_space_bytes``,
             ``file_size_bytes`` (bytes), ``processes``, ``open_files`` (counts).
         tmp_bytes: size of each private tmpfs (bytes).
-        harness: path of the harness script (harness mode), or None.
+        harness: path of the harness script, or paths whose texts run as one (harness mode), or None.
         argv: the program and its arguments to exec (program mode), or None.
         tmpfs_dirs: more folders hidden under a private writable tmpfs (absolute paths).
+        python: the interpreter that runs the harness (harness mode; ``cfg["python"]``); its
+            installation's folder is made visible with the system folders (:func:`visible_paths`).
+
+    The sandbox sees only :func:`visible_paths` of the host (read-only), its private tmpfs folders
+    and a fresh ``/proc``: task files, the project and every other folder stay out of reach.
 
     Raises:
         ValueError: neither or both of ``harness`` and ``argv``.
@@ -60,9 +82,13 @@ def launcher_config(
         "status_path": os.path.join(run_dir, "status.json"),
         "caller_home": os.path.expanduser("~"),
         "tmpfs_dirs": list(tmpfs_dirs),
+        "new_root": os.path.join(run_dir, "root"),
+        "visible": visible_paths(python),
     }
     if harness is not None:
-        cfg["harness"] = harness
+        cfg["harness"] = harness if isinstance(harness, str) else list(harness)
+        if python is not None:
+            cfg["python"] = python
     else:
         cfg["argv"] = list(argv)
     return cfg

@@ -57,7 +57,7 @@ MOUNT_OPTION_FLAGS = {
     "relatime": 1 << 21,
     "strictatime": 1 << 24,
 }
-PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 38, 22, 2
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -110,6 +110,71 @@ def _isolate(root):
     return {"network": _unshare(CLONE_NEWNET), "pid": False, "mount": False, "user_namespace": False}
 
 
+def _new_root(top, visible):
+    """Build the sandbox's root at ``top`` (an empty folder): a small tmpfs holding read-only bind
+    mounts of the ``visible`` host paths (system binaries and libraries, ``/etc``, ``/dev``, the
+    interpreter's prefix) and nothing else of the host; a visible symlink (``/bin -> usr/bin``) is
+    copied as a link. Returns ``top``."""
+    _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    for path in visible:
+        target = top + path
+        if os.path.islink(path) and os.path.dirname(path) == "/":
+            if not os.path.lexists(target):
+                os.symlink(os.readlink(path), target)
+            continue
+        if not os.path.isdir(path):
+            continue
+        os.makedirs(target, mode=0o755, exist_ok=True)
+        _mount(path, target, None, MS_BIND | MS_REC)
+        try:
+            _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
+        except OSError:
+            pass  # a bind of a mount made read-only above stays read-only
+    return top
+
+
+def _refuse_namespaces():
+    """A seccomp filter (``no_new_privs`` already set): ``unshare`` and ``clone`` asking for a new
+    user namespace fail with EPERM, ``setns`` fails with EPERM, and ``clone3`` (whose flags a filter
+    cannot read) with ENOSYS, so that libc falls back to ``clone``. Returns whether it is installed
+    (False on an architecture without its syscall numbers here)."""
+    arch, numbers = {
+        "x86_64": (0xC000003E, (272, 56, 308, 435)),
+        "aarch64": (0xC00000B7, (97, 220, 268, 435)),
+    }.get(os.uname().machine, (None, None))
+    if arch is None:
+        return False
+    unshare_nr, clone_nr, setns_nr, clone3_nr = numbers
+    ld_abs, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    program = [
+        (ld_abs, 0, 0, 4),  # seccomp_data.arch
+        (jeq, 1, 0, arch),
+        (ret, 0, 0, allow),
+        (ld_abs, 0, 0, 0),  # seccomp_data.nr
+        (jeq, 0, 1, clone3_nr),
+        (ret, 0, 0, enosys),
+        (jeq, 0, 1, setns_nr),
+        (ret, 0, 0, eperm),
+        (jeq, 1, 0, unshare_nr),
+        (jeq, 0, 3, clone_nr),
+        (ld_abs, 0, 0, 16),  # args[0], its low 32 bits: the flags of unshare and clone
+        (jset, 0, 1, CLONE_NEWUSER),
+        (ret, 0, 0, eperm),
+        (ret, 0, 0, allow),
+    ]
+
+    class Filter(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Filter))]
+
+    filters = (Filter * len(program))(*[Filter(*op) for op in program])
+    prog = Program(len(program), filters)
+    return libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) == 0
+
+
 def _child(cfg, isolation, root, report_fd, harness_source):
     """PID 1 of the sandbox (or a plain child): set up and exec the harness (or ``cfg["argv"]``
     when ``harness_source`` is None). Never returns."""
@@ -121,14 +186,25 @@ def _child(cfg, isolation, root, report_fd, harness_source):
                 raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
             _mount(None, "/", None, MS_REC | MS_PRIVATE)
             read_only = _read_only_mounts()  # before the writable tmpfs mounts below
-            os.write(report_fd, b"1" if read_only else b"0")
+            os.write(report_fd, b"r" if read_only else b"-")
+            top = ""  # where the sandbox's / is built (the host's / when no new root is made)
+            if cfg.get("visible") and cfg.get("new_root"):
+                top = _new_root(cfg["new_root"], cfg["visible"])
+                os.write(report_fd, b"v")
             if isolation["pid"]:
-                _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-            home = None if root else cfg["caller_home"]  # the caller's own files: hidden
+                os.makedirs(top + "/proc", exist_ok=True)
+                _mount("proc", top + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            home = None if root or top else cfg["caller_home"]  # the caller's own files: hidden
             extra = [d for d in cfg.get("tmpfs_dirs", ()) if d != "/"]
             for target in ("/tmp", "/var/tmp", "/dev/shm", *([home] if home and home != "/" else []), *extra):
-                if os.path.isdir(target):
-                    _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"size={cfg['tmp_bytes']},mode=1777")
+                if top:
+                    os.makedirs(top + target, mode=0o755, exist_ok=True)
+                if os.path.isdir(top + target):
+                    opts = f"size={cfg['tmp_bytes']},mode=1777"
+                    _mount("tmpfs", top + target, "tmpfs", MS_NOSUID | MS_NODEV, opts)
+            if top:
+                os.chroot(top)
+                os.chdir("/")
             workdir = "/tmp/work"
             os.mkdir(workdir, 0o700)
         if root:
@@ -149,6 +225,10 @@ def _child(cfg, isolation, root, report_fd, harness_source):
             os.setgid(cfg["gid"])
             os.setuid(cfg["uid"])
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid, which clears it
+        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:  # setuid binaries (su, mount) gain nothing
+            os.write(report_fd, b"n")
+            if _refuse_namespaces():
+                os.write(report_fd, b"s")
         os.chdir(workdir)
         env = dict(cfg["env"], HOME=workdir, TMPDIR=workdir)
         if harness_source is None:
@@ -173,7 +253,9 @@ def main():
     root = os.geteuid() == 0
     isolation = _isolate(root)
     isolation["separate_user"] = root  # root drops to a per-slot uid; others already run unprivileged
-    report_r, report_w = os.pipe()  # the child says whether the read-only remount worked
+    if cfg.get("new_root"):
+        os.makedirs(cfg["new_root"], exist_ok=True)  # before the child makes every mount read-only
+    report_r, report_w = os.pipe()  # the child reports each isolation it made (one letter each)
     pid = os.fork()
     if pid == 0:
         os.close(report_r)
@@ -201,7 +283,11 @@ def main():
     signal.setitimer(signal.ITIMER_REAL, cfg["limits"]["wall_s"])
     _, status, usage = os.wait4(pid, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
-    isolation["read_only"] = os.read(report_r, 1) == b"1"
+    reported = os.read(report_r, 16)
+    isolation["read_only"] = b"r" in reported
+    isolation["visible_only"] = b"v" in reported  # a new root of the visible paths only
+    isolation["no_new_privs"] = b"n" in reported
+    isolation["no_user_namespaces"] = b"s" in reported
     report = {
         "status": status,
         "timed_out": timed_out,

@@ -37,8 +37,7 @@ class _Sandboxed:
         run_dir = os.path.join(tmp, name)
         os.mkdir(run_dir, 0o700)
         os.mkdir(os.path.join(run_dir, "work"), 0o700)  # used only where no private /tmp can be mounted
-        self.cfg = launcher_config(run_dir, uid, limits, tmp_bytes, harness=harness)
-        self.cfg["python"] = python
+        self.cfg = launcher_config(run_dir, uid, limits, tmp_bytes, harness=harness, python=python)
         self.err = open(os.path.join(run_dir, "stderr"), "w+b")
         self.proc = start_launcher(self.cfg, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err)
         self.pending = b""

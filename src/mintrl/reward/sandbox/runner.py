@@ -206,8 +206,9 @@ class Sandbox:
         try:
             work = os.path.join(tmp, "work")  # used only where no private /tmp can be mounted
             os.mkdir(work, 0o700)
-            cfg = launcher_config(tmp, self._first_uid + slot, self.limits, self.tmp_bytes, harness=HARNESS)
-            cfg["python"] = self.python
+            cfg = launcher_config(
+                tmp, self._first_uid + slot, self.limits, self.tmp_bytes, harness=HARNESS, python=self.python
+            )
             job = json.dumps({**dataclasses.asdict(program), "nonce": nonce}).encode()
             with open(os.path.join(tmp, "stdout"), "w+b") as out, open(os.path.join(tmp, "stderr"), "w+b") as err:
                 proc = start_launcher(cfg, stdin=subprocess.PIPE, stdout=out, stderr=err)
