@@ -10,14 +10,15 @@ runs one statement at a time inside these limits:
   not run to its end) and the rendered text is cut at ``max_chars`` characters;
 - **authorizer** (an allow-list): writes of the task's table only, reads of it and of CTEs (no
   other table exists: the database holds the task's table alone and creating or attaching one is
-  refused), ``SELECT``, recursive CTEs and functions; everything else is refused: ``ATTACH``/``DETACH``
+  refused), ``SELECT``, recursive CTEs and the functions of :data:`ALLOWED_FUNCTIONS`; everything else is
+  refused: ``ATTACH``/``DETACH``
   (also ``VACUUM``, which attaches), ``PRAGMA`` (also the ``pragma_*`` table functions), reads
   of ``sqlite_master``/``sqlite_schema`` (the instruction already shows the table), any other
   table, ``CREATE``/``DROP``/``ALTER`` of anything, ``ANALYZE``, transactions and savepoints
-  (each statement commits itself), the non-deterministic functions (``random``, ``randomblob``,
-  ``date('now')`` and the other date/time functions) so that replaying an episode's actions gives
-  the same observations, ``printf``/``format`` (a huge width runs in one VM step, past the time
-  limit) and ``load_extension`` (extensions are never enabled either);
+  (each statement commits itself), and every function not allowed (``fts3_tokenizer``, which leaks a
+  memory address; ``load_extension``; introspection; the non-deterministic ones, so that replaying an
+  episode's actions gives the same observations; ``printf``/``format``, whose huge width runs in one
+  VM step, past the time limit);
 - **size**: ``SQLITE_LIMIT_LENGTH`` caps one value at :data:`MAX_VALUE_BYTES` bytes, ``PRAGMA
   max_page_count`` the database at :data:`MAX_PAGES` pages of 4 KiB (a statement that would grow
   it further fails with "database or disk is full" and is undone), no database can be attached
@@ -39,26 +40,30 @@ MAX_VALUE_BYTES = 10_000  # bytes: the longest string or blob a statement may bu
 MAX_PAGES = 256  # pages of 4 KiB: the largest database (1 MiB)
 PROGRESS_STEPS = 1_000  # SQLite VM steps between two checks of the time limit
 
-# functions refused: non-deterministic (replay must repeat observations), one-step-unbounded, extensions
-REFUSED_FUNCTIONS = frozenset(
+# The only functions a statement may call (the authorizer sees each call by name): deterministic,
+# bounded in one VM step, and enough for the tasks' questions (text, numbers, NULL handling,
+# aggregates, window functions). Everything else is refused: memory addresses (fts3_tokenizer),
+# extensions (load_extension), introspection (sqlite_version, sqlite_compileoption_*), JSON, side
+# channels (last_insert_rowid, changes), non-deterministic functions (random, randomblob, date('now')
+# and the other date/time functions: replaying an episode's actions must repeat its observations)
+# and the one-step-unbounded ones (printf/format with a huge width, zeroblob, char of many codes).
+ALLOWED_FUNCTIONS = frozenset(
     {
-        "random",
-        "randomblob",
-        "date",
-        "time",
-        "datetime",
-        "julianday",
-        "strftime",
-        "unixepoch",
-        "timediff",
-        "current_date",
-        "current_time",
-        "current_timestamp",
-        "printf",
-        "format",
-        "load_extension",
+        # text
+        "length", "octet_length", "lower", "upper", "substr", "substring", "instr", "replace", "trim",
+        "ltrim", "rtrim", "like", "glob", "hex", "quote", "unicode", "typeof",
+        # numbers
+        "abs", "round", "sign", "ceil", "ceiling", "floor", "trunc", "mod", "pow", "power", "sqrt", "exp",
+        "ln", "log", "log2", "log10", "pi",
+        # NULL handling and conditions
+        "coalesce", "ifnull", "nullif", "iif", "likely", "unlikely", "likelihood",
+        # aggregates (max and min are also the scalar functions)
+        "count", "sum", "total", "avg", "min", "max", "group_concat", "string_agg",
+        # window functions
+        "row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile", "lag", "lead",
+        "first_value", "last_value", "nth_value",
     }
-)
+)  # fmt: skip
 SCHEMA_CHANGE = "changing the schema (CREATE, DROP, ALTER, ANALYZE) is refused"
 _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
 _TYPE = re.compile(r"^[A-Za-z][A-Za-z0-9_ ]{0,30}(\(\s*\d+\s*(,\s*\d+\s*)?\))?$")
@@ -190,7 +195,7 @@ class TaskDatabase:
         if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_RECURSIVE):
             return sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_FUNCTION:
-            if (arg2 or "").lower() in REFUSED_FUNCTIONS:
+            if (arg2 or "").lower() not in ALLOWED_FUNCTIONS:
                 return self._deny(f"the function {arg2}() is refused")
             return sqlite3.SQLITE_OK
         if action in (sqlite3.SQLITE_READ, sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE):
