@@ -22,6 +22,7 @@ from lightning.pytorch.utilities import grad_norm
 from mintrl.core.batch import RolloutBatch
 from mintrl.core.checks import check_int, check_range
 from mintrl.metrics.pass_at_k import PassAtK
+from mintrl.model.dropout import disable_dropout
 from mintrl.model.logprobs import token_logprobs
 from mintrl.model.lora import is_lora
 from mintrl.objective.aggregation import StepTotals, step_totals
@@ -131,7 +132,8 @@ class PolicyModule(L.LightningModule):
             check_int(f"module.{name}", value)
         check_range("module.max_grad_norm", max_grad_norm, 0, low_open=True, none_ok=True)
         self.automatic_optimization = False
-        self.policy = policy.train()  # dropout-free LLMs: train mode only matters for Lightning's mode checks
+        disable_dropout(policy)  # the rollouts' log-probs came from a forward without dropout
+        self.policy = policy.train()  # with dropout off, train mode only matters for Lightning's mode checks
         if gradient_checkpointing:
             enable_gradient_checkpointing(policy)
         self.share_prompts = share_prompts
