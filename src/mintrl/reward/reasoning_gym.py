@@ -8,13 +8,17 @@ import reasoning_gym
 
 from mintrl.reward.base import Reward
 from mintrl.text.answer import extract_answer
+from mintrl.text.latex import plain_fractions
 
 
 class ReasoningGymReward(Reward):
     """Reward in [0, 1] from the task's own ``score_answer`` on the extracted answer.
 
     ``item.entry`` is the reasoning-gym entry; its ``metadata.source_dataset`` picks the scorer.
-    A response with no extractable answer scores 0 (the scorer is called with None).
+    LaTeX number fractions in the answer reach the scorer as ``a/b``
+    (:func:`mintrl.text.latex.plain_fractions`: ``\\boxed{\\frac{1}{2}}`` scores as ``1/2``); an
+    answer without LaTeX reaches it unchanged. A response with no extractable answer scores 0 (the
+    scorer is called with None).
     """
 
     def __init__(self) -> None:
@@ -29,4 +33,4 @@ class ReasoningGymReward(Reward):
         source = item.entry["metadata"]["source_dataset"]
         if source not in self._scorers:
             self._scorers[source] = reasoning_gym.get_score_answer_fn(source)
-        return float(self._scorers[source](extract_answer(response), item.entry))
+        return float(self._scorers[source](plain_fractions(extract_answer(response)), item.entry))
