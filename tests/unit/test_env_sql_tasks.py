@@ -219,3 +219,32 @@ def test_source_splits_a_file(tmp_path):
     assert sorted(e["index"] for e in val + train) == [0, 1, 2, 3, 4]
     with pytest.raises(ValueError, match="no such file"):
         SqlTasks(path=str(tmp_path / "missing.jsonl"))
+
+
+def test_dbbench_labels_are_compared_value_by_value_as_agentbench_does():
+    """A file row's label is a list of values: one value is compared whole (its commas kept); several
+    as a multiset (a quoted answer value keeps its commas); numbers within AgentBench's 0.01."""
+    one, two = ["Washington, D.C."], ["Washington, D.C.", "Paris"]
+    assert answers_match("Washington, D.C.", "Washington, D.C.", one)
+    assert not answers_match("D.C., Washington", "Washington, D.C.", one)
+    assert answers_match('["Washington, D.C."]', "Washington, D.C.", one)
+    assert answers_match('"Paris", "Washington, D.C."', "Washington, D.C., Paris", two)
+    assert not answers_match("Paris, Washington, D.C.", "Washington, D.C., Paris", two)
+    assert answers_match("34.004", "34", ["34"]) and not answers_match("34.02", "34", ["34"])
+    assert answers_match("1,200", "1200", ["1200"])  # a thousands separator in one value
+
+
+def test_the_loader_reports_what_it_changes(tmp_path, caplog):
+    rows = [_row(), _row(sql={"query": "SELECT name FROM people WHERE age = 34"}), _row(label=["Washington, D.C."])]
+    path = tmp_path / "dbbench.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with caplog.at_level("WARNING", logger="mintrl.env.sql.loader"):
+        entries = load_dbbench(str(path))
+    assert [e["label_values"] for e in entries] == [["34"], ["34"], ["Washington, D.C."]]
+    assert [e["query"] != "" for e in entries] == [True, False, False]
+    assert [e.get("changed") for e in entries] == [
+        None,
+        "reference query dropped: its result (Ann) differs from the label (34)",
+        "reference query dropped: its result (34) differs from the label (Washington, D.C.)",
+    ]
+    assert "dbbench.jsonl: 2 of 3 tasks changed (rows 1, 2): reference query dropped" in caplog.text

@@ -126,7 +126,9 @@ class SqlEnvironment(SerialEnvironment):
         if action.kind == "answer":
             kind = ep.entry["kind"]
             reward = (
-                self._table_reward(ep) if kind != "select" else float(answers_match(action.text, ep.entry["label"]))
+                self._table_reward(ep)
+                if kind != "select"
+                else float(answers_match(action.text, ep.entry["label"], ep.entry.get("label_values")))
             )
             return "", reward, True, "answer", False
         if action.kind == "invalid":

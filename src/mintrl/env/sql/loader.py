@@ -20,6 +20,7 @@ Differences from AgentBench, which runs MySQL with every column ``TEXT``:
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -35,6 +36,9 @@ _FIELDS = {
     "'rows'": "'table.table_info.rows'",
 }
 _TYPES = {"STRING": "TEXT"}
+
+
+log = logging.getLogger(__name__)
 
 
 def _table(row: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +91,8 @@ def dbbench_entry(row: dict[str, Any], i: int, name: str) -> dict[str, Any]:
             label = row.get("label")
             if not isinstance(label, list):
                 raise ValueError("field 'label': missing or not a list of answer values")
-            entry["label"] = ", ".join(render_value(v) for v in label)
+            entry["label_values"] = [render_value(v) for v in label]
+            entry["label"] = ", ".join(entry["label_values"])
         try:
             check_entry(entry)
         except ValueError as err:
@@ -97,10 +102,15 @@ def dbbench_entry(row: dict[str, Any], i: int, name: str) -> dict[str, Any]:
             raise ValueError(message) from None
         if kind == "select" and entry["query"]:
             try:
-                keep = answers_match(select_label(entry), entry["label"])
-            except ValueError:
-                keep = False
-            entry["query"] = entry["query"] if keep else ""
+                result = select_label(entry)
+                if not answers_match(result, entry["label"], entry["label_values"]):
+                    entry["changed"] = (
+                        f"reference query dropped: its result ({result}) differs from the label ({entry['label']})"
+                    )
+            except ValueError as err:
+                entry["changed"] = f"reference query dropped: it fails on SQLite ({err})"
+            if "changed" in entry:
+                entry["query"] = ""  # the reference action is then the label itself
         elif kind != "select":
             try:
                 expected_table(entry)
@@ -125,4 +135,16 @@ def load_dbbench(path: str, rows: RowFilter | None = None) -> list[dict[str, Any
     rows = rows or RowFilter()
     name = os.path.basename(path)
     entries = [rows(lambda i=i, row=row: dbbench_entry(row, i, name)) for i, row in enumerate(read_json_rows(path))]
-    return [e for e in entries if e is not None]
+    entries = [e for e in entries if e is not None]
+    changed = [e for e in entries if e.get("changed")]
+    if changed:
+        reasons = sorted({e["changed"].split(":")[0] for e in changed})
+        log.warning(
+            "%s: %d of %d tasks changed (rows %s): %s",
+            name,
+            len(changed),
+            len(entries),
+            ", ".join(str(e["index"]) for e in changed),
+            "; ".join(reasons),
+        )
+    return entries

@@ -12,6 +12,7 @@ An action is, in this order of precedence:
 
 from __future__ import annotations
 
+import ast
 import re
 from collections import Counter
 
@@ -80,6 +81,91 @@ def answer_values(text: str) -> Counter:
     return Counter(_value_key(p) for p in text.split(",") if p.strip().strip("'\"`").strip())
 
 
-def answers_match(answer: str, label: str) -> bool:
-    """True when ``answer`` and ``label`` hold the same values in any order (:func:`answer_values`)."""
-    return answer_values(answer) == answer_values(label)
+def answer_items(text: str) -> list[str]:
+    """The values of an answer: the items of a list literal (``["a, b", 3]``; a one-value tuple
+    item ``(3,)`` is its value), else the text split on commas outside quotes (``"a, b", c`` is two
+    values), each stripped of spaces and of its quotes; empty values dropped."""
+    text = text.strip()
+    if text.startswith("[") and text.endswith("]"):
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            value = None
+        if isinstance(value, list):
+            items = [v[0] if isinstance(v, tuple) and len(v) == 1 else v for v in value]
+            return [str(v).strip() for v in items if str(v).strip()]
+        text = text[1:-1]
+    items, current, quote = [], "", None
+    for char in text:
+        if quote is not None:
+            if char == quote:
+                quote = None
+            else:
+                current += char
+        elif char in "'\"":
+            quote = char
+        elif char == ",":
+            items.append(current)
+            current = ""
+        else:
+            current += char
+    items.append(current)
+    return [item.strip() for item in items if item.strip()]
+
+
+_SPECIAL = {"none": "0", "null": "0", "undefined": "0", "nan": "0", "inf": "0", "infinity": "0", "-inf": "0", "": "0"}
+
+
+def _file_value(value: str) -> str:
+    """A DB-bench value as AgentBench normalises it: spaces and quotes stripped, a trailing ``%``
+    dropped, commas inside the value removed (thousands separators), NULL-like words as ``0``."""
+    value = value.strip().strip("'\"").strip()
+    if value.endswith("%"):
+        value = value[:-1].strip()
+    value = value.replace(",", "")
+    return _SPECIAL.get(value.lower(), value)
+
+
+def _number(value: str) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _file_values_match(answer: list[str], label: list[str]) -> bool:
+    """AgentBench's DB-bench comparison of normalised values: one value each, numbers within 0.01
+    (absolute) or equal text; several, all numbers: the same count, each matched to its own label
+    value within 0.01; else equal sets of text (case kept, duplicates ignored)."""
+    a, b = [_file_value(v) for v in answer], [_file_value(v) for v in label]
+    numbers_a, numbers_b = [_number(v) for v in a], [_number(v) for v in b]
+    numeric = all(x is not None for x in numbers_a + numbers_b)
+    if len(a) == 1 and len(b) == 1:
+        return abs(numbers_a[0] - numbers_b[0]) <= 0.01 if numeric else a[0] == b[0]
+    if numeric and a and b:
+        if len(a) != len(b):
+            return False
+        free = list(numbers_b)
+        for x in numbers_a:
+            match = next((i for i, y in enumerate(free) if abs(x - y) <= 0.01), None)
+            if match is None:
+                return False
+            free.pop(match)
+        return True
+    return set(a) == set(b)
+
+
+def answers_match(answer: str, label: str, label_values: list[str] | None = None) -> bool:
+    """Whether an answer is right.
+
+    A generated task (``label_values`` None): ``answer`` and ``label`` hold the same values in any
+    order (:func:`answer_values`). A DB-bench file row (``label_values``: its label list): by
+    AgentBench's rule (:func:`_file_values_match`); a one-value label takes the whole answer as
+    one value (its commas kept) unless the answer is a list literal; a label of several values
+    takes the answer's :func:`answer_items` (AgentBench reads only list literals there; mintrl's
+    protocol also takes comma-separated values, quotes keeping a value's commas)."""
+    if label_values is None:
+        return answer_values(answer) == answer_values(label)
+    text = answer.strip()
+    items = answer_items(text) if len(label_values) > 1 or text.startswith("[") else [text]
+    return _file_values_match(items, [str(v) for v in label_values])
