@@ -163,3 +163,16 @@ def test_config_check_needs_a_judge_that_finds_errors():
         check_first_error(_cfg("mintrl.judge.keep.KeepJudge"))
     with pytest.raises(ValueError, match="needs the single-turn rollout"):
         check_first_error(_cfg("mintrl.judge.rule.RuleJudge", "mintrl.rollout.episodes.EpisodeRollout"))
+
+
+def test_config_check_refuses_guided_rollouts():
+    """A guided rollout's response starts with guide tokens: the objective would count the first error
+    from after them while the rollout counts it from the response start, so the pair is refused."""
+    for guide in ("mintrl.guide.prefix.PrefixGuide", "mintrl.guide.demonstration.DemonstrationGuide"):
+        cfg = _cfg("mintrl.judge.rule.RuleJudge")
+        cfg.guide = {"_target_": guide}
+        with pytest.raises(ValueError, match=r"objective=FirstErrorCredit .* guide=\w+Guide"):
+            check_first_error(cfg)
+    cfg = _cfg("mintrl.judge.rule.RuleJudge")
+    cfg.guide = {"_target_": "mintrl.guide.base.NoGuide"}  # guide=none adds no rollouts
+    check_first_error(cfg)

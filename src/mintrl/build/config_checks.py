@@ -118,7 +118,8 @@ def check_first_error(cfg: DictConfig) -> None:
     that can find one (``Judge.finds_errors``) and the single-turn rollout engine, which marks it.
 
     Raises:
-        ValueError: ``objective=first_error`` with ``judge=none`` or with ``rollout=episodes``.
+        ValueError: ``objective=first_error`` with ``judge=none``, with ``rollout=episodes`` or with a
+            guide that adds rollouts (``guide=prefix``, ``guide=demonstration``).
     """
     objective = component_class(cfg, "objective")
     if objective is None or not objective.needs_first_error:
@@ -132,6 +133,13 @@ def check_first_error(cfg: DictConfig) -> None:
     rollout = component_class(cfg, "rollout")
     if rollout is not None and rollout.multi_turn:
         raise ValueError(f"objective={objective.__name__} needs the single-turn rollout (rollout=semi_on_policy)")
+    guide = component_class(cfg, "guide")
+    if guide is not None and guide.adds_rollouts:
+        raise ValueError(
+            f"objective={objective.__name__} counts a rollout's first error from the start of its response, but "
+            f"guide={guide.__name__} starts responses with guide tokens, which the error would be counted after: "
+            "use guide=none"
+        )
 
 
 def component_class(cfg: DictConfig, key: str) -> type | None:

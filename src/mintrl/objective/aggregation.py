@@ -22,15 +22,23 @@ class StepTotals:
 
     Attributes:
         tokens: loss-mask tokens. sequences: rows with at least one loss-mask token.
+        rows: all rows of the step, those without a loss token (a dropped rollout: no reward)
+            included; None: ``sequences``.
     """
 
     tokens: torch.Tensor
     sequences: torch.Tensor
+    rows: torch.Tensor | None = None
+
+    def __post_init__(self):
+        if self.rows is None:
+            self.rows = self.sequences
 
 
 def step_totals(loss_mask: torch.Tensor) -> StepTotals:
     """Local counts of a ``[n, L]`` bool loss mask (all-reduce them for data parallelism)."""
-    return StepTotals(loss_mask.sum().to(torch.float32), loss_mask.any(-1).sum().to(torch.float32))
+    rows = torch.tensor(float(loss_mask.shape[0]), device=loss_mask.device)
+    return StepTotals(loss_mask.sum().to(torch.float32), loss_mask.any(-1).sum().to(torch.float32), rows)
 
 
 def aggregate(token_loss: torch.Tensor, loss_mask: torch.Tensor, mode: str, totals: StepTotals) -> torch.Tensor:
@@ -39,8 +47,9 @@ def aggregate(token_loss: torch.Tensor, loss_mask: torch.Tensor, mode: str, tota
     Modes (``S`` = ``totals.sequences``, ``T`` = ``totals.tokens``, ``n_i`` = row ``i``'s mask tokens):
 
     - ``token-mean``: ``sum_{i,t} l_it / T`` (every token weighs the same; DAPO).
-    - ``seq-mean-token-sum``: ``sum_i (sum_t l_it) / S`` (Dr. GRPO, up to its constant
-      ``1 / max_len`` which the learning rate absorbs).
+    - ``seq-mean-token-sum``: ``sum_i (sum_t l_it) / R`` with ``R = totals.rows``, every row of the
+      step (Dr. GRPO's constant normaliser ``G x max_len``, up to ``1 / max_len`` which the learning
+      rate absorbs: a dropped row leaves the others' weight unchanged).
     - ``seq-mean-token-mean``: ``sum_i (sum_t l_it / n_i) / S`` (the original GRPO).
 
     Args:
@@ -59,8 +68,9 @@ def aggregate(token_loss: torch.Tensor, loss_mask: torch.Tensor, mode: str, tota
     if mode == "token-mean":
         return masked.sum() / totals.tokens.clamp(min=1)
     per_seq = masked.sum(-1)  # [n]
-    if mode == "seq-mean-token-mean":
-        per_seq = per_seq / loss_mask.sum(-1).clamp(min=1)
+    if mode == "seq-mean-token-sum":
+        return per_seq.sum() / totals.rows.clamp(min=1)
+    per_seq = per_seq / loss_mask.sum(-1).clamp(min=1)  # seq-mean-token-mean
     return per_seq.sum() / totals.sequences.clamp(min=1)
 
 

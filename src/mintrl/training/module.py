@@ -192,8 +192,9 @@ class PolicyModule(L.LightningModule):
         """Loss-mask counts of one update summed over data-parallel ranks."""
         totals = step_totals(mini.loss_mask)
         if self._trainer is not None and self.trainer.world_size > 1:
-            summed = self.trainer.strategy.reduce(torch.stack([totals.tokens, totals.sequences]), reduce_op="sum")
-            totals = StepTotals(summed[0], summed[1])
+            counts = torch.stack([totals.tokens, totals.sequences, totals.rows.to(totals.tokens)])
+            summed = self.trainer.strategy.reduce(counts, reduce_op="sum")
+            totals = StepTotals(summed[0], summed[1], summed[2])
         return totals
 
     def accumulate(
