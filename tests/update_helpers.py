@@ -61,7 +61,7 @@ def rollout_batch(model, n=8, seed=0, temperature=0.8):
 OBJECTIVES = {
     "grpo-token-mean-kl-k3": lambda: GRPO(kl_coef=0.1, kl_estimator="k3", mask_truncated=True),
     "dr-grpo-seq-mean-token-sum": lambda: GRPO(
-        scale_std=False, aggregation="seq-mean-token-sum", kl_coef=0.05, kl_estimator="k2"
+        scale_std=False, aggregation="seq-mean-token-sum", kl_coef=0.05, kl_estimator="k2", token_sum_norm=8.0
     ),
     "grpo-seq-mean-token-mean-k1": lambda: GRPO(
         aggregation="seq-mean-token-mean", kl_coef=0.05, kl_estimator="k1", dual_clip=3.0

@@ -1,18 +1,23 @@
 """Reward hacks against the code reward: each solution below is wrong and tries to get reward 1 anyway
 (forging the verdict, dodging the checks, fooling the comparison, reading the answers, outliving the
-run). Every one must score 0, with all-or-nothing and with partial credit; the honest solution scores 1.
+run, shadowing what the tests call, ending the tests' loops). Every one must score 0, with
+all-or-nothing and with partial credit; the honest solution of the same task scores 1.
 
-The task is HumanEval-shaped (``prompt``, ``tests`` with ``check(candidate)``, ``entry_point``) and runs
-through :class:`mintrl.reward.code.CodeReward` on the real sandbox, as in training."""
+The tasks are HumanEval-shaped (``prompt``, ``tests`` with ``check(candidate)``, ``entry_point``; two are
+real HumanEval problems) or MBPP-shaped (plain asserts), and run through
+:class:`mintrl.reward.code.CodeReward` on the real sandbox, as in training."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import time
 
 import pytest
 
 from mintrl.data.base import PromptItem
+from mintrl.data.code import humaneval_path, normalise_row
 from mintrl.reward.code import CodeReward
 from mintrl.reward.sandbox import Sandbox
 
@@ -159,6 +164,71 @@ def add(a, b):
 }
 
 
+def _humaneval(task_id: str) -> dict:
+    with gzip.open(humaneval_path(), "rt") as f:
+        return next(
+            normalise_row(r, i, "HumanEval") for i, r in enumerate(map(json.loads, f)) if r["task_id"] == task_id
+        )
+
+
+# other tasks: name -> (problem row, its honest solution)
+TASKS = {
+    "mad": (
+        _humaneval("HumanEval/4"),
+        "def mean_absolute_deviation(numbers):\n    m = sum(numbers) / len(numbers)\n"
+        "    return sum(abs(x - m) for x in numbers) / len(numbers)\n",
+    ),
+    "zero": (_humaneval("HumanEval/32"), _humaneval("HumanEval/32")["reference"]),
+    "even": (
+        {
+            "prompt": 'def is_even(n):\n    """Whether n is even."""\n',
+            "entry_point": "is_even",
+            "tests": "def check(candidate):\n    assert all(map(candidate, [2, 4, 6]))\n    assert not any(map(candidate, [1, 3]))\n",
+        },
+        "def is_even(n):\n    return n % 2 == 0\n",
+    ),
+    "evens": (
+        {
+            "prompt": 'def evens(n):\n    """The even numbers in 1..n."""\n',
+            "entry_point": "evens",
+            "tests": "def check(candidate):\n    for x in candidate(10):\n        assert x % 2 == 0\n",
+        },
+        "def evens(n):\n    return [x for x in range(2, n + 1, 2)]\n",
+    ),
+    "mbpp": (
+        {
+            "prompt": "",
+            "entry_point": None,
+            "tests": "assert isinstance(triple(2), int)\nassert round(triple(2.5), 1) == 7.5\nassert len(str(triple(3))) == 1\n",
+        },
+        "def triple(x):\n    return 3 * x\n",
+    ),
+}
+
+# name -> (task, wrong solution)
+TASK_HACKS = {
+    # a builtin the tests call, defined by the solution, so that the tests call the solution's instead
+    "builtin_abs_shadowed": (
+        "mad",
+        "def mean_absolute_deviation(numbers):\n    return 0.0\ndef abs(x):\n    return 0.0\n",
+    ),
+    # a builtin that the problem's own helper (poly, in the trusted prompt) calls
+    "builtin_sum_shadowed_under_the_prompts_helper": (
+        "zero",
+        "def find_zero(xs):\n    return 0.0\ndef sum(*args, **kwargs):\n    return 0.0\n",
+    ),
+    "builtins_isinstance_round_len_shadowed": (
+        "mbpp",
+        "def triple(x):\n    return 'no'\ndef isinstance(*a):\n    return True\ndef round(*a):\n    return 7.5\n"
+        "def len(*a):\n    return 1\n",
+    ),
+    # StopIteration from the candidate ends map() early: all(<nothing>) is True, any(<nothing>) False
+    "stop_iteration_empties_the_tests_map": ("even", "def is_even(n):\n    raise StopIteration\n"),
+    # asserts that loop over the answer: an empty answer runs none of them
+    "empty_answer_runs_no_assert": ("evens", "def evens(n):\n    return []\n"),
+}
+
+
 def sandbox_processes() -> list[int]:
     """PIDs of live processes owned by this test's sandbox uids (there must be none after a run)."""
     pids = []
@@ -180,13 +250,19 @@ def rewards():
     return CodeReward(sandbox), CodeReward(sandbox, fraction=True)
 
 
-def _score(reward: CodeReward, solution: str) -> float:
-    item = PromptItem(index=0, question="add", reference=HONEST, prompt_ids=[1], entry=ENTRY)
+def _score(reward: CodeReward, solution: str, entry: dict = ENTRY) -> float:
+    item = PromptItem(index=0, question="q", reference="", prompt_ids=[1], entry=entry)
     return reward([f"```python\n{solution}```"], [item])[0]
 
 
 def test_the_honest_solution_scores_one(rewards):
     assert [_score(r, HONEST) for r in rewards] == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_the_honest_solution_of_each_task_scores_one(rewards, task):
+    entry, honest = TASKS[task]
+    assert [_score(r, honest, entry) for r in rewards] == [1.0, 1.0]
 
 
 @pytest.mark.parametrize("name", sorted(HACKS))
@@ -196,3 +272,30 @@ def test_a_reward_hack_scores_zero(rewards, name):
     assert _score(partial, HACKS[name]) == 0.0, name  # no case passes honestly; a timeout counts none
     time.sleep(0.1)
     assert sandbox_processes() == [], f"{name}: a sandboxed process outlived its run"
+
+
+@pytest.mark.parametrize("name", sorted(TASK_HACKS))
+def test_a_reward_hack_on_the_tests_namespace_scores_zero(rewards, name):
+    task, solution = TASK_HACKS[name]
+    entry = TASKS[task][0]
+    assert [_score(r, solution, entry) for r in rewards] == [0.0, 0.0], name
+    time.sleep(0.1)
+    assert sandbox_processes() == [], f"{name}: a sandboxed process outlived its run"
+
+
+def test_a_problem_without_tests_is_refused_not_scored(rewards):
+    # with nothing to check, any program that runs to the end would "pass"
+    for entry in (
+        {"prompt": "", "tests": "", "entry_point": None},
+        {"prompt": "", "tests": " \n", "entry_point": None},
+    ):
+        with pytest.raises(ValueError, match="a code problem without tests cannot be scored"):
+            _score(rewards[0], HONEST, entry)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the candidate and the tests run as two users only as root")
+def test_the_tests_process_is_another_user_and_undumpable(rewards):
+    # where no PID namespace hides it, the candidate must still not open its /proc files (pipes, memory)
+    tests = "import ctypes, os\nassert whoami() != os.getuid()\nassert ctypes.CDLL(None).prctl(3, 0, 0, 0, 0) == 0\n"
+    entry = {"prompt": "", "entry_point": None, "tests": tests}
+    assert _score(rewards[1], "import os\ndef whoami():\n    return os.getuid()\n", entry) == 1.0

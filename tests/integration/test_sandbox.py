@@ -1,14 +1,21 @@
 """The code sandbox: canonical HumanEval solutions pass, wrong ones fail, assert counting, early
-exits, and the hostile-program suite (each program bounds itself, so even a sandbox failure cannot
-exhaust this machine)."""
+exits, the hostile-program suite (each program bounds itself, so even a sandbox failure cannot
+exhaust this machine), and what a python call (the python_tool environment's mode: a program without
+tests) must not do: see task files, the project or host devices, gain privileges or a user namespace
+through any syscall ABI, or hold more memory across processes than the sandbox's cap. The same
+attempts from env=shell are in tests/unit/test_env_shell_integrity.py."""
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
+import shutil
 import socket
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from conftest import SANDBOX_REPORT
@@ -61,6 +68,8 @@ def test_this_machine_grants_every_isolation(sandbox):
         "user_namespace": False,
         "separate_user": True,
         "visible_only": True,
+        "host_root_detached": True,
+        "memory_cgroup": True,
         "no_new_privs": True,
         "no_user_namespaces": True,
     }
@@ -306,3 +315,84 @@ def test_a_package_installed_under_tmp_still_works(tmp_path):
     finally:
         del sys.modules["copied_runner"]
     assert (result.outcome.value, result.passed, result.total) == ("passed", 1, 1)
+
+
+# ---------------------------------------------------------------- python calls (python_tool's mode)
+
+REPO = Path(__file__).resolve().parents[2]
+# a new user namespace through each syscall ABI: the x86_64 libc call, x32 and i386 (int 0x80, as
+# machine code); prints "<call> <result> <whether this process's user namespace changed>"
+USERNS_ATTEMPTS = r"""
+import ctypes, mmap, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+before = os.readlink("/proc/self/ns/user")
+print("unshare", libc.unshare(0x10000000), os.readlink("/proc/self/ns/user") != before)
+if platform.machine() == "x86_64":
+    print("x32", libc.syscall(0x40000000 | 272, 0x10000000), os.readlink("/proc/self/ns/user") != before)
+    code = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    code.write(bytes.fromhex("b836010000" "bb00000010" "cd80" "c3"))  # eax=310 (unshare), ebx=flags, int 0x80
+    call = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(code)))
+    print("int80", call(), os.readlink("/proc/self/ns/user") != before)
+"""
+# six children that each hold 120 MiB, started one after another and all held until the parent says
+# go: under a 300 MiB cap over the sandbox two of them end normally, the OOM killer ends the others
+HOLD_SIX = """
+import os, time
+done = []
+for i in range(6):
+    pid = os.fork()
+    if pid == 0:
+        x = b"\\1" * (120 << 20)
+        open(f"/tmp/h{i}", "w").write("held")
+        while not os.path.exists("/tmp/go"):
+            time.sleep(0.01)
+        os._exit(0)
+    while not os.path.exists(f"/tmp/h{i}") and os.waitpid(pid, os.WNOHANG) == (0, 0):
+        time.sleep(0.01)
+    done.append(pid)
+open("/tmp/go", "w").close()
+statuses = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in done]
+print(statuses.count(0), statuses.count(-9))
+"""
+
+
+@pytest.fixture()
+def task_file():
+    """An AgentBench OS task file outside every temporary folder, with its answer in it."""
+    folder = Path("/srv") / f"mintrl-test-{secrets.token_hex(4)}"
+    folder.mkdir(parents=True)
+    path = folder / "os.json"
+    path.write_text(json.dumps([{"description": "What is the code?", "evaluation": {"match": "48213"}}]))
+    path.chmod(0o644)
+    yield path
+    shutil.rmtree(folder)
+
+
+def test_a_python_call_sees_no_host_files_and_gains_no_privileges(task_file):
+    code = (
+        "import os\n"
+        f"print([os.path.exists(p) for p in ({str(task_file)!r}, {str(REPO / 'pyproject.toml')!r}, '/srv', '/work', '/sys')])\n"
+        "print(sorted(os.listdir('/dev')))\n"
+        "print([l.split()[1] for l in open('/proc/self/status') if l.startswith(('NoNewPrivs', 'CapBnd'))])\n"
+        + USERNS_ATTEMPTS
+    )
+    result = Sandbox(workers=1, timeout_s=5.0, uid_base=UID_BASE + 7).run([Program(code, "")])[0]
+    assert result.outcome is Outcome.PASSED, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[:4] == [
+        "[False, False, False, False, False]",
+        "['fd', 'full', 'null', 'random', 'shm', 'stderr', 'stdin', 'stdout', 'tty', 'urandom', 'zero']",
+        "['0000000000000000', '1']",
+        "unshare -1 False",
+    ]
+    assert lines[4:] in ([], ["x32 -1 False", "int80 -1 False"])  # -1 is -EPERM from int 0x80
+    assert sandbox_processes() == []
+
+
+def test_python_processes_together_cannot_hold_more_than_the_memory_cap():
+    box = Sandbox(workers=1, timeout_s=20.0, cpu_s=20, memory_mb=300, uid_base=UID_BASE + 7)  # cap: memory_mb
+    result = box.run([Program(HOLD_SIX, "")])[0]
+    if not box.isolation()["memory_cgroup"]:
+        pytest.skip("this machine refused a memory cgroup: the bound is memory_mb x processes")
+    assert (result.outcome, result.stdout) == (Outcome.PASSED, "2 4"), result.stderr  # 2 x 120 MiB held at once
+    assert sandbox_processes() == []

@@ -9,6 +9,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
+from mintrl.model.lora import LoraSettings, apply_lora
 from mintrl.objective.grpo import GRPO
 from mintrl.training.module import PolicyModule
 
@@ -27,7 +28,19 @@ def _llama():
     return LlamaForCausalLM(config)
 
 
-@pytest.mark.parametrize("build", [_gpt2, _llama], ids=["gpt2-dropout-modules", "llama-attention-dropout"])
+def _llama_lora():
+    """A LoRA policy with adapter dropout 0.5 and nonzero ``B`` (a fresh adapter's ``B = 0`` would hide
+    the dropout: its branch adds nothing)."""
+    policy = apply_lora(_llama(), LoraSettings(r=4, alpha=8.0, dropout=0.5))
+    for name, param in policy.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.5)
+    return policy
+
+
+@pytest.mark.parametrize(
+    "build", [_gpt2, _llama, _llama_lora], ids=["gpt2-dropout-modules", "llama-attention-dropout", "lora-dropout"]
+)
 def test_the_training_forward_is_the_evaluation_forward(build):
     torch.manual_seed(0)
     policy = build()

@@ -8,7 +8,8 @@ import time
 import pytest
 from sql_helpers import task
 
-from mintrl.env.sql.database import TaskDatabase, render_value
+from mintrl.env.sql.database import CLOCK, TaskDatabase, render_value
+from mintrl.env.sql.tasks import Difficulty, generate_task
 
 HOSTILE = [
     (
@@ -34,7 +35,16 @@ HOSTILE = [
     ("BEGIN", "Error: not authorized: transactions are refused (each statement commits itself)."),
     ("SELECT load_extension('/tmp/evil.so')", "Error: not authorized: the function load_extension() is refused."),
     ("SELECT random()", "Error: not authorized: the function random() is refused."),
-    ("SELECT date('now')", "Error: not authorized: the function date() is refused."),
+    ("SELECT randomblob(1000000000)", "Error: not authorized: the function randomblob() is refused."),
+    # the date functions without the clock or time zone
+    ("SELECT date('now')", f"Error: not authorized: {CLOCK}."),
+    ("SELECT date()", f"Error: not authorized: {CLOCK}."),
+    ("SELECT strftime('%s')", f"Error: not authorized: {CLOCK}."),
+    ("SELECT datetime(' NOW ')", f"Error: not authorized: {CLOCK}."),
+    ("SELECT julianday('now' || char(0) || 'x')", f"Error: not authorized: {CLOCK}."),
+    ("SELECT unixepoch(CAST('now' AS BLOB))", f"Error: not authorized: {CLOCK}."),
+    ("SELECT time('12:00', 'localtime')", f"Error: not authorized: {CLOCK}."),
+    ("SELECT date('2020-01-01', 'UTC')", f"Error: not authorized: {CLOCK}."),
     ("SELECT printf('%.*c', 1000000000, 'x')", "Error: not authorized: the function printf() is refused."),
     ("SELECT 1; DROP TABLE people", "Error: only one statement may run at a time."),
     ("SELECT * FROM nowhere", "Error: no such table: nowhere."),
@@ -152,3 +162,46 @@ def test_the_functions_tasks_use_are_allowed(db):
     assert db.execute(aggregates).text.split("\n")[1] == "3 | 89 | 29.6666666666667 | 21 | 34 | 89 | Ann,Ben,Cara"
     window = "SELECT name, rank() OVER (ORDER BY age DESC) FROM people ORDER BY name"
     assert db.execute(window).text.split("\n")[1:] == ["Ann | 1", "Ben | 3", "Cara | 1"]
+
+
+def test_the_date_functions_run_without_the_clock(db):
+    sql = (
+        "SELECT date('2020-02-28', '+1 day'), time('12:00', '+90 minutes'), datetime(0, 'unixepoch'), "
+        "julianday('2020-01-01'), unixepoch('2020-01-01'), strftime('%Y/%m', '2020-01-31', '+1 month'), "
+        "char(72, 105)"
+    )
+    assert db.execute(sql).text.split("\n")[1] == (
+        "2020-02-29 | 13:30:00 | 1970-01-01 00:00:00 | 2458849.5 | 1577836800 | 2020/03 | Hi"
+    )
+    assert db.execute("SELECT count(*) FROM people WHERE date(city) IS NULL").text == "count(*)\n3"
+
+
+def test_the_statements_tasks_need_run():
+    """Every reference statement of generated tasks at the hardest knobs (aggregates, comparisons,
+    changes) and the statement shapes of DB-bench files run within the allow-list."""
+    hard = Difficulty(2, 6, 1, 20, 2, 1.0, 1.0, 0.5)
+    kinds = set()
+    for i in range(300):
+        entry = generate_task(9, i, hard)
+        kinds.add(entry["kind"])
+        database = TaskDatabase(entry)
+        result = database.execute(entry["query"])
+        database.close()
+        assert result.ok, (entry["query"], result.text)
+    assert kinds == {"select", "insert", "update", "delete"}
+    shapes = [
+        "SELECT COUNT(DISTINCT city) FROM people WHERE age >= 30 AND city LIKE '%o%'",
+        "SELECT city, AVG(age) AS a FROM people GROUP BY city HAVING COUNT(*) >= 1 ORDER BY a DESC LIMIT 2",
+        "SELECT name FROM people WHERE age = (SELECT MAX(age) FROM people) ORDER BY name",
+        "SELECT CAST(SUM(age) AS REAL) / COUNT(*), CASE WHEN MIN(age) < 30 THEN 'young' ELSE 'old' END FROM people",
+        "SELECT name FROM people WHERE city IN ('Rome', 'Lima') AND name NOT LIKE 'C%' ORDER BY age DESC, name",
+        "SELECT UPPER(SUBSTR(name, 1, 1)) || LOWER(SUBSTR(name, 2)), ROUND(age * 1.5, 1) FROM people",
+        "UPDATE people SET age = age + 1 WHERE city = 'Rome'",
+        "INSERT INTO people (name, age, city) VALUES ('Dan', 50, 'Oslo')",
+        "DELETE FROM people WHERE age < 25",
+    ]
+    database = TaskDatabase(task())
+    for sql in shapes:
+        result = database.execute(sql)
+        assert result.ok, (sql, result.text)
+    database.close()

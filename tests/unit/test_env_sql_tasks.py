@@ -131,7 +131,7 @@ def test_parse_invalid_actions():
     ],
 )
 def test_answers_match(answer, label, same):
-    assert answers_match(answer, label) is same
+    assert answers_match(answer, label, None) is same
 
 
 def _row(**changes):
@@ -244,7 +244,7 @@ def test_the_loader_reports_what_it_changes(tmp_path, caplog):
     assert [e["query"] != "" for e in entries] == [True, False, False]
     assert [e.get("changed") for e in entries] == [
         None,
-        "reference query dropped: its result (Ann) differs from the label (34)",
-        "reference query dropped: its result (34) differs from the label (Washington, D.C.)",
+        "reference query dropped: its result ['Ann'] differs from the label ['34']",
+        "reference query dropped: its result ['34'] differs from the label ['Washington, D.C.']",
     ]
-    assert "dbbench.jsonl: 2 of 3 tasks changed (rows 1, 2): reference query dropped" in caplog.text
+    assert "dbbench.jsonl: 2 of 3 rows changed (rows 1, 2): reference query dropped" in caplog.text

@@ -3,9 +3,11 @@ the loss gradient per token, and the config checks."""
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from mintrl.build.config_checks import check_first_error
+from mintrl.build.config import CONFIG_DIR
+from mintrl.build.config_checks import check_config, check_first_error
 from mintrl.core.batch import RolloutBatch
 from mintrl.objective import FirstErrorCredit, first_error_token_advantages, step_totals, unmarked_failed_errors
 from mintrl.objective.first_error_credit import response_start
@@ -176,3 +178,15 @@ def test_config_check_refuses_guided_rollouts():
     cfg = _cfg("mintrl.judge.rule.RuleJudge")
     cfg.guide = {"_target_": "mintrl.guide.base.NoGuide"}  # guide=none adds no rollouts
     check_first_error(cfg)
+
+
+def test_composed_first_error_with_a_prefix_guide_is_refused():
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        cfg = compose("train", overrides=["paths.output_dir=/tmp/mintrl-test", "method=first_error", "guide=prefix"])
+    with pytest.raises(ValueError) as refused:
+        check_config(cfg)
+    assert str(refused.value) == (
+        "objective=FirstErrorCredit places the judge's first error that many tokens after a rollout's guide "
+        "tokens, but the rollout engine counts it from the start of the response, guide tokens included: with "
+        "guide=PrefixGuide the credit would fall on the wrong tokens; use guide=none"
+    )

@@ -136,9 +136,9 @@ def check_first_error(cfg: DictConfig) -> None:
     guide = component_class(cfg, "guide")
     if guide is not None and guide.adds_rollouts:
         raise ValueError(
-            f"objective={objective.__name__} counts a rollout's first error from the start of its response, but "
-            f"guide={guide.__name__} starts responses with guide tokens, which the error would be counted after: "
-            "use guide=none"
+            f"objective={objective.__name__} places the judge's first error that many tokens after a rollout's "
+            "guide tokens, but the rollout engine counts it from the start of the response, guide tokens "
+            f"included: with guide={guide.__name__} the credit would fall on the wrong tokens; use guide=none"
         )
 
 

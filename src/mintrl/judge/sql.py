@@ -11,7 +11,8 @@ privileged ``entry`` (the task: table, reference statement, label):
   reference statement in a ```sql block) as the correction. A block wholly in the accepted prefix
   was judged before (Keep). An unfinished turn (``final`` False) is judged only once it holds a
   complete (closed) block;
-- an ``<answer>`` of a SELECT task (final turn only): compared with the label, a wrong answer is
+- an ``<answer>`` of a SELECT task (final turn only): compared with the label as the environment
+  compares it (:func:`mintrl.env.sql.protocol.answers_match`), a wrong answer is
   revised with ``<answer>label</answer>``; an answer to a change task is kept: the judge does not
   see the episode's table, the environment scores it;
 - an invalid final turn: revised at its first step with the reference action.
@@ -89,7 +90,7 @@ class SqlJudge(ActionJudge):
 
     def answer_ok(self, entry: dict[str, Any], answer: str) -> bool:
         """An answer to a change task is kept (the environment scores the table); a SELECT's must match."""
-        return entry["kind"] != "select" or answers_match(answer, entry["label"])
+        return entry["kind"] != "select" or answers_match(answer, entry["label"], entry.get("label_values"))
 
     def action_ok(self, entry: dict[str, Any], action: str) -> bool:
         """Kept when the task has no reference statement, or the statement does what it does."""

@@ -41,20 +41,27 @@ def step_totals(loss_mask: torch.Tensor) -> StepTotals:
     return StepTotals(loss_mask.sum().to(torch.float32), loss_mask.any(-1).sum().to(torch.float32), rows)
 
 
-def aggregate(token_loss: torch.Tensor, loss_mask: torch.Tensor, mode: str, totals: StepTotals) -> torch.Tensor:
+def aggregate(
+    token_loss: torch.Tensor, loss_mask: torch.Tensor, mode: str, totals: StepTotals, token_sum_norm: float = 1.0
+) -> torch.Tensor:
     """This micro-batch's share of the step loss.
 
     Modes (``S`` = ``totals.sequences``, ``T`` = ``totals.tokens``, ``n_i`` = row ``i``'s mask tokens):
 
     - ``token-mean``: ``sum_{i,t} l_it / T`` (every token weighs the same; DAPO).
-    - ``seq-mean-token-sum``: ``sum_i (sum_t l_it) / R`` with ``R = totals.rows``, every row of the
-      step (Dr. GRPO's constant normaliser ``G x max_len``, up to ``1 / max_len`` which the learning
-      rate absorbs: a dropped row leaves the others' weight unchanged).
+    - ``seq-mean-token-sum``: ``sum_i (sum_t l_it) / (R x token_sum_norm)`` with ``R = totals.rows``,
+      every row of the update, those without a loss token included (Dr. GRPO's constant normaliser:
+      its ``mean_i sum_t l_it / max_len`` over all sampled rows, with ``token_sum_norm = max_len``; a
+      dropped row leaves the others' weight unchanged). ``R`` is constant while every step samples
+      the same number of rows (a guide with ``when: no_success``, or prompts without a reference
+      solution, change it).
     - ``seq-mean-token-mean``: ``sum_i (sum_t l_it / n_i) / S`` (the original GRPO).
 
     Args:
         token_loss: ``[n, L]`` per-token loss (values off the mask are ignored, even NaN).
         loss_mask: ``[n, L]`` bool. mode: one of :data:`AGGREGATIONS`. totals: the step's counts.
+        token_sum_norm: tokens each row's token sum is divided by under ``seq-mean-token-sum`` (Dr. GRPO:
+            the maximum response length; 1: none); the other modes ignore it.
 
     Returns:
         scalar. A fully masked step gives exactly 0 (counts are clamped to >= 1).
@@ -69,7 +76,7 @@ def aggregate(token_loss: torch.Tensor, loss_mask: torch.Tensor, mode: str, tota
         return masked.sum() / totals.tokens.clamp(min=1)
     per_seq = masked.sum(-1)  # [n]
     if mode == "seq-mean-token-sum":
-        return per_seq.sum() / totals.rows.clamp(min=1)
+        return per_seq.sum() / (totals.rows.clamp(min=1) * token_sum_norm)
     per_seq = per_seq / loss_mask.sum(-1).clamp(min=1)  # seq-mean-token-mean
     return per_seq.sum() / totals.sequences.clamp(min=1)
 

@@ -26,7 +26,9 @@ class GRPO(Objective):
 
     Per token: ``max(-A r, -A clip(r, 1-clip_low, 1+clip_high)) + kl_coef * KL_est`` with
     ``r = pi_theta / pi_old``; aggregated with ``aggregation`` over the optimizer step.
-    Dr. GRPO (Liu et al. 2025) is ``scale_std=false, aggregation=seq-mean-token-sum``.
+    Dr. GRPO (Liu et al. 2025) is ``scale_std=false, aggregation=seq-mean-token-sum`` with
+    ``token_sum_norm`` the maximum response length (its loss ``sum_i sum_t l_it / (rows x max_len)``,
+    a constant normaliser: see :func:`mintrl.objective.aggregation.aggregate`).
 
     Args:
         clip_low, clip_high: PPO clip range below / above 1 (DAPO clip-higher: 0.2 / 0.28).
@@ -35,6 +37,8 @@ class GRPO(Objective):
         kl_estimator: ``k1``, ``k2`` or ``k3`` (see :func:`mintrl.objective.policy_gradient.kl_penalty`).
         scale_std: divide advantages by the group's reward std (False: Dr. GRPO).
         aggregation: ``token-mean``, ``seq-mean-token-sum`` or ``seq-mean-token-mean``.
+        token_sum_norm: tokens each row's token sum is divided by under ``seq-mean-token-sum`` (> 0;
+            Dr. GRPO: the maximum response length, the configs' ``rollout.max_response_tokens``; 1: none).
         mask_truncated: drop length-truncated responses from the loss.
         eps: added to the group std.
 
@@ -53,6 +57,7 @@ class GRPO(Objective):
         aggregation: str = "token-mean",
         mask_truncated: bool = False,
         eps: float = 1e-6,
+        token_sum_norm: float = 1.0,
         context=None,
     ):
         super().__init__(mask_truncated=mask_truncated)
@@ -62,9 +67,11 @@ class GRPO(Objective):
         check_range("objective.kl_coef", kl_coef, 0)
         check_choice("objective.kl_estimator", kl_estimator, KL_ESTIMATORS)
         check_choice("objective.aggregation", aggregation, AGGREGATIONS)
+        check_range("objective.token_sum_norm", token_sum_norm, 0, low_open=True)
         self.clip_low, self.clip_high, self.dual_clip = clip_low, clip_high, dual_clip
         self.kl_coef, self.kl_estimator = kl_coef, kl_estimator
         self.scale_std, self.aggregation, self.eps = scale_std, aggregation, eps
+        self.token_sum_norm = token_sum_norm
         self.reference: torch.nn.Module | None = None
         if kl_coef > 0 and context is not None:
             # the step-0 policy, taken now (at build time): a resumed run restores newer weights into
@@ -125,4 +132,4 @@ class GRPO(Objective):
 
     def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:
         loss, metrics = self.token_loss(batch, logprobs)
-        return ObjectiveOutput(aggregate(loss, batch.loss_mask, self.aggregation, totals), metrics)
+        return ObjectiveOutput(aggregate(loss, batch.loss_mask, self.aggregation, totals, self.token_sum_norm), metrics)

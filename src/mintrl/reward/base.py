@@ -16,12 +16,17 @@ class Reward(ABC):
     Attributes:
         main_thread_only: True for a reward that must run in the calling thread (it times out by
             itself with signals, as ``math-verify`` does): the rollout's fault guard then runs it
-            without a thread time limit.
+            without a thread time limit and hands it the limit in ``time_limit_s``.
+        time_limit_s: limit of one call (seconds; None: none) that a ``main_thread_only`` reward
+            keeps by itself: rows it cannot grade in time get no reward (NaN) and are counted in
+            its ``reward/timeout``. The rollout's fault guard sets it from
+            ``rollout.reward_timeout_s`` before each call; other rewards ignore it.
         handles_code: True for a reward of code problems (unit tests in the sandbox); a config
             that pairs code prompts with another reward, or the reverse, is refused.
     """
 
     main_thread_only: bool = False
+    time_limit_s: float | None = None
     handles_code: bool = False
 
     @abstractmethod

@@ -32,19 +32,30 @@ def build_program(code: str, entry: dict) -> Program:
     function, otherwise the code is taken as the function's body (completion style). The prompt is
     also the tests' trusted ``context``: helpers the tests call (``encode_cyclic``) run the problem's
     own code, never the candidate's.
+
+    Raises:
+        ValueError: the row has no tests (``tests`` empty or blank): with nothing to check, every
+            program that runs to the end would pass, so it is refused rather than scored.
     """
+    tests = entry.get("tests")
+    if not isinstance(tests, str) or not tests.strip():
+        raise ValueError(f"a code problem without tests cannot be scored (task {entry.get('task_id', '?')})")
     prompt = entry.get("prompt") or ""
     name = entry.get("entry_point")
     if name and prompt:
         defines = re.search(rf"(?m)^\s*def\s+{re.escape(name)}\s*\(", code) is not None
         code = prompt + ("\n" if defines else "") + code
-    return Program(code, entry["tests"], name, context=prompt)
+    return Program(code, tests, name, context=prompt)
 
 
 class CodeReward(Reward):
     """Unit-test reward: 1 if every test passes (or the fraction of asserts passed), else 0.
 
-    Programs run in the :class:`~mintrl.reward.sandbox.Sandbox` (never in this process). Outcome
+    Programs run in the :class:`~mintrl.reward.sandbox.Sandbox` (never in this process): the
+    candidate's code and the tests run in two sandboxes, and the verdict is counted in the tests'
+    one from the plain values the candidate's functions return (see
+    :mod:`mintrl.reward.sandbox.relay`); nothing the candidate prints, raises or does to its own
+    process counts as a pass. Outcome
     counts since the last :meth:`metrics` call are logged per step as ``code/{passed,failed,
     timeout,crashed}``; a program the sandbox itself failed to run (full disk, no free process)
     gets no reward (None: no training signal, counted in ``reward/missing``) and is counted as
@@ -56,6 +67,9 @@ class CodeReward(Reward):
 
     Raises:
         RuntimeError: (first call) the sandbox cannot run programs on this machine.
+        ValueError: a problem row without tests (:func:`build_program`; the code sources refuse
+            such rows when they load); under the reward guard that row gets no reward (NaN) and the
+            error is counted.
     """
 
     handles_code = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 from typing import Sequence
 
 from mintrl.core.checks import check_int
@@ -19,38 +20,55 @@ class ComparisonTimeout(Exception):
 PARSE_TIMEOUT_S = 5  # math-verify's own default limit of one parse or comparison (whole seconds)
 
 
+def _limit(timeout_s: int, deadline: float | None) -> int:
+    """Whole seconds for the next parse or comparison: ``timeout_s``, or the time left before
+    ``deadline`` (``time.monotonic()`` seconds) rounded up when that is shorter.
+
+    Raises:
+        ComparisonTimeout: ``deadline`` has passed.
+    """
+    if deadline is None:
+        return timeout_s
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ComparisonTimeout("the call's time limit is spent")
+    return min(timeout_s, math.ceil(left))
+
+
 def _as_math(answer: str) -> str:
     """A reference answer written as plain math, wrapped in ``$...$`` for ``math_verify.parse``."""
     return answer if "$" in answer or "\\boxed" in answer else f"${answer}$"
 
 
-def _parse(text: str, timeout_s: int):
+def _parse(text: str, timeout_s: int, deadline: float | None = None):
     """``math_verify.parse(text)`` with its limit: ``[]`` on a parse error (as math-verify returns).
 
     Raises:
-        ComparisonTimeout: the parse ran past ``timeout_s`` seconds.
+        ComparisonTimeout: the parse ran past ``timeout_s`` seconds or past ``deadline``.
     """
     import math_verify
     from math_verify.errors import TimeoutException
 
+    limit = _limit(timeout_s, deadline)
     try:
-        return math_verify.parse(text, parsing_timeout=timeout_s, raise_on_error=True)
+        return math_verify.parse(text, parsing_timeout=limit, raise_on_error=True)
     except TimeoutException as err:
         raise ComparisonTimeout(str(err)) from None
     except Exception:  # noqa: BLE001 - an unparseable text has no answer, as in math-verify
         return []
 
 
-def parse_gold(answer: str, timeout_s: int = PARSE_TIMEOUT_S):
+def parse_gold(answer: str, timeout_s: int = PARSE_TIMEOUT_S, deadline: float | None = None):
     """``math_verify.parse`` of a reference answer written as plain math (wrapped in ``$...$``).
 
     Raises:
-        ComparisonTimeout: the parse ran past ``timeout_s`` seconds.
+        ComparisonTimeout: the parse ran past ``timeout_s`` seconds or past ``deadline``
+            (``time.monotonic()`` seconds; None: none).
     """
-    return _parse(_as_math(answer), timeout_s)
+    return _parse(_as_math(answer), timeout_s, deadline)
 
 
-def parse_response(response: str, timeout_s: int = PARSE_TIMEOUT_S):
+def parse_response(response: str, timeout_s: int = PARSE_TIMEOUT_S, deadline: float | None = None):
     """The model's final answer parsed by ``math_verify``, by the rules of
     :func:`mintrl.text.answer.locate_answer`: the last ``<answer>`` tag's content when it parses;
     else the last complete ``\\boxed{}``/``\\fbox{}`` (one box, never the set of all boxes; a
@@ -59,37 +77,40 @@ def parse_response(response: str, timeout_s: int = PARSE_TIMEOUT_S):
     the last number).
 
     Raises:
-        ComparisonTimeout: a parse ran past ``timeout_s`` seconds.
+        ComparisonTimeout: a parse ran past ``timeout_s`` seconds or past ``deadline``
+            (``time.monotonic()`` seconds; None: none).
     """
     tags = _TAG.findall(response)
     if tags:
-        parsed = parse_gold(tags[-1].strip(), timeout_s)
+        parsed = parse_gold(tags[-1].strip(), timeout_s, deadline)
         if parsed:
             return parsed
     boxes, opened = find_boxes(response)
     if opened:
-        return _parse(f"\\boxed{{{boxes[-1][0]}}}", timeout_s) if boxes else []
+        return _parse(f"\\boxed{{{boxes[-1][0]}}}", timeout_s, deadline) if boxes else []
     marked = marker_answer(response)
     if marked is not None:
-        return parse_gold(marked[0], timeout_s)
-    return _parse(response, timeout_s)
+        return parse_gold(marked[0], timeout_s, deadline)
+    return _parse(response, timeout_s, deadline)
 
 
-def verify_bounded(gold, answer, timeout_s: int = PARSE_TIMEOUT_S) -> bool:
+def verify_bounded(gold, answer, timeout_s: int = PARSE_TIMEOUT_S, deadline: float | None = None) -> bool:
     """``math_verify.verify(gold, answer)``, pair by pair with its limit: True when any pair of
     parsed gold and answer values is equal; a pair whose comparison raises counts as unequal (as in
     math-verify).
 
     Raises:
-        ComparisonTimeout: a comparison ran past ``timeout_s`` seconds.
+        ComparisonTimeout: a comparison ran past ``timeout_s`` seconds or past ``deadline``
+            (``time.monotonic()`` seconds; None: none).
     """
     import math_verify
     from math_verify.errors import TimeoutException
 
     for g in gold:
         for a in answer:
+            limit = _limit(timeout_s, deadline)
             try:
-                if math_verify.verify([g], [a], timeout_seconds=timeout_s, raise_on_error=True):
+                if math_verify.verify([g], [a], timeout_seconds=limit, raise_on_error=True):
                     return True
             except TimeoutException as err:
                 raise ComparisonTimeout(str(err)) from None
@@ -127,11 +148,13 @@ class MathVerifyReward(Reward):
     and, for two numbers, they also agree to a relative ``1e-6`` (:func:`numbers_agree`), else 0.0;
     the reference is ``item.reference`` and the answer is read by :func:`parse_response`.
 
-    A parse or comparison that runs past ``comparison_timeout_s`` gives that row no reward (NaN,
-    counted in ``reward/timeout``), never 0: a hung check says nothing about the answer. Runs in the
-    calling (main) thread, since ``math-verify`` times out with ``SIGALRM`` (``main_thread_only``:
-    the rollout's fault guard then contains errors but leaves the time limit to this reward, whose
-    row costs at most ``comparison_timeout_s`` per parse and per compared pair).
+    A parse or comparison that runs past its limit gives that row no reward (NaN, counted in
+    ``reward/timeout``), never 0: a hung check says nothing about the answer. Runs in the calling
+    (main) thread, since ``math-verify`` times out with ``SIGALRM`` (``main_thread_only``): the
+    rollout's fault guard cannot cut it, so it hands this reward ``rollout.reward_timeout_s`` as
+    :attr:`time_limit_s` and the whole call keeps that limit itself: each parse or comparison gets
+    ``comparison_timeout_s`` or the time left (whole seconds, rounded up, so a call ends at most
+    about 1 s late), and the rows not graded when the limit is spent get no reward (NaN, counted).
 
     Args:
         comparison_timeout_s: limit of one ``math-verify`` parse or comparison (whole seconds,
@@ -148,19 +171,21 @@ class MathVerifyReward(Reward):
         self.comparison_timeout_s = comparison_timeout_s
         self.timeouts = 0
 
-    def _grade(self, response: str, reference: str) -> float:
+    def _grade(self, response: str, reference: str, deadline: float | None) -> float:
         limit = self.comparison_timeout_s
         try:
-            gold, answer = parse_gold(reference, limit), parse_response(response, limit)
-            right = bool(gold) and bool(answer) and verify_bounded(gold, answer, limit)
+            gold, answer = parse_gold(reference, limit, deadline), parse_response(response, limit, deadline)
+            right = bool(gold) and bool(answer) and verify_bounded(gold, answer, limit, deadline)
         except ComparisonTimeout:
             self.timeouts += 1
             return math.nan
         return float(right and numbers_agree(gold, answer) is not False)
 
     def __call__(self, responses: Sequence[str], items: Sequence) -> list[float]:
-        """Rewards of ``N`` decoded responses for their prompt items (NaN: a timed-out row)."""
-        return [self._grade(response, item.reference) for response, item in zip(responses, items)]
+        """Rewards of ``N`` decoded responses for their prompt items (NaN: a row that timed out or
+        was not reached within :attr:`time_limit_s`)."""
+        deadline = None if self.time_limit_s is None else time.monotonic() + self.time_limit_s
+        return [self._grade(response, item.reference, deadline) for response, item in zip(responses, items)]
 
     def metrics(self) -> dict[str, float]:
         """``reward/timeout``: rows whose parse or comparison timed out since the last call (then 0)."""

@@ -118,7 +118,8 @@ def review_guarded(
         one verdict per request, in order.
 
     Raises:
-        ValueError: the judge returned a list of the wrong length (:func:`check_verdict_count`).
+        ValueError: the judge returned a list of the wrong length, for the batch or for a
+            one-request retry (:func:`check_verdict_count`).
     """
     if not requests:
         return []
@@ -139,15 +140,18 @@ def review_guarded(
     for request in requests:
         try:
             one = call_with_timeout(lambda r=request: judge.review([r]), timeout_s)
-            check_verdict_count(judge, one, 1)
+        except CallTimeout as err:
+            counts.add("timeouts", f"judge: {err}")
+            one = None
+        except Exception as err:  # noqa: BLE001
+            counts.add("errors", f"judge raised {type(err).__name__}: {err}")
+            one = None
+        if one is not None:
+            check_verdict_count(judge, one, 1)  # outside the try: the run stops
             if _valid_verdicts(one, 1):
                 out.append(one[0])
                 continue
             counts.add("garbage", f"judge answered {one!r:.80} for one request")
-        except CallTimeout as err:
-            counts.add("timeouts", f"judge: {err}")
-        except Exception as err:  # noqa: BLE001
-            counts.add("errors", f"judge raised {type(err).__name__}: {err}")
         out.append(Verdict(kind=FAILED))
     return out
 
@@ -165,14 +169,78 @@ def _number(value) -> float | None:
     return None if math.isinf(f) else f
 
 
+def _call_reward(reward, responses: list, items: list, timeout_s: float | None) -> list:
+    """One reward call within ``timeout_s`` seconds (None: no limit): in a daemon thread cut by
+    :func:`call_with_timeout`, or, for a ``main_thread_only`` reward, in this thread with the limit
+    handed over as its ``time_limit_s`` (it keeps the limit itself).
+
+    Raises:
+        CallTimeout: the limit passed. Exception: whatever the reward raised.
+    """
+    if getattr(reward, "main_thread_only", False):
+        reward.time_limit_s = timeout_s
+        return list(reward(responses, items))
+    return list(call_with_timeout(lambda: reward(responses, items), timeout_s))
+
+
+def _rows_at_once(reward, responses: list, items: list, timeout_s: float) -> list[tuple[str, Any]]:
+    """Every row's one-row call in its own daemon thread, all started at once and all cut at one
+    deadline ``timeout_s`` seconds on: ``("value", values)``, ``("error", exception)`` or
+    ``("timeout", None)`` per row, in order (a row cut at the deadline runs on, abandoned)."""
+    boxes: list[dict[str, Any]] = [{} for _ in responses]
+
+    def row(k: int) -> None:
+        try:
+            boxes[k]["value"] = list(reward([responses[k]], [items[k]]))
+        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
+            boxes[k]["error"] = err
+
+    threads = [
+        threading.Thread(target=row, args=(k,), daemon=True, name="mintrl-reward-row") for k in range(len(responses))
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout_s
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [("timeout", None) if thread.is_alive() else next(iter(box.items())) for thread, box in zip(threads, boxes)]
+
+
+def _rows_in_turn(reward, responses: list, items: list, timeout_s: float | None) -> list[tuple[str, Any]]:
+    """Every row's one-row call in this thread, one after another, all within ``timeout_s``
+    seconds in all (None: no limit); a row not reached in time is a timeout. Results as
+    :func:`_rows_at_once`."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    out: list[tuple[str, Any]] = []
+    for response, item in zip(responses, items):
+        left = None if deadline is None else deadline - time.monotonic()
+        try:
+            if left is not None and left <= 0:
+                raise CallTimeout("the rows' retry time is spent")
+            out.append(("value", _call_reward(reward, [response], [item], left)))
+        except CallTimeout:
+            out.append(("timeout", None))
+        except Exception as err:  # noqa: BLE001
+            out.append(("error", err))
+    return out
+
+
 def score_rewards_guarded(
     reward, responses: Sequence[str], items: Sequence, timeout_s: float | None, counts: FaultCounts
 ) -> list[float]:
     """Rewards of a batch, faults contained: a batch call that raises or times out is retried one
-    row at a time, all the rows within one more ``timeout_s`` in all (so a reward phase takes at most
-    about two timeouts, however many rows hang); a row whose call fails or is not reached in that
-    time, or whose value is not a number or infinite, gets NaN (no reward). None and NaN values are
-    "no reward" as well, but not faults.
+    row at a time, all the rows started at once and cut at one deadline ``timeout_s`` later, so a
+    reward phase takes at most about two timeouts however many rows hang, and every row that
+    answers in that time gets its reward. A row whose call fails or is cut, or whose value is not a
+    number or infinite, gets NaN (no reward). None and NaN values are "no reward" as well, but not
+    faults. A ``main_thread_only`` reward runs in this thread and keeps the limit itself (handed
+    over as its ``time_limit_s``; its rows are retried one after another within one more
+    ``timeout_s``). Without a limit (None) the rows are retried one after another in this thread.
+
+    Args:
+        timeout_s: limit of the batch call, and of all the rows' retries together (seconds), or None.
+        counts: incremented in place: ``timeouts`` (the batch call, then each row not answered in
+            time), ``errors`` (calls that raised), ``garbage`` (values that are not finite numbers).
 
     Returns:
         ``N`` floats (NaN: no reward; see :func:`mintrl.objective.advantages.valid_rows`).
@@ -186,32 +254,27 @@ def score_rewards_guarded(
         return []
     values = None
     try:
-        values = list(call_with_timeout(lambda: reward(responses, items), timeout_s))
+        values = _call_reward(reward, responses, items, timeout_s)
     except CallTimeout as err:
         counts.add("timeouts", f"reward: {err}")
     except Exception as err:  # noqa: BLE001
         counts.add("errors", f"reward raised {type(err).__name__}: {err}")
     if values is not None:
         check_reward_count(values, len(responses))  # outside the try: the run stops
-    else:  # row by row, all the rows within one more timeout
+    else:
+        in_turn = timeout_s is None or getattr(reward, "main_thread_only", False)
+        rows = (_rows_in_turn if in_turn else _rows_at_once)(reward, responses, items, timeout_s)
         values = []
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        for response, item in zip(responses, items):
-            left = None if deadline is None else deadline - time.monotonic()
-            try:
-                if left is not None and left <= 0:
-                    raise CallTimeout("the rows' retry time is spent")
-                one = list(call_with_timeout(lambda r=response, i=item: reward([r], [i]), left))
-            except CallTimeout as err:
-                counts.add("timeouts", f"reward: {err}")
+        for kind, result in rows:
+            if kind == "timeout":
+                counts.add("timeouts", f"reward: a row gave no answer within {timeout_s} s")
                 values.append(math.nan)
-                continue
-            except Exception as err:  # noqa: BLE001
-                counts.add("errors", f"reward raised {type(err).__name__}: {err}")
+            elif kind == "error":
+                counts.add("errors", f"reward raised {type(result).__name__}: {result}")
                 values.append(math.nan)
-                continue
-            check_reward_count(one, 1)
-            values.append(one[0])
+            else:
+                check_reward_count(result, 1)  # a configuration error: the run stops
+                values.append(result[0])
     out = []
     for i, v in enumerate(values):
         f = _number(v)
@@ -249,9 +312,10 @@ class GuardedJudge(Judge):
 
 
 class GuardedReward(Reward):
-    """A reward whose call never raises or hangs past ``timeout_s`` (:func:`score_rewards_guarded`).
-    A reward with ``main_thread_only = True`` (it times out by itself with signals, as
-    ``math-verify`` does) runs in the calling thread without the guard's time limit.
+    """A reward whose call never raises or hangs past about two ``timeout_s``
+    (:func:`score_rewards_guarded`). A reward with ``main_thread_only = True`` (it times out by
+    itself with signals, as ``math-verify`` does) runs in the calling thread and gets
+    ``timeout_s`` as its ``time_limit_s``, which it keeps itself.
 
     ``metrics()`` returns the wrapped reward's metrics plus, reset at each call, the step's
     ``reward/failed`` (calls that raised or values that are not finite numbers) and
@@ -268,9 +332,7 @@ class GuardedReward(Reward):
         self.main_thread_only, self.handles_code = self.inner.main_thread_only, self.inner.handles_code
 
     def __call__(self, responses: Sequence[str], items: Sequence) -> list[float]:
-        # a reward that times out with signals (math-verify) must run in the main thread: no thread timeout
-        timeout_s = None if self.main_thread_only else self.timeout_s
-        return score_rewards_guarded(self.inner, responses, items, timeout_s, self.counts)
+        return score_rewards_guarded(self.inner, responses, items, self.timeout_s, self.counts)
 
     def metrics(self) -> dict[str, float]:
         c, self.counts = self.counts, FaultCounts()

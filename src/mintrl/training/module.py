@@ -68,6 +68,11 @@ def enable_gradient_checkpointing(policy: torch.nn.Module) -> None:
 class PolicyModule(L.LightningModule):
     """Trains ``policy`` on fresh rollout batches with a swappable ``objective``.
 
+    The policy trains with dropout off (:func:`mintrl.model.dropout.disable_dropout`: every dropout
+    rate 0, a LoRA adapter's ``lora_dropout`` included, so ``model.lora.dropout`` has no effect here):
+    its rollouts' log-probs came from a forward without dropout, and the first update's ratios on
+    unchanged weights are exactly 1, as in TRL and verl.
+
     Args:
         policy: the causal LM being trained (the sampler samples from this same module).
         objective: a :class:`mintrl.objective.base.Objective`.

@@ -223,8 +223,9 @@ class ShellEnvironment(SerialEnvironment):
             except queue.Empty:
                 raise RuntimeError(f"no free shell slot (all env.max_shells={self.max_shells} in use)") from None
         output_bytes = 4 * (self.max_output_chars + 1)
+        started = time.monotonic()  # the shell's start (launcher, bash, its first commands) is shell time too
         ep.session = ShellSession(self.uid_base + ep.slot, self.limits, output_bytes, left, self.tmp_dir)
-        ep.started = time.monotonic()
+        ep.started = started
         init = ep.entry["init"]
         if init.strip():
             result = ep.session.run(init, min(self.init_timeout_s, left))

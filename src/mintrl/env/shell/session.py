@@ -1,35 +1,62 @@
 """One long-lived ``bash`` inside the project's sandbox, driven command by command.
 
 :class:`ShellSession` starts ``launcher.py`` in program mode (:mod:`mintrl.reward.sandbox.launcher`:
-new network, PID, mount and IPC namespaces, every mount read-only but private size-capped tmpfs
-folders, resource limits, a per-slot unprivileged uid when root, parent-death SIGKILL, a wall-clock
-kill of the whole sandbox) with ``bash --noprofile --norc`` (non-interactive: no job control, no
-history) as PID 1 of the sandbox's PID namespace, reading commands on a pipe; stdout and stderr come
-back merged on one pipe.
+new network, PID, mount and IPC namespaces, a new root showing only the system folders, private
+size-capped tmpfs folders, resource limits and a memory cgroup over the whole sandbox where the
+machine has one, a per-slot unprivileged uid when root, ``no_new_privs``, no user namespaces,
+parent-death SIGKILL, a wall-clock kill of the whole sandbox) with ``bash --noprofile --norc``
+(non-interactive: no job control, no history) as PID 1 of the sandbox's PID namespace, reading
+commands on a pipe; stdout and stderr come back merged on one pipe, and a third pipe (bash's fd 3,
+the status channel) carries the exit status of each command.
 
 Each :meth:`ShellSession.run` writes one line to bash::
 
-    __mintrl_c=$'<command, ANSI-C quoted>'; eval "$__mintrl_c" </dev/null; printf '\\n<marker>:%d\\n' "$?"
+    __mintrl_c=$'<command, ANSI-C quoted>'; eval "$__mintrl_c" </dev/null 3>&-; printf '<n>:%d\\n' "$?" >&3
 
-so that an unfinished quote or heredoc in the command is a syntax error of ``eval`` (it cannot
-swallow the marker), a command reading stdin reads nothing, and the exit status follows the
-output. ``<marker>`` holds a random per-session nonce and the command's number. The output up to
-the marker is read with a wall-clock limit; its first ``max_output_bytes`` bytes are kept and the
-rest is read and dropped (an endless printer runs into the time limit). A command that does not
-come back in time, or a shell that ends (``exit``, a crash, a resource limit, the session's own
-wall-clock limit), leaves the session dead (:attr:`ShellSession.alive` False): the caller decides
-what follows (:mod:`mintrl.env.shell.environment` restarts it by replaying).
+so that an unfinished quote or heredoc in the command is a syntax error of ``eval``, a command
+reading stdin reads nothing, the command and its children run without the status channel, and the
+exit status goes out of band (``<n>``: the command's number). Nothing the command prints ends it.
+
+**When a command has ended** (out of band): its status line is on the status channel *and* bash is
+blocked in its top-level read of the command pipe, which this process sees in
+``/proc/<bash>/syscall``: the ``read`` syscall on the command pipe (checked through
+``/proc/<bash>/fd``) with the stack and instruction pointers that bash had there after two trusted
+``:`` commands at the session's start (:attr:`ShellSession.end_check` ``"prompt"``). Threat model:
+the command runs inside that same bash (its state must persist), so it can do whatever the wrapper
+does: learn the wrapper's text (a DEBUG trap), reach bash's saved copies of the status channel and
+of the command pipe (``/proc/self/fd``), write a forged status line, redefine ``printf``, or block
+bash in a read of the command pipe. None of these ends a command: a read of the command pipe inside
+the command sits at another depth of bash's stack than the top-level one, and a new bash ``exec``'d
+in its place has another (randomised) stack. What remains: a command can forge its own exit status
+and output (it could print anything anyway); code can run in the shell between commands without a
+time limit of its own: background processes and signal traps (as any shell allows), bounded by the
+session's wall clock, CPU time, process and memory limits; foreground code that steals the next
+command line from the pipe runs under that command's time limit. The stack check is not a secret: a
+read nested in bash's own calls at exactly the top-level depth would pass it. None of the constructs
+tried here lands there, but the sandbox can read bash's ``/proc/<pid>/syscall`` (same uid), so a
+deliberate search over bash's frame sizes could find one; comparing the return addresses above the
+stack pointer (``/proc/<pid>/mem``) would close that. Where this machine does not show
+the syscall (no ``/proc/<pid>/syscall``, another architecture), the status line alone ends a command
+(``end_check`` ``"status"``: a command that forges it ends early); where bash's top-level stack
+pointer differs between the two trusted commands, any read of the command pipe does (``"read"``).
+
+The output up to the end is read with a wall-clock limit; its first ``max_output_bytes`` bytes are
+kept and the rest is read and dropped (an endless printer runs into the time limit). A command that
+does not come back in time, or a shell that ends (``exit``, a crash, a resource limit, the session's
+own wall-clock limit), leaves the session dead (:attr:`ShellSession.alive` False): the caller
+decides what follows (:mod:`mintrl.env.shell.environment` restarts it by replaying).
 
 :meth:`close` sends SIGTERM to the launcher, which SIGKILLs PID 1 of the sandbox and reaps it
 (the kernel kills every other process of the PID namespace first, a ``setsid``/``nohup`` daemon
-included), then SIGKILLs the launcher's process group if it has not ended within a few seconds.
+included), then SIGKILLs the launcher's process group if it has not ended within a few seconds; the
+launcher's report (which isolations the OS granted) is then :attr:`ShellSession.isolation`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
-import secrets
 import select
 import shutil
 import signal
@@ -44,6 +71,7 @@ from mintrl.reward.sandbox.launch import launcher_config, start_launcher
 BASH = ("/bin/bash", "--noprofile", "--norc")
 _READ_CHUNK = 1 << 20  # bytes per read
 _CLOSE_WAIT_S = 5.0  # seconds the launcher gets to reap the sandbox after SIGTERM
+_FIRST_POLL_S, _LAST_POLL_S = 0.001, 0.05  # seconds between looks at bash once a status line is in
 
 
 @dataclass(frozen=True)
@@ -54,6 +82,10 @@ class ShellLimits:
         wall_s: wall-clock life of the whole session, after which the sandbox is killed (seconds).
         cpu_s: CPU time of each process, the shell included (seconds; SIGXCPU, SIGKILL 1 s later).
         memory_mb: address space of each process (MiB).
+        memory_total_mb: memory of the whole sandbox, every process and its tmpfs files together
+            (MiB; None: ``memory_mb``), where the machine lets the launcher make a memory cgroup
+            (else the bound is ``memory_mb`` times ``processes``); past it the kernel's OOM killer
+            ends a process of the sandbox.
         processes: processes/threads of the sandbox uid at once (a fork loop stops here).
         file_size_mb: largest file a process may write (MiB).
         open_files: file descriptors per process.
@@ -69,6 +101,7 @@ class ShellLimits:
     wall_s: float = 60.0
     cpu_s: int = 60
     memory_mb: int = 512
+    memory_total_mb: int | None = None
     processes: int = 32
     file_size_mb: int = 8
     open_files: int = 64
@@ -83,6 +116,8 @@ class ShellLimits:
         bad = [d for d in self.tmpfs_dirs if not str(d).startswith("/")]
         if bad:
             raise ValueError(f"{self.field}.tmpfs_dirs: {bad!r} are not absolute paths")
+        if self.memory_total_mb is not None:
+            check_range(f"{self.field}.memory_total_mb", self.memory_total_mb, 0, low_open=True)
 
     def launcher_limits(self, wall_s: float | None = None) -> dict:
         """The launcher's ``limits`` dict (:func:`~mintrl.reward.sandbox.launch.launcher_config`),
@@ -91,6 +126,7 @@ class ShellLimits:
             "wall_s": float(self.wall_s if wall_s is None else wall_s),
             "cpu_s": int(self.cpu_s),
             "address_space_bytes": int(self.memory_mb) << 20,
+            "memory_total_bytes": int(self.memory_mb if self.memory_total_mb is None else self.memory_total_mb) << 20,
             "file_size_bytes": int(self.file_size_mb) << 20,
             "processes": int(self.processes),
             "open_files": int(self.open_files),
@@ -103,7 +139,7 @@ class CommandResult:
 
     Attributes:
         output: its stdout and stderr as one text (decoded as UTF-8, bad bytes replaced), at most
-            the session's ``max_output_bytes`` bytes of it, without the newline before the marker.
+            the session's ``max_output_bytes`` bytes of it.
         exit_code: its exit status (0..255), or None when it did not come back.
         truncated: True when more output was read (and dropped) than was kept.
         timed_out: True when the command ran past the time limit (the session is then dead).
@@ -149,6 +185,20 @@ class ShellSession:
         wall_s: the session's wall-clock life (seconds), in place of ``limits.wall_s`` when given.
         tmp_dir: where the session's run folder (launcher status) is made (default: the system's).
 
+    Attributes:
+        alive: False once the shell has ended, timed out or been closed.
+        end_check: how a command's end is known (see the module docstring): ``"prompt"`` (its
+            status line and bash back in its top-level read), ``"read"`` (its status line and bash in
+            a read of the command pipe) or ``"status"`` (its status line alone, where this machine
+            does not show bash's syscalls).
+        isolation: the launcher's report of the isolations the OS granted (its ``isolation`` dict,
+            with ``oom_kills``: processes the memory cap ended), once the sandbox has ended; None
+            before.
+
+    The constructor starts the sandbox and runs two ``:`` commands (before any other) to learn how
+    bash waits for a command; where they do not come back within ``min(wall_s, 30)`` seconds the
+    session is dead and its first :meth:`run` returns that failure.
+
     Raises:
         OSError: the launcher could not be started (no folder, no process).
     """
@@ -162,9 +212,17 @@ class ShellSession:
         tmp_dir: str | None = None,
     ):
         self.max_output_bytes = int(max_output_bytes)
-        self._nonce = secrets.token_hex(8)
         self._count = 0
+        self._status_tail = b""
+        self._proc: subprocess.Popen | None = None
+        self._bash: int | None = None
+        self._prompt: tuple[int, ...] | None = None
+        self._seen: tuple[int, ...] | None = None  # bash's read when the last command ended
+        self._start_failure: CommandResult | None = None
+        self.end_check = "status"
+        self.isolation: dict | None = None
         self._run_dir = tempfile.mkdtemp(prefix="mintrl-shell-", dir=tmp_dir)
+        status_r, status_w = os.pipe()
         try:
             os.mkdir(os.path.join(self._run_dir, "work"), 0o700)
             cfg = launcher_config(
@@ -175,20 +233,44 @@ class ShellSession:
                 argv=BASH,
                 tmpfs_dirs=limits.tmpfs_dirs,
             )
-            self._proc = start_launcher(cfg, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            cfg["pass_fd"] = status_w  # bash's fd 3: the status channel
+            self._proc = start_launcher(
+                cfg, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(status_w,)
+            )
         except BaseException:
+            os.close(status_r)
             shutil.rmtree(self._run_dir, ignore_errors=True)
             raise
+        finally:
+            os.close(status_w)
+        self._status = status_r
         self._out = self._proc.stdout.fileno()
-        os.set_blocking(self._out, False)
-        self._bash: int | None = None
+        for fd in (self._status, self._out):
+            os.set_blocking(fd, False)
+        self._pipe = f"pipe:[{os.fstat(self._proc.stdin.fileno()).st_ino}]"  # the command pipe, as /proc shows it
         self.alive = True
+        self._calibrate(min(float(limits.wall_s if wall_s is None else wall_s), 30.0))
+
+    def _calibrate(self, timeout_s: float) -> None:
+        """Two trusted ``:`` commands: bash's read after each is its top-level wait for a command."""
+        self.end_check = "read"
+        seen = []
+        for _ in range(2):
+            result = self._command(":", timeout_s)
+            if not result.finished:
+                self._start_failure = result
+                return
+            seen.append(self._seen)
+        if seen[0] is None:
+            self.end_check = "status"  # this machine does not show bash's syscalls
+        elif seen[0] == seen[1]:
+            self.end_check, self._prompt = "prompt", seen[0]
 
     def run(self, command: str, timeout_s: float) -> CommandResult:
         """Run one command (any bash text, several lines allowed) and read its output.
 
         Args:
-            timeout_s: wall-clock limit until the exit status is back (seconds).
+            timeout_s: wall-clock limit until the command has ended (seconds).
 
         Returns:
             The :class:`CommandResult`; after a timeout or the end of the shell the session is dead
@@ -197,11 +279,19 @@ class ShellSession:
         Raises:
             RuntimeError: the session is dead (closed, timed out or ended before).
         """
+        if self._start_failure is not None:
+            failure, self._start_failure = self._start_failure, None
+            return failure
         if not self.alive:
             raise RuntimeError("the shell session has ended")
+        return self._command(command, timeout_s)
+
+    def _command(self, command: str, timeout_s: float) -> CommandResult:
         self._count += 1
-        marker = f"__mintrl_{self._nonce}_{self._count}__"
-        line = f'__mintrl_c={ansi_c_quote(command)}; eval "$__mintrl_c" </dev/null; printf \'\\n{marker}:%d\\n\' "$?"\n'
+        line = (
+            f'__mintrl_c={ansi_c_quote(command)}; eval "$__mintrl_c" </dev/null 3>&-; '
+            f"printf '{self._count}:%d\\n' \"$?\" >&3\n"
+        )
         start = time.monotonic()
         try:
             self._proc.stdin.write(line.encode())
@@ -209,79 +299,108 @@ class ShellSession:
         except (BrokenPipeError, OSError):
             self._die()
             return CommandResult("", None, shell_ended=True, seconds=time.monotonic() - start)
-        return self._read(re.compile(rb"\n" + marker.encode() + rb":(\d+)\n"), start, timeout_s)
+        return self._read(self._count, start, timeout_s)
 
-    def _read(self, pattern: re.Pattern, start: float, timeout_s: float) -> CommandResult:
-        """Read until ``pattern`` (the marker line) or the deadline; keep the head, drop the rest."""
-        keep = self.max_output_bytes + 1  # one byte more than kept tells a cut
-        window = 256  # bytes of the tail kept for finding the marker past a cut (the marker is ~40)
-        head, tail, dropped = bytearray(), bytearray(), False
-        deadline = start + timeout_s
+    def _read(self, number: int, start: float, timeout_s: float) -> CommandResult:
+        """Read the output until command ``number`` has ended (see the module docstring) or the
+        deadline; keep the head, drop the rest."""
+        head, dropped, status = bytearray(), False, None
+        deadline, poll = start + timeout_s, _FIRST_POLL_S
+        watched = [self._out, self._status]
 
-        def result(body, exit_code=None, **flags) -> CommandResult:
-            truncated = dropped or len(body) > self.max_output_bytes
-            return CommandResult(
-                _decode(body[: self.max_output_bytes]), exit_code, truncated, seconds=time.monotonic() - start, **flags
-            )
+        def add(chunk: bytes) -> None:
+            nonlocal dropped
+            room = self.max_output_bytes - len(head)
+            head.extend(chunk[: max(room, 0)])
+            dropped = dropped or len(chunk) > room
 
-        marked = False  # a marker is out; the command has ended once the shell also waits for input
+        def result(exit_code=None, **flags) -> CommandResult:
+            return CommandResult(_decode(head), exit_code, dropped, seconds=time.monotonic() - start, **flags)
+
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 self._die()
-                return result(head, timed_out=True)
-            ready, _, _ = select.select([self._out], [], [], min(left, 0.002) if marked else left)
-            drained = not ready
-            if drained:
-                if not (marked and self._shell_waits()):
-                    continue
-                chunk = self._drain()  # all the shell wrote before it went back to reading
-            else:
+                return result(timed_out=True)
+            ready, _, _ = select.select(watched, [], [], min(left, poll) if status is not None else left)
+            if self._status in ready:
                 try:
-                    chunk = os.read(self._out, _READ_CHUNK) or None
+                    status = self._take_status(number, status)
+                except EOFError:  # nobody holds the channel any more: stdout's end or the deadline ends it
+                    watched.remove(self._status)
+            if self._out in ready:
+                try:
+                    chunk = os.read(self._out, _READ_CHUNK)
                 except BlockingIOError:
-                    continue
-            if chunk is None:  # EOF: the launcher and the shell are gone
-                self._die()
-                return result(head, shell_ended=True)
-            if not dropped:
-                head += chunk
-                if len(head) > keep + window:
-                    tail = head[-window:]
-                    del head[keep:]
-                    dropped = True
-            else:
-                tail += chunk
-            # the command has ended when its marker is out and the shell waits for the next line:
-            # a marker the command printed itself (it can learn the nonce) does not end it early
-            matches = list(pattern.finditer(tail if dropped else head))
-            marked = bool(matches)
-            if (
-                marked and drained
-            ):  # read to the end after the shell went back to reading: the last marker is the wrapper's
-                last = matches[-1]
-                return result(head if dropped else head[: last.start()], int(last.group(1)))
-            if dropped:
-                del tail[:-window]
+                    chunk = None
+                if chunk == b"":
+                    self._die()  # EOF: the launcher and the shell are gone
+                    return result(shell_ended=True)
+                add(chunk or b"")
+            if status is not None and self._ended():
+                add(self._drain(self._out, deadline) or b"")  # all the command wrote before bash went back to its read
+                try:
+                    status = self._take_status(number, status)  # the wrapper's line, written last
+                except EOFError:
+                    pass
+                return result(status)
+            if status is not None:
+                poll = min(2 * poll, _LAST_POLL_S)  # a forged status line: bash is rarely looked at
 
-    def _shell_waits(self) -> bool:
-        """Whether bash is blocked reading its next command line (``read`` on fd 0). True where this
-        machine does not show it (no ``/proc/<pid>/syscall``): then the marker alone ends a command."""
+    def _take_status(self, number: int, status: int | None) -> int | None:
+        """Read the status channel now: the exit status in the last line for command ``number``
+        (``status`` when none came). Raises EOFError at the channel's end."""
+        data = self._drain(self._status, time.monotonic() + 1.0)
+        if data is None:
+            raise EOFError
+        lines = (self._status_tail + data).split(b"\n")
+        self._status_tail = lines.pop()[-64:]  # an unfinished line (a flood without newlines stays bounded)
+        for text in lines:
+            match = _STATUS_LINE.fullmatch(text)
+            if match and int(match.group(1)) == number:
+                status = min(int(match.group(2)), 255)
+        return status
+
+    def _ended(self) -> bool:
+        """Whether bash now waits for the next command, as :attr:`end_check` tells it (the status
+        line is already in)."""
+        if self.end_check == "status":
+            return True
+        self._seen = self._waiting()
+        if self.end_check == "read":
+            return self._seen is None or bool(self._seen)
+        return self._seen == self._prompt
+
+    def _waiting(self) -> tuple[int, ...] | None:
+        """bash's blocked read of the command pipe as ``(syscall, fd, count, stack pointer,
+        instruction pointer)``; ``()`` while bash does anything else; None where this machine does
+        not show it."""
         pid = self._bash_pid()
         state = None if pid is None else _syscall(pid)
-        return state is None or state == (READ_SYSCALL, 0)
+        if state is None or len(state) < 9:
+            return None if state is None else ()
+        if state[0] != READ_SYSCALL:
+            return ()
+        try:
+            on_pipe = os.readlink(f"/proc/{pid}/fd/{state[1]}") == self._pipe
+        except OSError:
+            on_pipe = False
+        return (state[0], state[1], state[3], state[7], state[8]) if on_pipe else ()
 
-    def _drain(self) -> bytes | None:
-        """Everything in the output pipe now (possibly b""), or None at its end (the shell is gone)."""
+    @staticmethod
+    def _drain(fd: int, deadline: float) -> bytes | None:
+        """Everything in the pipe ``fd`` now (possibly b"", bounded by ``deadline``, a monotonic
+        time), or None at its end."""
         data = bytearray()
-        while True:
+        while time.monotonic() < deadline:
             try:
-                chunk = os.read(self._out, _READ_CHUNK)
+                chunk = os.read(fd, _READ_CHUNK)
             except BlockingIOError:
-                return bytes(data)
+                break
             if not chunk:
                 return bytes(data) if data else None
             data += chunk
+        return bytes(data)
 
     def _bash_pid(self) -> int | None:
         """This machine's PID of the sandbox's bash (the launcher's one child), or None."""
@@ -295,19 +414,26 @@ class ShellSession:
         return self._bash
 
     def _die(self) -> None:
-        """Kill the sandbox (the launcher reaps PID 1 of its PID namespace) and mark the session dead."""
+        """Kill the sandbox (the launcher reaps PID 1 of its PID namespace), mark the session dead
+        and keep the launcher's report."""
         self.alive = False
-        if self._proc.poll() is not None:
-            return
-        try:
-            self._proc.send_signal(signal.SIGTERM)
-            self._proc.wait(timeout=_CLOSE_WAIT_S)
-        except subprocess.TimeoutExpired:
+        if self._proc.poll() is None:
             try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
+                self._proc.send_signal(signal.SIGTERM)
+                self._proc.wait(timeout=_CLOSE_WAIT_S)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(self._proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self._proc.wait()
+        if self.isolation is None:
+            try:
+                with open(os.path.join(self._run_dir, "status.json")) as f:
+                    report = json.load(f)
+                self.isolation = dict(report["isolation"], oom_kills=report.get("oom_kills", 0))
+            except (OSError, ValueError, KeyError):
                 pass
-            self._proc.wait()
 
     def close(self) -> None:
         """End the session: nothing it started survives (see the module docstring); idempotent."""
@@ -319,6 +445,7 @@ class ShellSession:
                 stream.close()
             except OSError:
                 pass
+        os.close(self._status)
         self._proc = None
         shutil.rmtree(self._run_dir, ignore_errors=True)
 
@@ -354,12 +481,14 @@ def run_script(
 
 
 READ_SYSCALL = {"x86_64": 0, "aarch64": 63}.get(os.uname().machine)  # the number of read(2) here
+_STATUS_LINE = re.compile(rb"(\d+):(\d+)")
 
 
-def _syscall(pid: int) -> tuple[int, int] | None:
-    """``(syscall number, first argument)`` a process is blocked in (``/proc/<pid>/syscall``), or
-    ``(-1, -1)`` while it runs; None where this machine does not tell (no such file, no permission,
-    an architecture whose read(2) number is not known here)."""
+def _syscall(pid: int) -> tuple[int, ...] | None:
+    """The fields of ``/proc/<pid>/syscall`` as numbers: ``(syscall, 6 arguments, stack pointer,
+    instruction pointer)`` while the process is blocked in a syscall, ``(-1,)`` while it runs; None
+    where this machine does not tell (no such file, no permission, an architecture whose read(2)
+    number is not known here)."""
     if READ_SYSCALL is None:
         return None
     try:
@@ -368,10 +497,10 @@ def _syscall(pid: int) -> tuple[int, int] | None:
     except OSError:
         return None
     if not fields or fields[0] == "running" or fields[0] == "-1":
-        return (-1, -1)
+        return (-1,)
     try:
-        return int(fields[0]), int(fields[1], 16)
-    except (IndexError, ValueError):
+        return tuple(int(field, 0) for field in fields)
+    except ValueError:
         return None
 
 

@@ -10,15 +10,16 @@ runs one statement at a time inside these limits:
   not run to its end) and the rendered text is cut at ``max_chars`` characters;
 - **authorizer** (an allow-list): writes of the task's table only, reads of it and of CTEs (no
   other table exists: the database holds the task's table alone and creating or attaching one is
-  refused), ``SELECT``, recursive CTEs and the functions of :data:`ALLOWED_FUNCTIONS`; everything else is
-  refused: ``ATTACH``/``DETACH``
+  refused), ``SELECT``, recursive CTEs and the functions of :data:`ALLOWED_FUNCTIONS` (the date and
+  time functions of :data:`DATE_FUNCTIONS` without the clock: ``'now'``, no time value and the
+  ``localtime``/``utc`` modifiers are refused); everything else is refused: ``ATTACH``/``DETACH``
   (also ``VACUUM``, which attaches), ``PRAGMA`` (also the ``pragma_*`` table functions), reads
   of ``sqlite_master``/``sqlite_schema`` (the instruction already shows the table), any other
   table, ``CREATE``/``DROP``/``ALTER`` of anything, ``ANALYZE``, transactions and savepoints
   (each statement commits itself), and every function not allowed (``fts3_tokenizer``, which leaks a
-  memory address; ``load_extension``; introspection; the non-deterministic ones, so that replaying an
-  episode's actions gives the same observations; ``printf``/``format``, whose huge width runs in one
-  VM step, past the time limit);
+  memory address; ``load_extension``; introspection; the non-deterministic ones (``random``, the
+  clock), so that replaying an episode's actions gives the same observations; ``printf``/``format``,
+  whose huge width runs in one VM step, past the time limit);
 - **size**: ``SQLITE_LIMIT_LENGTH`` caps one value at :data:`MAX_VALUE_BYTES` bytes, ``PRAGMA
   max_page_count`` the database at :data:`MAX_PAGES` pages of 4 KiB (a statement that would grow
   it further fails with "database or disk is full" and is undone), no database can be attached
@@ -41,22 +42,25 @@ MAX_PAGES = 256  # pages of 4 KiB: the largest database (1 MiB)
 PROGRESS_STEPS = 1_000  # SQLite VM steps between two checks of the time limit
 
 # The only functions a statement may call (the authorizer sees each call by name): deterministic,
-# bounded in one VM step, and enough for the tasks' questions (text, numbers, NULL handling,
+# bounded in one VM step, and enough for the tasks' questions (text, numbers, NULL handling, dates,
 # aggregates, window functions). Everything else is refused: memory addresses (fts3_tokenizer),
 # extensions (load_extension), introspection (sqlite_version, sqlite_compileoption_*), JSON, side
-# channels (last_insert_rowid, changes), non-deterministic functions (random, randomblob, date('now')
-# and the other date/time functions: replaying an episode's actions must repeat its observations)
-# and the one-step-unbounded ones (printf/format with a huge width, zeroblob, char of many codes).
+# channels (last_insert_rowid, changes), non-deterministic functions (random, randomblob; the date
+# functions' clock, see DATE_FUNCTIONS: replaying an episode's actions must repeat its observations)
+# and the one-step-unbounded ones (printf/format with a huge width, zeroblob). char() takes at most
+# SQLITE_LIMIT_FUNCTION_ARG (127) codes.
 ALLOWED_FUNCTIONS = frozenset(
     {
         # text
         "length", "octet_length", "lower", "upper", "substr", "substring", "instr", "replace", "trim",
-        "ltrim", "rtrim", "like", "glob", "hex", "quote", "unicode", "typeof",
+        "ltrim", "rtrim", "like", "glob", "hex", "quote", "unicode", "char", "typeof",
         # numbers
         "abs", "round", "sign", "ceil", "ceiling", "floor", "trunc", "mod", "pow", "power", "sqrt", "exp",
         "ln", "log", "log2", "log10", "pi",
         # NULL handling and conditions
         "coalesce", "ifnull", "nullif", "iif", "likely", "unlikely", "likelihood",
+        # dates and times (DATE_FUNCTIONS)
+        "date", "time", "datetime", "julianday", "unixepoch", "strftime",
         # aggregates (max and min are also the scalar functions)
         "count", "sum", "total", "avg", "min", "max", "group_concat", "string_agg",
         # window functions
@@ -64,6 +68,12 @@ ALLOWED_FUNCTIONS = frozenset(
         "first_value", "last_value", "nth_value",
     }
 )  # fmt: skip
+# SQLite's date and time functions, name -> position of the time value (the arguments after it are
+# modifiers). Each runs as SQLite's own function on a private connection, refused when it could read
+# the machine's clock or time zone: no time value, or a time value or modifier holding 'now',
+# 'local' or 'utc' (see _reads_clock).
+DATE_FUNCTIONS = {"date": 0, "time": 0, "datetime": 0, "julianday": 0, "unixepoch": 0, "strftime": 1}
+CLOCK = "the clock and time zone are refused (date functions need a time value; no 'now', 'localtime' or 'utc')"
 SCHEMA_CHANGE = "changing the schema (CREATE, DROP, ALTER, ANALYZE) is refused"
 _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
 _TYPE = re.compile(r"^[A-Za-z][A-Za-z0-9_ ]{0,30}(\(\s*\d+\s*(,\s*\d+\s*)?\))?$")
@@ -175,7 +185,23 @@ class TaskDatabase:
         except Exception:
             self.conn.close()
             raise
+        self._dates = sqlite3.connect(":memory:", check_same_thread=False)  # runs the date functions
+        self._dates.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+        for name, at in DATE_FUNCTIONS.items():
+            self.conn.create_function(name, -1, self._date_function(name, at), deterministic=True)
         self.conn.set_authorizer(self._authorize)
+
+    def _date_function(self, name: str, at: int):
+        """SQLite's date function ``name`` (time value at argument ``at``) without the clock."""
+        sql = f"SELECT {name}({{}})"
+
+        def call(*args):
+            if len(args) <= at or any(_reads_clock(a) for a in args[at:]):
+                self._deny(CLOCK)
+                raise ValueError(CLOCK)
+            return self._dates.execute(sql.format(", ".join("?" * len(args))), args).fetchone()[0]
+
+        return call
 
     def _build(self, entry: Mapping[str, Any]) -> None:
         conn = self.conn
@@ -275,6 +301,16 @@ class TaskDatabase:
     def close(self) -> None:
         """Free the database."""
         self.conn.close()
+        self._dates.close()
+
+
+def _reads_clock(value: Any) -> bool:
+    """Whether a date function's time value or modifier may read the clock or time zone: text (or a
+    blob, read as text) holding ``now``, ``local`` or ``utc`` anywhere, in any case (SQLite reads
+    text only up to a NUL byte; such text is otherwise no valid time value or modifier)."""
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    return isinstance(value, str) and any(word in value.lower() for word in ("now", "local", "utc"))
 
 
 def sort_key(value: Any) -> tuple:

@@ -14,8 +14,16 @@ Differences from AgentBench, which runs MySQL with every column ``TEXT``:
   table (AgentBench's ``answer_md5`` is a MySQL checksum, not reproducible here), so such a row
   needs ``sql.query``, and it must run on SQLite;
 - a SELECT row keeps its ``sql.query`` (the intervention's reference action) only when the query
-  runs on SQLite and its result equals the label; otherwise the reference action is the label in
-  ``<answer>`` tags.
+  runs on SQLite and its result values match the label's values (AgentBench's rule,
+  :func:`~mintrl.env.sql.protocol.file_values_match`); otherwise the reference action is the label
+  in ``<answer>`` tags;
+- the label's text (``entry["label"]``: what the reference action and the judge's correction
+  write) is its values joined by ``", "``, or a list literal (``['Washington, D.C.', 'Paris']``)
+  when the joined text would not match the values (a value holding a comma, a bracket, ...).
+
+:func:`load_dbbench` returns, with the entries, every row it changed (a dropped reference query)
+and every invalid row it dropped (with ``RowFilter(skip=True)``), by row index with the reason,
+and logs both.
 """
 
 from __future__ import annotations
@@ -25,9 +33,9 @@ import os
 from typing import Any
 
 from mintrl.data.base import InvalidRow, RowFilter, read_json_rows
-from mintrl.env.sql.database import render_value
-from mintrl.env.sql.protocol import answers_match
-from mintrl.env.sql.tasks import check_entry, expected_table, reference_action, select_label
+from mintrl.env.sql.database import TaskDatabase, render_value
+from mintrl.env.sql.protocol import answers_match, file_values_match
+from mintrl.env.sql.tasks import check_entry, expected_table, reference_action
 
 MUTATIONS = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete"}
 _FIELDS = {
@@ -39,6 +47,44 @@ _TYPES = {"STRING": "TEXT"}
 
 
 log = logging.getLogger(__name__)
+
+
+class LoadedTasks(list):
+    """The task entries of a file (a list, in file order) and what the loader did to its rows.
+
+    Attributes:
+        changed: row index -> why the row's task was changed (``reference query dropped: ...``);
+            the entry also holds it as ``entry["changed"]``.
+        dropped: row index -> the message of the invalid row that was skipped.
+    """
+
+    def __init__(self, entries=(), changed: dict[int, str] | None = None, dropped: dict[int, str] | None = None):
+        super().__init__(entries)
+        self.changed: dict[int, str] = dict(changed or {})
+        self.dropped: dict[int, str] = dict(dropped or {})
+
+
+def label_text(values: list[str]) -> str:
+    """The label as an answer text that matches ``values`` (rendered label values): the values
+    joined by ``", "``, or, when that text would not match them, their list literal."""
+    joined = ", ".join(values)
+    return joined if answers_match(joined, joined, values) else repr(list(values))
+
+
+def _result_values(entry: dict[str, Any]) -> list[str]:
+    """The reference query's result values (each row's values in row order), rendered.
+
+    Raises:
+        ValueError: the query fails on SQLite.
+    """
+    db = TaskDatabase(entry, timeout_s=5.0, max_rows=10_000, max_chars=10**9)
+    try:
+        result = db.execute(entry["query"])
+    finally:
+        db.close()
+    if not result.ok:
+        raise ValueError(f"field 'query': the reference statement fails: {result.error}")
+    return [render_value(v) for row in result.rows for v in row]
 
 
 def _table(row: dict[str, Any]) -> dict[str, Any]:
@@ -92,7 +138,7 @@ def dbbench_entry(row: dict[str, Any], i: int, name: str) -> dict[str, Any]:
             if not isinstance(label, list):
                 raise ValueError("field 'label': missing or not a list of answer values")
             entry["label_values"] = [render_value(v) for v in label]
-            entry["label"] = ", ".join(entry["label_values"])
+            entry["label"] = label_text(entry["label_values"])
         try:
             check_entry(entry)
         except ValueError as err:
@@ -102,10 +148,10 @@ def dbbench_entry(row: dict[str, Any], i: int, name: str) -> dict[str, Any]:
             raise ValueError(message) from None
         if kind == "select" and entry["query"]:
             try:
-                result = select_label(entry)
-                if not answers_match(result, entry["label"], entry["label_values"]):
+                values = _result_values(entry)
+                if not file_values_match(values, entry["label_values"]):
                     entry["changed"] = (
-                        f"reference query dropped: its result ({result}) differs from the label ({entry['label']})"
+                        f"reference query dropped: its result {values} differs from the label {entry['label_values']}"
                     )
             except ValueError as err:
                 entry["changed"] = f"reference query dropped: it fails on SQLite ({err})"
@@ -122,8 +168,9 @@ def dbbench_entry(row: dict[str, Any], i: int, name: str) -> dict[str, Any]:
     return entry
 
 
-def load_dbbench(path: str, rows: RowFilter | None = None) -> list[dict[str, Any]]:
-    """The task entries of a local DB-bench ``.jsonl`` / ``.json`` file, in file order.
+def load_dbbench(path: str, rows: RowFilter | None = None) -> LoadedTasks:
+    """The task entries of a local DB-bench ``.jsonl`` / ``.json`` file, in file order, with the
+    rows changed and dropped (:class:`LoadedTasks`; each kind logged as one warning).
 
     Args:
         rows: what to do with invalid rows (default: raise :class:`InvalidRow`).
@@ -134,17 +181,26 @@ def load_dbbench(path: str, rows: RowFilter | None = None) -> list[dict[str, Any
     """
     rows = rows or RowFilter()
     name = os.path.basename(path)
-    entries = [rows(lambda i=i, row=row: dbbench_entry(row, i, name)) for i, row in enumerate(read_json_rows(path))]
-    entries = [e for e in entries if e is not None]
-    changed = [e for e in entries if e.get("changed")]
-    if changed:
-        reasons = sorted({e["changed"].split(":")[0] for e in changed})
-        log.warning(
-            "%s: %d of %d tasks changed (rows %s): %s",
-            name,
-            len(changed),
-            len(entries),
-            ", ".join(str(e["index"]) for e in changed),
-            "; ".join(reasons),
-        )
-    return entries
+    file_rows = read_json_rows(path)
+    tasks = LoadedTasks()
+    for i, row in enumerate(file_rows):
+        entry = rows(lambda i=i, row=row: dbbench_entry(row, i, name))
+        if entry is None:
+            tasks.dropped[i] = rows.skipped[-1]
+            continue
+        tasks.append(entry)
+        if entry.get("changed"):
+            tasks.changed[i] = entry["changed"]
+    for what, found in (("changed", tasks.changed), ("dropped", tasks.dropped)):
+        if found:
+            reasons = sorted({m.split(":")[0] for m in found.values()}) if what == "changed" else list(found.values())
+            log.warning(
+                "%s: %d of %d rows %s (rows %s): %s",
+                name,
+                len(found),
+                len(file_rows),
+                what,
+                ", ".join(map(str, found)),
+                "; ".join(reasons[:3]),
+            )
+    return tasks

@@ -18,7 +18,16 @@ from collections import Counter
 
 from mintrl.env.protocol import ANSWER, Action, TaggedProtocol, fenced_blocks
 
-__all__ = ["ANSWER", "Action", "answers_match", "find_query", "parse_action", "result_observation", "too_long"]
+__all__ = [
+    "ANSWER",
+    "Action",
+    "answers_match",
+    "file_values_match",
+    "find_query",
+    "parse_action",
+    "result_observation",
+    "too_long",
+]
 _LANGUAGE = re.compile(r"[ \t]*(?:sql|sqlite)\b[ \t]*\n?", re.I)
 _STATEMENT = re.compile(r"(?:select|insert|update|delete|with)\b", re.I)
 _NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
@@ -83,8 +92,9 @@ def answer_values(text: str) -> Counter:
 
 def answer_items(text: str) -> list[str]:
     """The values of an answer: the items of a list literal (``["a, b", 3]``; a one-value tuple
-    item ``(3,)`` is its value), else the text split on commas outside quotes (``"a, b", c`` is two
-    values), each stripped of spaces and of its quotes; empty values dropped."""
+    item ``(3,)`` is its value; an empty item is a value), else the text split on commas outside
+    quotes (``"a, b", c`` is two values; empty values dropped), each stripped of spaces and of its
+    quotes."""
     text = text.strip()
     if text.startswith("[") and text.endswith("]"):
         try:
@@ -92,8 +102,7 @@ def answer_items(text: str) -> list[str]:
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             value = None
         if isinstance(value, list):
-            items = [v[0] if isinstance(v, tuple) and len(v) == 1 else v for v in value]
-            return [str(v).strip() for v in items if str(v).strip()]
+            return [str(v[0] if isinstance(v, tuple) and len(v) == 1 else v).strip() for v in value]
         text = text[1:-1]
     items, current, quote = [], "", None
     for char in text:
@@ -113,16 +122,22 @@ def answer_items(text: str) -> list[str]:
     return [item.strip() for item in items if item.strip()]
 
 
-_SPECIAL = {"none": "0", "null": "0", "undefined": "0", "nan": "0", "inf": "0", "infinity": "0", "-inf": "0", "": "0"}
+_SPECIAL = {
+    "none": "0", "null": "0", "undefined": "0", "nan": "0", "inf": "0", "infinity": "0", "-inf": "0",
+    "-infinity": "0", "": "0",
+}  # fmt: skip
 
 
 def _file_value(value: str) -> str:
-    """A DB-bench value as AgentBench normalises it: spaces and quotes stripped, a trailing ``%``
-    dropped, commas inside the value removed (thousands separators), NULL-like words as ``0``."""
+    """A DB-bench value as AgentBench normalises it: spaces and quotes stripped; then a value
+    ending in ``%`` is the text before it (nothing else changed); else commas are removed
+    (thousands separators) unless the value starts with ``[`` or ends with ``]``, and NULL-like
+    words (``None``, ``NULL``, ``NaN``, ``inf``, empty, ...) become ``0``."""
     value = value.strip().strip("'\"").strip()
     if value.endswith("%"):
-        value = value[:-1].strip()
-    value = value.replace(",", "")
+        return value[:-1].strip()
+    if not value.startswith("[") and not value.endswith("]"):
+        value = value.replace(",", "")
     return _SPECIAL.get(value.lower(), value)
 
 
@@ -133,10 +148,11 @@ def _number(value: str) -> float | None:
         return None
 
 
-def _file_values_match(answer: list[str], label: list[str]) -> bool:
-    """AgentBench's DB-bench comparison of normalised values: one value each, numbers within 0.01
-    (absolute) or equal text; several, all numbers: the same count, each matched to its own label
-    value within 0.01; else equal sets of text (case kept, duplicates ignored)."""
+def file_values_match(answer: list[str], label: list[str]) -> bool:
+    """AgentBench's DB-bench comparison of an answer's values with a label's, each value normalised
+    (:func:`_file_value`): one value each, numbers within 0.01 (absolute) or equal text; several,
+    all numbers: the same count, each matched to its own label value within 0.01; else equal sets
+    of text (case kept, duplicates ignored)."""
     a, b = [_file_value(v) for v in answer], [_file_value(v) for v in label]
     numbers_a, numbers_b = [_number(v) for v in a], [_number(v) for v in b]
     numeric = all(x is not None for x in numbers_a + numbers_b)
@@ -155,17 +171,19 @@ def _file_values_match(answer: list[str], label: list[str]) -> bool:
     return set(a) == set(b)
 
 
-def answers_match(answer: str, label: str, label_values: list[str] | None = None) -> bool:
-    """Whether an answer is right.
+def answers_match(answer: str, label: str, label_values: list[str] | None) -> bool:
+    """Whether an answer is right (every caller passes the task's ``label_values``, None or not).
 
     A generated task (``label_values`` None): ``answer`` and ``label`` hold the same values in any
-    order (:func:`answer_values`). A DB-bench file row (``label_values``: its label list): by
-    AgentBench's rule (:func:`_file_values_match`); a one-value label takes the whole answer as
-    one value (its commas kept) unless the answer is a list literal; a label of several values
-    takes the answer's :func:`answer_items` (AgentBench reads only list literals there; mintrl's
-    protocol also takes comma-separated values, quotes keeping a value's commas)."""
+    order (:func:`answer_values`). A DB-bench file row (``label_values``: its label list, rendered):
+    by AgentBench's rule (:func:`file_values_match`); an answer that is a list literal (``[`` ...
+    ``]``) gives its items; otherwise a one-value label takes the whole answer as one value (its
+    commas kept) and a label of several values takes the answer's comma-separated values
+    (:func:`answer_items`; AgentBench reads only list literals there, mintrl's protocol also takes
+    comma-separated values, quotes keeping a value's commas)."""
     if label_values is None:
         return answer_values(answer) == answer_values(label)
     text = answer.strip()
-    items = answer_items(text) if len(label_values) > 1 or text.startswith("[") else [text]
-    return _file_values_match(items, [str(v) for v in label_values])
+    literal = text.startswith("[") and text.endswith("]")
+    items = answer_items(text) if literal or len(label_values) > 1 else [text]
+    return file_values_match(items, [str(v) for v in label_values])

@@ -10,13 +10,19 @@ is the protocol channel to the runner; prints of the tests go to standard error.
    then the tests in one namespace, every ``assert`` (at module level, in ``check``, and in loops or
    branches under them) rewritten to count itself as passed or failed instead of stopping the run;
    then ``check(<entry_point>)`` when an entry point is given (HumanEval format). The candidate's
-   functions are proxies (the entry point, and each name the solution defines that the context and
-   tests do not): a call sends its arguments to the runner, which asks the candidate's process, and
-   returns the plain value that comes back (:mod:`mintrl.reward.sandbox.codec`) or raises the
-   candidate's exception (a builtin ``Exception`` type by name, else :class:`CandidateError`).
+   functions are proxies (the entry point, and each name the solution defines that is not a
+   builtin and that the context does not define; the tests' own definitions replace them): a call
+   sends its arguments to the runner, which asks the candidate's process, and returns the plain
+   value that comes back (:mod:`mintrl.reward.sandbox.codec`) or raises the candidate's exception
+   (a builtin ``Exception`` type by name, except those that steer the tests' control flow or mean
+   a limit of this process, else :class:`CandidateError`).
 3. Answer ``{"done": [passed, total]}``.
 
 The verdict is computed here, from plain values, in a process the candidate's code never runs in.
+What the candidate decides is only the values (and exceptions) its functions answer: a name it
+defines never replaces a builtin the tests or the context call (``abs``, ``len``, ``sum``), and the
+exception it raises is never ``StopIteration`` (which would end the tests' ``map`` or ``for`` loops
+early, so that their asserts never run).
 Exit codes: 0 ran to the end, 1 the tests raised outside an assert, 2 a resource limit was hit.
 """
 
@@ -65,17 +71,51 @@ class CountAsserts(ast.NodeTransformer):
     visit_ClassDef = visit_FunctionDef
 
 
+# builtin exceptions a proxy never raises: a limit of this process, or the end of an iteration
+_NOT_RAISED = (MemoryError, RecursionError, StopIteration, StopAsyncIteration)
+
+
 def candidate_exception(name, message):
     """The exception a proxy raises for the candidate's ``name: message``: the builtin ``Exception``
     subclass of that name (not ``MemoryError`` or ``RecursionError``, which mean a limit of this
-    process), else :class:`CandidateError`."""
+    process, nor ``StopIteration`` or ``StopAsyncIteration``, which would end the tests' loops
+    quietly), else :class:`CandidateError`."""
     cls = getattr(builtins, str(name), None)
-    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, (MemoryError, RecursionError)):
+    if isinstance(cls, type) and issubclass(cls, Exception) and not issubclass(cls, _NOT_RAISED):
         return cls(message)
     return CandidateError(f"{name}: {message}")
 
 
+def proxied(name, namespace, entry):
+    """Whether the candidate's top-level ``name`` gets a proxy in the tests' ``namespace`` (after the
+    context ran): the entry point always; another name only when it is a plain identifier, not a
+    dunder, not a builtin (a proxy there would replace ``abs`` or ``len`` for the tests and the
+    context's helpers) and not defined by the context."""
+    if name == entry:
+        return True
+    return (
+        type(name) is str
+        and name.isidentifier()
+        and not name.startswith("__")
+        and not hasattr(builtins, name)
+        and name not in namespace
+    )
+
+
+def undumpable():
+    """Make this process undumpable (``prctl(PR_SET_DUMPABLE, 0)``; best effort: False where it
+    failed): a process of the same user can then no longer open its ``/proc`` files (pipes, memory)
+    or trace it. It matters only where no PID namespace hides this process from the candidate's."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0  # 4: PR_SET_DUMPABLE
+    except (OSError, AttributeError, ImportError):
+        return False
+
+
 def main():
+    undumpable()
     channel = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)  # the tests' prints go to stderr, never into the protocol
     inbox = sys.stdin.buffer
@@ -119,7 +159,7 @@ def main():
         exec(compile(job.get("context") or "", "context.py", "exec"), namespace)
         entry = job.get("entry_point")
         for name in job["names"]:
-            if name not in namespace or name == entry:
+            if proxied(name, namespace, entry):
                 namespace[name] = proxy(name)
         tests = ast.fix_missing_locations(CountAsserts().visit(ast.parse(job["tests"], "tests.py")))
         namespace.update(_mintrl_pass=record_pass, _mintrl_fail=record_fail)

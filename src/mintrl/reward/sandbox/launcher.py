@@ -7,28 +7,51 @@ a scrubbed environment, in one of two modes:
   arrives on stdin and is passed through to the harness;
 - program (config key ``argv``; :class:`mintrl.env.shell.session.ShellSession`): ``argv`` is
   exec'd instead, with the launcher's stdin, stdout and stderr (e.g. a long-lived ``bash`` reading
-  commands on a pipe). This file is never imported by the package: it runs
-as a fresh, single-threaded process so that ``unshare``/``fork``/``setuid`` are safe.
+  commands on a pipe) and, with config key ``pass_fd`` (an inherited descriptor number), that
+  descriptor as its fd 3 (the shell's status channel). This file is never imported by the package:
+  it runs as a fresh, single-threaded process so that ``unshare``/``fork``/``setuid`` are safe.
 
-Steps (each isolation that the OS refuses is recorded, never silently assumed):
+Threat model: whatever runs inside is hostile (a policy's code or shell commands, optimising its
+reward). It may run any code as the sandbox uid, within the limits: read what the sandbox shows,
+write its private tmpfs folders, start processes, execute any syscall the filter lets through
+(machine code included, e.g. through ``ctypes``). It must not: see the host's files beyond the
+system folders (task files, answers, the project, ``/srv``, ``/work``, ``/root``, ``/home``,
+``/sys``, the host's ``/proc`` and devices), write anything the host keeps, reach the network,
+signal or see processes outside, gain privileges (setuid programs, capabilities, a user namespace
+where it would be uid 0), hold more memory than its cap, or outlive the run. Each isolation the OS
+refuses is recorded in the status file (the ``isolation`` dict), never assumed.
+
+Steps:
 
 1. ``unshare`` new network, PID, mount and IPC namespaces (root: directly; otherwise inside a new
    user namespace when the kernel allows unprivileged ones).
-2. ``fork``: the child is PID 1 of the new PID namespace, so when it exits or is killed the kernel
-   kills every process the program started, whatever session or group they moved to.
-3. Child: private mounts, a fresh ``/proc``, size-capped ``tmpfs`` on ``/tmp``, ``/var/tmp`` and
-   ``/dev/shm`` (the working directory ``/tmp/work`` lives there and vanishes with the namespace),
-   every other mount remounted read-only, and (when not root) the caller's home hidden under a tmpfs;
-   (optional ``tmpfs_dirs``: more folders hidden under a private writable tmpfs, e.g. ``/root`` and
-   ``/home`` for a shell's tasks); resource limits; ``setgroups([])``/``setgid``/``setuid`` to the
-   unprivileged sandbox uid (root only); parent-death signal SIGKILL; ``exec`` of the harness or of
-   ``argv``.
-4. Parent: waits up to the wall-clock limit (or until it gets SIGTERM: the caller ends the run
-   early), then SIGKILLs the child and its process group, and writes a status file (wait status,
-   timeout flag, isolation report) into a directory only it can write.
+2. Memory cap (root): a memory cgroup of its own (cgroup v2 where the launcher's cgroup offers the
+   memory controller, else the v1 memory hierarchy) capped at ``limits.memory_total_bytes``
+   (default: ``address_space_bytes``) over every process of the sandbox, its tmpfs files included
+   (``isolation.memory_cgroup``; the status says when the OOM killer fired). Without one, the only
+   bound is ``address_space_bytes`` per process times ``processes`` (RLIMIT_AS x RLIMIT_NPROC).
+3. ``fork``: the child is PID 1 of the new PID namespace, so when it exits or is killed the kernel
+   kills every process the program started, whatever session or group they moved to; it waits until
+   the parent has moved it into the cgroup.
+4. Child: private mounts, every host mount remounted read-only; with ``visible`` and ``new_root``: a
+   new root on a small tmpfs holding read-only binds of the ``visible`` host paths only (``/dev``: a
+   few harmless devices), a fresh ``/proc``, size-capped ``tmpfs`` on ``/tmp``, ``/var/tmp``,
+   ``/dev/shm`` (and ``tmpfs_dirs``, e.g. ``/root`` and ``/home`` for a shell's tasks), then
+   ``pivot_root`` into it with the host's mount tree detached (``chroot`` where pivot_root fails)
+   and the new root itself read-only; the working directory ``/tmp/work`` lives on the private
+   ``/tmp`` and vanishes with the namespace. Resource limits; the capability bounding set emptied,
+   ``setgroups([])``/``setgid``/``setuid`` to the unprivileged sandbox uid (root only);
+   parent-death signal SIGKILL; ``no_new_privs`` (setuid programs gain nothing); a seccomp filter
+   refusing new user namespaces (``unshare``/``clone`` with ``CLONE_NEWUSER``, ``setns``,
+   ``clone3``) and every syscall of a foreign ABI (i386 ``int 0x80``, x32); ``exec`` of the harness
+   or of ``argv``.
+5. Parent: waits up to the wall-clock limit (or until it gets SIGTERM: the caller ends the run
+   early), then SIGKILLs the child and its process group, removes the cgroup, and writes a status
+   file (wait status, timeout flag, isolation report) into a directory only it can write.
 """
 
 import ctypes
+import errno
 import json
 import os
 import resource
@@ -48,6 +71,7 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVA
     16384,
     1 << 18,
 )
+MNT_DETACH = 2
 MOUNT_OPTION_FLAGS = {
     "nosuid": MS_NOSUID,
     "nodev": MS_NODEV,
@@ -57,7 +81,21 @@ MOUNT_OPTION_FLAGS = {
     "relatime": 1 << 21,
     "strictatime": 1 << 24,
 }
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 38, 22, 2
+PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 1, 24, 38, 22, 2
+# per architecture: seccomp's AUDIT_ARCH, the syscall numbers of (unshare, clone, setns, clone3), that of
+# pivot_root, and the lowest number of a second ABI on the same arch (x32 on x86_64, refused whole)
+ARCHES = {
+    "x86_64": (0xC000003E, (272, 56, 308, 435), 155, 0x40000000),
+    "aarch64": (0xC00000B7, (97, 220, 268, 435), 41, None),
+}
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")  # the only host devices a sandbox sees
+DEVICE_LINKS = {
+    "fd": "/proc/self/fd",
+    "stdin": "/proc/self/fd/0",
+    "stdout": "/proc/self/fd/1",
+    "stderr": "/proc/self/fd/2",
+}
+CGROUP_PREFIX = "mintrl-sandbox-"
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -110,11 +148,117 @@ def _isolate(root):
     return {"network": _unshare(CLONE_NEWNET), "pid": False, "mount": False, "user_namespace": False}
 
 
+# -- memory cgroup (run by the launcher parent, as root) ---------------------------------------------
+
+
+def _cgroup_parents():
+    """``(version, folder)`` of the launcher's own cgroup in each hierarchy that may hold a memory
+    cgroup: the unified (v2) one first, then the v1 memory hierarchy."""
+    own = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            for name in controllers.split(",") if controllers else ["v2"]:
+                own[name] = path
+    points = {}
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            tail = fields[fields.index("-") + 1 :]
+            if tail[0] == "cgroup2":
+                points.setdefault("v2", (fields[3], fields[4]))
+            elif tail[0] == "cgroup" and "memory" in tail[2].split(","):
+                points.setdefault("memory", (fields[3], fields[4]))
+    for key in ("v2", "memory"):
+        if key in own and key in points:
+            mount_root, point = points[key]
+            path, mount_root = own[key], mount_root.rstrip("/")
+            if path == mount_root or path.startswith(mount_root + "/"):
+                yield key, point + path[len(mount_root) :]
+
+
+def _remove_cgroup(folder, tries=50):
+    """Remove an (empty) cgroup folder, retrying while the kernel still releases it."""
+    for _ in range(tries):
+        try:
+            os.rmdir(folder)
+            return
+        except FileNotFoundError:
+            return
+        except OSError as err:
+            if err.errno != errno.EBUSY:
+                return
+            time.sleep(0.01)
+
+
+def _memory_cgroup(limit):
+    """A new memory cgroup next to the launcher's own, capped at ``limit`` bytes (swap included),
+    or None where no hierarchy lets this process make one. Empty cgroups left by launchers that were
+    SIGKILLed are removed first."""
+    files = {
+        "v2": (("memory.max", limit), ("memory.swap.max", 0)),
+        "memory": (("memory.limit_in_bytes", limit), ("memory.memsw.limit_in_bytes", limit)),
+    }
+    try:
+        parents = list(_cgroup_parents())
+    except (OSError, ValueError, IndexError):
+        return None
+    for version, parent in parents:
+        try:
+            for name in os.listdir(parent):
+                if name.startswith(CGROUP_PREFIX) and name[len(CGROUP_PREFIX) :].isdigit():
+                    try:
+                        os.kill(int(name[len(CGROUP_PREFIX) :]), 0)
+                    except ProcessLookupError:
+                        _remove_cgroup(os.path.join(parent, name), tries=1)
+                    except OSError:
+                        pass
+            folder = os.path.join(parent, f"{CGROUP_PREFIX}{os.getpid()}")
+            os.mkdir(folder, 0o700)
+        except OSError:
+            continue
+        try:
+            for k, (name, value) in enumerate(files[version]):
+                if k == 0 or os.path.exists(os.path.join(folder, name)):  # the first is required
+                    with open(os.path.join(folder, name), "w") as f:
+                        f.write(str(value))
+            return folder
+        except OSError:
+            _remove_cgroup(folder)
+    return None
+
+
+def _oom_kills(folder):
+    """How many processes the OOM killer ended in the cgroup (0 where it does not say)."""
+    for name in ("memory.events", "memory.oom_control"):
+        try:
+            with open(os.path.join(folder, name)) as f:
+                for line in f:
+                    key, _, value = line.partition(" ")
+                    if key == "oom_kill":
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
+# -- the child's filesystem ----------------------------------------------------------------------------
+
+
+def _bind_read_only(source, target):
+    _mount(source, target, None, MS_BIND | MS_REC)
+    try:
+        _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
+    except OSError:
+        pass  # a bind of a mount made read-only above stays read-only
+
+
 def _new_root(top, visible):
     """Build the sandbox's root at ``top`` (an empty folder): a small tmpfs holding read-only bind
-    mounts of the ``visible`` host paths (system binaries and libraries, ``/etc``, ``/dev``, the
-    interpreter's prefix) and nothing else of the host; a visible symlink (``/bin -> usr/bin``) is
-    copied as a link. Returns ``top``."""
+    mounts of the ``visible`` host paths (system binaries and libraries, ``/etc``, the interpreter's
+    prefix) and nothing else of the host; a visible symlink (``/bin -> usr/bin``) is copied as a
+    link; ``/dev`` gets only :data:`DEVICES` (bound one by one) and the ``/proc/self/fd`` links.
+    Returns ``top``."""
     _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
     for path in visible:
         target = top + path
@@ -125,33 +269,72 @@ def _new_root(top, visible):
         if not os.path.isdir(path):
             continue
         os.makedirs(target, mode=0o755, exist_ok=True)
-        _mount(path, target, None, MS_BIND | MS_REC)
-        try:
-            _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
-        except OSError:
-            pass  # a bind of a mount made read-only above stays read-only
+        if path != "/dev":
+            _bind_read_only(path, target)
+            continue
+        for name in DEVICES:
+            if os.path.exists(f"/dev/{name}"):
+                open(f"{target}/{name}", "w").close()
+                _bind_read_only(f"/dev/{name}", f"{target}/{name}")
+        for name, link in DEVICE_LINKS.items():
+            os.symlink(link, f"{target}/{name}")
     return top
+
+
+def _enter_root(top):
+    """Make ``top`` the root of this mount namespace and detach the host's mount tree (``pivot_root``;
+    ``chroot`` where the kernel refuses it), then make the root's own tmpfs read-only. Returns whether
+    ``pivot_root`` did it.
+
+    Raises:
+        OSError: the host's tree could not be detached after a ``pivot_root`` (the sandbox must not
+            start with it in reach).
+    """
+    number = ARCHES.get(os.uname().machine, (None, None, None, None))[2]
+    old = top + "/.old-root"
+    os.mkdir(old, 0o700)
+    pivoted = number is not None and libc.syscall(ctypes.c_long(number), top.encode(), old.encode()) == 0
+    if pivoted:
+        os.chdir("/")
+        if libc.umount2(b"/.old-root", MNT_DETACH) != 0:
+            raise OSError(ctypes.get_errno(), "umount2 of the host's root")
+        os.rmdir("/.old-root")
+    else:  # the host's mounts stay in this namespace, outside the chroot
+        os.rmdir(old)
+        os.chroot(top)
+        os.chdir("/")
+    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    return pivoted
+
+
+# -- privileges ----------------------------------------------------------------------------------------
+
+
+def _drop_capability_bounds():
+    """Empty the capability bounding set (root, before setuid): no exec can ever regain one."""
+    for cap in range(64):
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
+            break  # past the last capability this kernel knows
 
 
 def _refuse_namespaces():
     """A seccomp filter (``no_new_privs`` already set): ``unshare`` and ``clone`` asking for a new
-    user namespace fail with EPERM, ``setns`` fails with EPERM, and ``clone3`` (whose flags a filter
-    cannot read) with ENOSYS, so that libc falls back to ``clone``. Returns whether it is installed
-    (False on an architecture without its syscall numbers here)."""
-    arch, numbers = {
-        "x86_64": (0xC000003E, (272, 56, 308, 435)),
-        "aarch64": (0xC00000B7, (97, 220, 268, 435)),
-    }.get(os.uname().machine, (None, None))
+    user namespace fail with EPERM, ``setns`` fails with EPERM, ``clone3`` (whose flags a filter
+    cannot read) with ENOSYS, so that libc falls back to ``clone``; every syscall of another ABI
+    (i386 through ``int 0x80``, x32: numbers a filter of this ABI would not see) fails with EPERM.
+    Returns whether it is installed (False on an architecture without its syscall numbers here)."""
+    arch, numbers, _, second_abi = ARCHES.get(os.uname().machine, (None, None, None, None))
     if arch is None:
         return False
     unshare_nr, clone_nr, setns_nr, clone3_nr = numbers
-    ld_abs, jeq, jset, ret = 0x20, 0x15, 0x45, 0x06
-    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | 38
+    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | errno.EPERM, 0x00050000 | errno.ENOSYS
     program = [
         (ld_abs, 0, 0, 4),  # seccomp_data.arch
         (jeq, 1, 0, arch),
-        (ret, 0, 0, allow),
+        (ret, 0, 0, eperm),  # a foreign ABI
         (ld_abs, 0, 0, 0),  # seccomp_data.nr
+        *([(jge, 0, 1, second_abi), (ret, 0, 0, eperm)] if second_abi is not None else []),  # x32
         (jeq, 0, 1, clone3_nr),
         (ret, 0, 0, enosys),
         (jeq, 0, 1, setns_nr),
@@ -190,7 +373,6 @@ def _child(cfg, isolation, root, report_fd, harness_source):
             top = ""  # where the sandbox's / is built (the host's / when no new root is made)
             if cfg.get("visible") and cfg.get("new_root"):
                 top = _new_root(cfg["new_root"], cfg["visible"])
-                os.write(report_fd, b"v")
             if isolation["pid"]:
                 os.makedirs(top + "/proc", exist_ok=True)
                 _mount("proc", top + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -203,8 +385,7 @@ def _child(cfg, isolation, root, report_fd, harness_source):
                     opts = f"size={cfg['tmp_bytes']},mode=1777"
                     _mount("tmpfs", top + target, "tmpfs", MS_NOSUID | MS_NODEV, opts)
             if top:
-                os.chroot(top)
-                os.chdir("/")
+                os.write(report_fd, b"v" + (b"p" if _enter_root(top) else b""))
             workdir = "/tmp/work"
             os.mkdir(workdir, 0o700)
         if root:
@@ -221,6 +402,7 @@ def _child(cfg, isolation, root, report_fd, harness_source):
             hard = value + 1 if name == "RLIMIT_CPU" else value  # SIGXCPU at the soft limit, SIGKILL 1 s later
             resource.setrlimit(getattr(resource, name), (value, hard))
         if root:
+            _drop_capability_bounds()
             os.setgroups([])
             os.setgid(cfg["gid"])
             os.setuid(cfg["uid"])
@@ -232,6 +414,10 @@ def _child(cfg, isolation, root, report_fd, harness_source):
         os.chdir(workdir)
         env = dict(cfg["env"], HOME=workdir, TMPDIR=workdir)
         if harness_source is None:
+            if cfg.get("pass_fd") is not None:  # last: it may replace the report pipe's descriptor
+                os.dup2(cfg["pass_fd"], 3)
+                if cfg["pass_fd"] != 3:
+                    os.close(cfg["pass_fd"])
             os.execve(cfg["argv"][0], cfg["argv"], env)
         # the harness goes in as source text: its file may sit under a path the new mounts hide
         os.execve(cfg["python"], [cfg["python"], "-I", "-c", harness_source], env)
@@ -253,14 +439,34 @@ def main():
     root = os.geteuid() == 0
     isolation = _isolate(root)
     isolation["separate_user"] = root  # root drops to a per-slot uid; others already run unprivileged
+    lim = cfg["limits"]
+    cgroup = _memory_cgroup(lim.get("memory_total_bytes", lim["address_space_bytes"])) if root else None
     if cfg.get("new_root"):
         os.makedirs(cfg["new_root"], exist_ok=True)  # before the child makes every mount read-only
     report_r, report_w = os.pipe()  # the child reports each isolation it made (one letter each)
+    go_r, go_w = os.pipe()  # the child starts once it is in the cgroup
     pid = os.fork()
     if pid == 0:
         os.close(report_r)
+        os.close(go_w)
+        if os.read(go_r, 1) != b"g":  # the parent is gone: nobody would bound this sandbox
+            os._exit(125)
+        os.close(go_r)
         _child(cfg, isolation, root, report_w, harness_source)
     os.close(report_w)
+    os.close(go_r)
+    if cfg.get("pass_fd") is not None:
+        os.close(cfg["pass_fd"])  # only the sandbox holds the status channel's write end
+    isolation["memory_cgroup"] = False
+    if cgroup is not None:
+        try:
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                f.write(str(pid))
+            isolation["memory_cgroup"] = True
+        except OSError:
+            pass
+    os.write(go_w, b"g")
+    os.close(go_w)
     timed_out = False
 
     def on_alarm(signum, frame):
@@ -280,12 +486,13 @@ def main():
     signal.signal(signal.SIGALRM, on_alarm)
     signal.signal(signal.SIGTERM, on_term)
     start = time.monotonic()
-    signal.setitimer(signal.ITIMER_REAL, cfg["limits"]["wall_s"])
+    signal.setitimer(signal.ITIMER_REAL, lim["wall_s"])
     _, status, usage = os.wait4(pid, 0)
     signal.setitimer(signal.ITIMER_REAL, 0)
     reported = os.read(report_r, 16)
     isolation["read_only"] = b"r" in reported
     isolation["visible_only"] = b"v" in reported  # a new root of the visible paths only
+    isolation["host_root_detached"] = b"p" in reported  # pivot_root, the host's mounts detached
     isolation["no_new_privs"] = b"n" in reported
     isolation["no_user_namespaces"] = b"s" in reported
     report = {
@@ -294,7 +501,10 @@ def main():
         "wall_s": time.monotonic() - start,
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "isolation": isolation,
+        "oom_kills": _oom_kills(cgroup) if isolation["memory_cgroup"] else 0,
     }
+    if cgroup is not None:
+        _remove_cgroup(cgroup)  # every process of the sandbox is gone with its PID 1
     with open(cfg["status_path"], "w") as f:
         json.dump(report, f)
     if not isolation["pid"]:

@@ -127,7 +127,7 @@ def _ended_outcome(status: dict, cpu_limit: float) -> Outcome | None:
 
 def run_checked(
     program: Program,
-    uid: int,
+    uids: tuple[int, int],
     limits: dict,
     tmp_bytes: int,
     python: str,
@@ -136,13 +136,16 @@ def run_checked(
     tmp_dir: str | None = None,
 ) -> tuple[ProgramResult, dict]:
     """Run ``program`` (which has tests) as the candidate's and the checks' sandboxes (see the
-    module docstring), both as ``uid`` with ``limits`` (``launcher_config``'s), within ``timeout_s``
+    module docstring), the candidate as ``uids[0]`` and the tests as ``uids[1]`` (as root: two users,
+    so that neither can open the other's ``/proc`` files or signal it even without a PID namespace),
+    both with ``limits`` (``launcher_config``'s), within ``timeout_s``
     seconds of wall clock for the whole run.
 
     Returns:
         The :class:`ProgramResult` (``stdout`` empty: the candidate's prints are in ``stderr``,
         followed by the checks' stderr) and the candidate sandbox's isolation report.
-        PASSED / FAILED come only from the checks' own count; TIMEOUT when the run passed
+        PASSED / FAILED come only from the checks' own count (PASSED: every assert that ran passed,
+        and at least one ran; tests whose asserts all loop over an empty answer did not pass); TIMEOUT when the run passed
         ``timeout_s`` or the candidate hit its CPU limit; CRASHED when either process hit a resource
         limit or a signal, or a sandbox could not start.
     """
@@ -150,14 +153,14 @@ def run_checked(
     deadline = start + timeout_s
     cpu_limit = limits["cpu_s"]
     with tempfile.TemporaryDirectory(prefix="mintrl-sandbox-", dir=tmp_dir) as tmp:
-        candidate = _Sandboxed(tmp, "candidate", uid, limits, tmp_bytes, python, CANDIDATE)
+        candidate = _Sandboxed(tmp, "candidate", uids[0], limits, tmp_bytes, python, CANDIDATE)
         checks = None
         try:
             candidate.send((json.dumps({"solution": program.solution}) + "\n").encode())
             ready = _message(candidate.receive(deadline))
             counts, gone = None, False
             if ready is not None and isinstance(ready.get("ready"), list):
-                checks = _Sandboxed(tmp, "checks", uid, limits, tmp_bytes, python, CHECKS)
+                checks = _Sandboxed(tmp, "checks", uids[1], limits, tmp_bytes, python, CHECKS)
                 names = [n for n in ready["ready"] if isinstance(n, str)]
                 job = {"tests": program.tests, "context": program.context, "entry_point": program.entry_point}
                 checks.send((json.dumps({**job, "names": names}) + "\n").encode())
@@ -194,7 +197,7 @@ def run_checked(
             if outcome is not None:
                 return ProgramResult(outcome, stderr=stderr, wall_s=wall), candidate_status.get("isolation", {})
             passed, total = counts
-            outcome = Outcome.PASSED if passed == total else Outcome.FAILED
+            outcome = Outcome.PASSED if 0 < passed == total else Outcome.FAILED  # no assert ran: nothing passed
             return ProgramResult(outcome, passed, total, "", stderr, wall), candidate_status.get("isolation", {})
         finally:
             candidate.close()

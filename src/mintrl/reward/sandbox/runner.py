@@ -1,5 +1,26 @@
 """Run untrusted programs against their tests in isolated, resource-limited processes.
 
+Threat model (the policy that wrote the program is an adversary of its reward). A program's code can
+do anything inside its own process and sandbox: print anything (to any of its file descriptors, the
+channel to this process included), exit or raise at any moment (``SystemExit``, ``KeyboardInterrupt``,
+``os._exit``), return any object, walk its own frames and memory (``sys._getframe``, ``gc``), patch
+its own builtins and modules, define any names, read the files the sandbox shows, start processes
+and use all its CPU time, within the limits. It cannot: see the tests or their expected values
+(with tests, :func:`~mintrl.reward.sandbox.relay.run_checked` runs them in a second sandbox, and only
+call arguments cross to the candidate); reach that process (its own PID, mount and IPC namespaces);
+state the verdict (the pass count is the tests' process's own, read from its channel alone; the
+candidate's answers cross as plain values decoded there: no ``__eq__`` of its own, no ``str``
+subclass); replace what the tests call (a name that is a builtin or the problem's own helper never
+becomes the candidate's); end the tests' loops early (its ``StopIteration`` arrives as an error);
+make "no assert ran" count as a pass; or outlive its run (PID namespace, wall-clock kill of the tree).
+A run that passes its time limit is a TIMEOUT whatever was counted so far. A program without tests
+(``harness.py``, one process) gets no verdict at all: PASSED there only means it ran to the end.
+Where the OS refuses a namespace (:meth:`Sandbox.isolation`) these guarantees weaken as listed below;
+the verdict's weakest case is a machine with neither a PID namespace nor root: the candidate and the
+tests' process then run as one user who sees the other, and a candidate fast enough to open the tests'
+pipes through ``/proc`` before they make themselves undumpable could forge the verdict (logged as a
+warning at the self-check). As root the two run as different users and cannot reach each other.
+
 Each program runs in its own process tree (``launcher.py`` -> ``harness.py``): new network, PID,
 mount and IPC namespaces where the OS allows them, an unprivileged user per worker slot (when this
 process is root), resource limits, a scrubbed environment, a private size-capped ``/tmp`` holding a
@@ -47,7 +68,7 @@ class Sandbox:
     """Bounded, isolated runner of untrusted Python programs.
 
     Args:
-        workers: programs run at once (default: the CPU count); each slot has its own sandbox uid,
+        workers: programs run at once (default: the CPU count); each slot has its own sandbox uids,
             so the process limit of one program does not starve another.
         timeout_s: wall-clock limit per program (seconds).
         cpu_s: CPU-time limit per program (seconds; SIGXCPU, then SIGKILL one second later).
@@ -58,7 +79,9 @@ class Sandbox:
         tmp_mb: size of the private ``/tmp`` (and ``/var/tmp``, ``/dev/shm``) tmpfs (MiB).
         max_output_bytes: bytes of stdout/stderr read back per program (bytes).
         uid_base: first sandbox uid (used only as root): slot ``k`` of local data-parallel rank ``r``
-            (``LOCAL_RANK``) runs as ``uid_base + r * workers + k``.
+            (``LOCAL_RANK``) runs its program (the candidate) as ``u = uid_base + 2 * (r * workers +
+            k)`` and its tests' process as ``u + 1``, so that the candidate cannot reach the tests'
+            process through ``/proc`` or signals even where no PID namespace hides it.
         python: interpreter that runs the harness; it must be executable by the sandbox uid. Default:
             the first of this interpreter, its real path, its base interpreter and ``python3`` on
             the system ``PATH`` that passes the self-check (only the standard library is needed).
@@ -148,7 +171,7 @@ class Sandbox:
     def isolation(self) -> dict:
         """Which isolations this machine granted, from the self-check run (bools): ``network``,
         ``pid``, ``mount`` namespaces, ``read_only`` (every mount but the private tmpfs remounted
-        read-only), ``separate_user`` (root: programs run as a per-slot uid), ``user_namespace``
+        read-only), ``separate_user`` (root: programs run as per-slot uids), ``user_namespace``
         (not root: the namespaces were made inside a user namespace)."""
         self._self_check()
         return dict(self._isolation)
@@ -158,7 +181,7 @@ class Sandbox:
         if self._isolation is not None:
             return
         # data-parallel ranks on one machine get disjoint slot uids (their process limits are per uid)
-        self._first_uid = self.uid_base + int(os.environ.get("LOCAL_RANK", 0)) * self.workers
+        self._first_uid = self.uid_base + 2 * int(os.environ.get("LOCAL_RANK", 0)) * self.workers
         probe = Program("def f():\n    return 1\n", "assert f() == 1\n")
         errors = []
         for python in self._pythons:
@@ -180,6 +203,11 @@ class Sandbox:
             log.warning(
                 "code sandbox: no %s isolation on this machine (see mintrl.reward.sandbox docs)", ", ".join(missing)
             )
+        if not isolation.get("pid") and not isolation.get("separate_user"):
+            log.warning(
+                "code sandbox: no PID namespace and not root: a program's process and its tests' process run as "
+                "one user who can see the other; a hostile program could forge the code verdict here"
+            )
         self._isolation = isolation
 
     def _run_in_slot(self, program: Program) -> ProgramResult:
@@ -194,20 +222,24 @@ class Sandbox:
 
     def _run_one(self, program: Program, slot: int) -> tuple[ProgramResult, dict]:
         if program.has_checks:
-            return run_checked(program, self._first_uid + slot, self.limits, self.tmp_bytes, self.python,
+            uid = self._first_uid + 2 * slot
+            return run_checked(program, (uid, uid + 1), self.limits, self.tmp_bytes, self.python,
                                self.timeout_s, self.max_output_bytes, self.tmp_dir)  # fmt: skip
         return self._run_whole(program, slot)
 
     def _run_whole(self, program: Program, slot: int) -> tuple[ProgramResult, dict]:
-        """A program without tests, in one process (``harness.py``): PASSED means it ran to the end.
-        The end line is written by code the program could reach, so no verdict may rest on it."""
+        """A program without tests, in one process (``harness.py``): PASSED means it ran to the end
+        (``passed`` and ``total`` stay 0). The end line is written by code the program could reach,
+        so no verdict may rest on it."""
+        if program.has_checks:
+            raise ValueError("a program with tests runs in two sandboxes (run_checked), never in one")
         nonce = secrets.token_hex(16)
         tmp = tempfile.mkdtemp(prefix="mintrl-sandbox-", dir=self.tmp_dir)
         try:
             work = os.path.join(tmp, "work")  # used only where no private /tmp can be mounted
             os.mkdir(work, 0o700)
             cfg = launcher_config(
-                tmp, self._first_uid + slot, self.limits, self.tmp_bytes, harness=HARNESS, python=self.python
+                tmp, self._first_uid + 2 * slot, self.limits, self.tmp_bytes, harness=HARNESS, python=self.python
             )
             job = json.dumps({**dataclasses.asdict(program), "nonce": nonce}).encode()
             with open(os.path.join(tmp, "stdout"), "w+b") as out, open(os.path.join(tmp, "stderr"), "w+b") as err:
@@ -232,11 +264,12 @@ class Sandbox:
 
 
 def _result(status: dict, stdout: str, stderr: str, nonce: str, cpu_limit: float) -> ProgramResult:
-    """Outcome from the launcher's wait status and the harness's nonce line."""
+    """Outcome of a program without tests from the launcher's wait status and the harness's end
+    line (PASSED: exit 0 and the line; it counts nothing)."""
     wall, code, cpu = status["wall_s"], status["status"], status["cpu_s"]
     lines = stdout.rstrip("\n").split("\n")
-    counted = lines[-1].split() if lines and lines[-1].startswith(nonce) else None
-    if counted:
+    ended = lines[-1] == nonce
+    if ended:
         stdout = "\n".join(lines[:-1]).rstrip("\n")
     signalled = os.WTERMSIG(code) if os.WIFSIGNALED(code) else None
     if status["timed_out"] or signalled == signal.SIGXCPU or (signalled == signal.SIGKILL and cpu >= cpu_limit):
@@ -244,9 +277,7 @@ def _result(status: dict, stdout: str, stderr: str, nonce: str, cpu_limit: float
     if os.WIFSIGNALED(code):
         return ProgramResult(Outcome.CRASHED, stdout=stdout, stderr=stderr, wall_s=wall)
     exit_code = os.WEXITSTATUS(code)
-    if exit_code == 0 and counted and len(counted) == 3:
-        passed, total = int(counted[1]), int(counted[2])
-        outcome = Outcome.PASSED if passed == total else Outcome.FAILED
-        return ProgramResult(outcome, passed, total, stdout, stderr, wall)
+    if exit_code == 0 and ended:
+        return ProgramResult(Outcome.PASSED, 0, 0, stdout, stderr, wall)
     outcome = Outcome.CRASHED if exit_code in (2, 125) else Outcome.FAILED  # 2: resource limit, 125: launcher
     return ProgramResult(outcome, stdout=stdout, stderr=stderr, wall_s=wall)
