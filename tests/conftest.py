@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import os
+import secrets
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -107,3 +111,15 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("code sandbox")
         for line in SANDBOX_REPORT:
             terminalreporter.write_line(line)
+
+
+@pytest.fixture()
+def task_file():
+    """An AgentBench OS task file outside every temporary folder, with its answer in it."""
+    folder = Path("/srv") / f"mintrl-test-{secrets.token_hex(4)}"
+    folder.mkdir(parents=True)
+    path = folder / "os.json"
+    path.write_text(json.dumps([{"description": "What is the code?", "evaluation": {"match": "48213"}}]))
+    path.chmod(0o644)
+    yield path
+    shutil.rmtree(folder)

@@ -7,9 +7,7 @@ attempts from env=shell are in tests/unit/test_env_shell_integrity.py."""
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 import shutil
 import socket
 import threading
@@ -296,7 +294,6 @@ def test_a_package_installed_under_tmp_still_works(tmp_path):
     """The new mounts hide /tmp (and, for non-root callers, the home directory) from the program:
     the harness must not be read from there after they are made."""
     import importlib.util
-    import shutil
     import sys
 
     import mintrl.reward.sandbox as package
@@ -354,18 +351,6 @@ open("/tmp/go", "w").close()
 statuses = [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in done]
 print(statuses.count(0), statuses.count(-9))
 """
-
-
-@pytest.fixture()
-def task_file():
-    """An AgentBench OS task file outside every temporary folder, with its answer in it."""
-    folder = Path("/srv") / f"mintrl-test-{secrets.token_hex(4)}"
-    folder.mkdir(parents=True)
-    path = folder / "os.json"
-    path.write_text(json.dumps([{"description": "What is the code?", "evaluation": {"match": "48213"}}]))
-    path.chmod(0o644)
-    yield path
-    shutil.rmtree(folder)
 
 
 def test_a_python_call_sees_no_host_files_and_gains_no_privileges(task_file):

@@ -6,10 +6,7 @@ python_tool environment and the code reward) are in tests/integration/test_sandb
 
 from __future__ import annotations
 
-import json
 import re
-import secrets
-import shutil
 from pathlib import Path
 
 import pytest
@@ -62,18 +59,6 @@ HOLD_SIX = (
     "until [ -s /tmp/h$i ] || ! kill -0 $! 2>/dev/null; do sleep 0.01; done; done; "
     "touch /tmp/go; wait; cat /tmp/d* | grep -c done"
 )
-
-
-@pytest.fixture()
-def task_file():
-    """An AgentBench OS task file outside every temporary folder, with its answer in it."""
-    folder = Path("/srv") / f"mintrl-test-{secrets.token_hex(4)}"
-    folder.mkdir(parents=True)
-    path = folder / "os.json"
-    path.write_text(json.dumps([{"description": "What is the code?", "evaluation": {"match": "48213"}}]))
-    path.chmod(0o644)
-    yield path
-    shutil.rmtree(folder)
 
 
 def test_task_files_the_project_and_host_devices_are_not_visible(task_file):

@@ -33,9 +33,9 @@ import os
 from typing import Any
 
 from mintrl.data.base import InvalidRow, RowFilter, read_json_rows
-from mintrl.env.sql.database import TaskDatabase, render_value
+from mintrl.env.sql.database import render_value
 from mintrl.env.sql.protocol import answers_match, file_values_match
-from mintrl.env.sql.tasks import check_entry, expected_table, reference_action
+from mintrl.env.sql.tasks import check_entry, expected_table, reference_action, reference_values
 
 MUTATIONS = {"INSERT": "insert", "UPDATE": "update", "DELETE": "delete"}
 _FIELDS = {
@@ -69,22 +69,6 @@ def label_text(values: list[str]) -> str:
     joined by ``", "``, or, when that text would not match them, their list literal."""
     joined = ", ".join(values)
     return joined if answers_match(joined, joined, values) else repr(list(values))
-
-
-def _result_values(entry: dict[str, Any]) -> list[str]:
-    """The reference query's result values (each row's values in row order), rendered.
-
-    Raises:
-        ValueError: the query fails on SQLite.
-    """
-    db = TaskDatabase(entry, timeout_s=5.0, max_rows=10_000, max_chars=10**9)
-    try:
-        result = db.execute(entry["query"])
-    finally:
-        db.close()
-    if not result.ok:
-        raise ValueError(f"field 'query': the reference statement fails: {result.error}")
-    return [render_value(v) for row in result.rows for v in row]
 
 
 def _table(row: dict[str, Any]) -> dict[str, Any]:
@@ -148,7 +132,7 @@ def dbbench_entry(row: dict[str, Any], i: int, name: str) -> dict[str, Any]:
             raise ValueError(message) from None
         if kind == "select" and entry["query"]:
             try:
-                values = _result_values(entry)
+                values = reference_values(entry)
                 if not file_values_match(values, entry["label_values"]):
                     entry["changed"] = (
                         f"reference query dropped: its result {values} differs from the label {entry['label_values']}"

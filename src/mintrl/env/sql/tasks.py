@@ -204,9 +204,8 @@ def expected_table(entry: Mapping[str, Any]) -> list[tuple]:
         db.close()
 
 
-def select_label(entry: Mapping[str, Any]) -> str:
-    """The reference query's result as text: the values of each row in row order, comma-separated
-    (``"34"``, ``"Ann, Ben"``).
+def reference_values(entry: Mapping[str, Any]) -> list[str]:
+    """The reference query's result values (each row's values in row order), rendered.
 
     Raises:
         ValueError: the reference statement fails.
@@ -218,7 +217,17 @@ def select_label(entry: Mapping[str, Any]) -> str:
         db.close()
     if not result.ok:
         raise ValueError(f"field 'query': the reference statement fails: {result.error}")
-    return ", ".join(render_value(v) for row in result.rows for v in row)
+    return [render_value(v) for row in result.rows for v in row]
+
+
+def select_label(entry: Mapping[str, Any]) -> str:
+    """The reference query's result as text: the values of each row in row order, comma-separated
+    (``"34"``, ``"Ann, Ben"``; :func:`reference_values`).
+
+    Raises:
+        ValueError: the reference statement fails.
+    """
+    return ", ".join(reference_values(entry))
 
 
 def _value(rng: random.Random, column: str) -> Any:
