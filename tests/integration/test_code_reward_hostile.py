@@ -15,6 +15,7 @@ import os
 import time
 
 import pytest
+from shell_helpers import sandbox_processes
 
 from mintrl.data.base import PromptItem
 from mintrl.data.code import humaneval_path, normalise_row
@@ -229,19 +230,7 @@ TASK_HACKS = {
 }
 
 
-def sandbox_processes() -> list[int]:
-    """PIDs of live processes owned by this test's sandbox uids (there must be none after a run)."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/status") as f:
-                    uid = next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
-            except (OSError, StopIteration):
-                continue
-            if UID_BASE <= uid < UID_BASE + 8:
-                pids.append(int(entry))
-    return pids
+SANDBOX_UIDS = range(UID_BASE, UID_BASE + 8)  # this test's sandbox uids (there must be no process of one after a run)
 
 
 @pytest.fixture(scope="module")
@@ -271,7 +260,7 @@ def test_a_reward_hack_scores_zero(rewards, name):
     assert _score(whole, HACKS[name]) == 0.0, name
     assert _score(partial, HACKS[name]) == 0.0, name  # no case passes honestly; a timeout counts none
     time.sleep(0.1)
-    assert sandbox_processes() == [], f"{name}: a sandboxed process outlived its run"
+    assert sandbox_processes(SANDBOX_UIDS) == [], f"{name}: a sandboxed process outlived its run"
 
 
 @pytest.mark.parametrize("name", sorted(TASK_HACKS))
@@ -280,7 +269,7 @@ def test_a_reward_hack_on_the_tests_namespace_scores_zero(rewards, name):
     entry = TASKS[task][0]
     assert [_score(r, solution, entry) for r in rewards] == [0.0, 0.0], name
     time.sleep(0.1)
-    assert sandbox_processes() == [], f"{name}: a sandboxed process outlived its run"
+    assert sandbox_processes(SANDBOX_UIDS) == [], f"{name}: a sandboxed process outlived its run"
 
 
 def test_a_problem_without_tests_is_refused_not_scored(rewards):
