@@ -26,7 +26,7 @@ from mintrl.sampler import HFSampler, VLLMSampler
 from mintrl.sampler.hf import score_sequences
 
 LORA_BACKENDS = ["hf-lora", pytest.param("vllm-lora", marks=pytest.mark.vllm)]
-BACKENDS = ["hf", pytest.param("vllm", marks=pytest.mark.vllm), *LORA_BACKENDS]
+BACKENDS = ["hf", "hf-loop", pytest.param("vllm", marks=pytest.mark.vllm), *LORA_BACKENDS]
 GAP_REPORT: dict[str, float] = {}
 
 
@@ -46,8 +46,8 @@ def lora_policy(model):
 def make_sampler(kind: str, model, tokenizer):
     if kind.endswith("-lora"):
         model, kind = lora_policy(model), kind.removesuffix("-lora")
-    if kind == "hf":
-        return HFSampler(model, tokenizer)
+    if kind in ("hf", "hf-loop"):  # hf: Hugging Face generate; hf-loop: the lean decode loop; both fp32 (exact)
+        return HFSampler(model, tokenizer, engine="loop" if kind == "hf-loop" else "generate", dtype="fp32")
     # fp32 engine (the policy's dtype), eager: starts in seconds on CPU
     return VLLMSampler(model, tokenizer, max_model_len=1024, cpu_kv_cache_gib=1, enforce_eager=True)
 
@@ -180,9 +180,26 @@ def test_prompt_ids_are_used_as_given(sampler, tokenizer):
     assert _gap(sampler.model, [raw], gen, 1.0).max().item() < 2e-2
 
 
+def test_per_row_budgets_stop_each_row_at_its_own(sampler, tokenizer):
+    """Budgets 2, 9 and 5 in one call: no row passes its own; a row cut by its budget is unfinished;
+    its tokens are those of a call with that budget alone, where a near-greedy draw makes them equal."""
+    prompts = _prompts(tokenizer)
+    torch.manual_seed(4)
+    gen = sampler.generate(prompts, [2, 9, 5], temperature=0.02)
+    for ids, finished, budget in zip(gen.token_ids, gen.finished, [2, 9, 5]):
+        assert 0 < len(ids) <= budget
+        assert finished or len(ids) == budget
+    alone = sampler.generate([prompts[2]], 5, temperature=0.02)
+    assert gen.token_ids[2].tolist() == alone.token_ids[0].tolist()
+
+
 def test_bad_arguments_are_refused(sampler):
     with pytest.raises(ValueError, match="max_new_tokens"):
         sampler.generate([[1, 2]], 0)
+    with pytest.raises(ValueError, match="max_new_tokens of row 1 must be positive"):
+        sampler.generate([[1, 2], [3]], [4, 0])
+    with pytest.raises(ValueError, match="2 budgets for 1 prefixes"):
+        sampler.generate([[1, 2]], [4, 4])
     with pytest.raises(ValueError, match="row 1 is empty"):
         sampler.generate([[1, 2], []], 4)
     with pytest.raises(ValueError, match="temperature"):

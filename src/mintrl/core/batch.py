@@ -308,6 +308,10 @@ class RolloutBatch:
             tokens) where the judge found the first wrong step of a failed rollout
             (:attr:`Rollout.first_error`), -1 where none was marked; read by
             ``objective=first_error``.
+        sampler_exact: True when ``rollout_logprobs`` came from the fp32 policy module itself
+            (:attr:`mintrl.sampler.base.Sampler.exact_logprobs`), so an fp32 trainer reproduces
+            them up to float rounding; otherwise the trainer recomputes them before the update
+            (:mod:`mintrl.training.rollout_logprobs`).
 
     Raises:
         ValueError: neither ``provenance`` nor ``response_mask`` given.
@@ -332,6 +336,7 @@ class RolloutBatch:
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
     traces: list[RolloutTrace] | None = None
     first_error: torch.Tensor | None = None
+    sampler_exact: bool = True
     response_mask: InitVar[torch.Tensor | None] = None
     intervention_mask: InitVar[torch.Tensor | None] = None
     environment_mask: InitVar[torch.Tensor | None] = None
@@ -490,6 +495,7 @@ def concat_batches(batches: list[RolloutBatch]) -> RolloutBatch:
         temperature=batches[0].temperature,
         step=batches[0].step,
         traces=traces,
+        sampler_exact=all(b.sampler_exact for b in batches),
     )
 
 

@@ -33,9 +33,21 @@ def _checkpointing_active(body) -> bool:
     )
 
 
+def head_logits(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """``[M, V]`` float32 logits of ``[M, H]`` hidden states. An fp32 head runs in fp32 with
+    autocast off (under bf16-mixed the logits would otherwise be rounded to bf16: spacing 0.125
+    between 16 and 32, so summed log-probs would drift with length); a head stored in bf16 (a bf16
+    model) runs as it is, its output cast to fp32."""
+    weight = getattr(head, "weight", None)
+    if weight is not None and weight.dtype == torch.float32:
+        with torch.autocast(hidden.device.type, enabled=False):
+            return head(hidden.float())
+    return head(hidden).float()
+
+
 def _chunk_logprob_entropy(head, hidden, targets, temperature: float, with_entropy: bool = True):
     # hidden [M, H], targets [M] -> logprob [M], entropy [M] (entropy detached; zeros when not wanted)
-    logits = head(hidden).float()  # [M, V]: the only full-vocabulary block
+    logits = head_logits(head, hidden)  # [M, V] float32: the only full-vocabulary block
     if temperature != 1.0:
         logits = logits / temperature
     logz = torch.logsumexp(logits, dim=-1)  # [M]

@@ -6,7 +6,9 @@ in the same column), the per-layer keys and values are gathered to the ``N`` row
 index: the gradient of all ``G`` rollouts flows back into the one prompt pass), and the body runs
 on the responses only, continuing from that cache. With prompts of ``P`` tokens and responses of
 ``R``, the body's work drops from ``N (P + R)`` to ``U P + N R`` tokens; the result equals the
-plain forward up to float rounding.
+plain forward up to float rounding. The responses run in buckets of similar length
+(:func:`length_buckets`), so that a batch of mostly short responses with a few at the length limit
+is not padded to the limit throughout.
 
 Used by :func:`mintrl.model.logprobs.token_logprobs` (``module.share_prompts``). Not combinable with
 Hugging Face activation checkpointing, which drops the cache inside checkpointed layers: the
@@ -16,6 +18,8 @@ hidden states in tests, so there :func:`shared_prompt_hidden` returns None (plai
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 from transformers import DynamicCache
@@ -95,25 +99,72 @@ def shared_prompt_hidden(
         ids_u[u, p_max - len(k) :] = torch.tensor(k, dtype=input_ids.dtype, device=device)
         attn_u[u, p_max - len(k) :] = 1
     pos_u = position_ids_of(attn_u)  # [U, P]
-    # responses, right-padded to R columns, positions continuing from each prompt
-    r_len = total[rows_t] - plen[rows_t]  # [N'], >= 1 (every row here has a target)
-    r_max = int(r_len.max())
-    cols = plen[rows_t, None] + torch.arange(r_max, device=device)  # [N', R] source columns
-    valid = torch.arange(r_max, device=device) < r_len[:, None]
-    ids_r = torch.where(valid, input_ids[rows_t[:, None], cols.clamp(max=width - 1)], 0)
-    pos_r = cols - start[rows_t, None]  # [N', R] positions continue from the prompt's own
     cache = DynamicCache(config=getattr(body, "config", None))
     hidden_u = body(
         input_ids=ids_u, attention_mask=attn_u, position_ids=pos_u, use_cache=True, **{CACHE_ARG: cache}
-    ).last_hidden_state
-    cache.batch_select_indices(which)  # [U, ...] -> [N', ...] per layer, differentiable
-    attn_r = torch.cat([attn_u[which], valid.to(attention_mask.dtype)], dim=1)  # [N', P + R]
-    hidden_r = body(
-        input_ids=ids_r, attention_mask=attn_r, position_ids=pos_r, use_cache=True, **{CACHE_ARG: cache}
-    ).last_hidden_state
-    # back into the [N, L, H] layout: column p_i - 1 from the prompt pass, p_i .. from the responses
-    dst_rows = torch.cat([rows_t, rows_t[:, None].expand(-1, r_max)[valid]])
-    dst_cols = torch.cat([plen[rows_t] - 1, cols[valid]])
-    values = torch.cat([hidden_u[which, -1], hidden_r[valid]])
+    ).last_hidden_state  # [U, P, H]
     hidden = hidden_u.new_zeros(n, width, hidden_u.shape[-1])
-    return hidden.index_put((dst_rows, dst_cols), values)
+    # the column p_i - 1 (predicts the first response token) comes from the prompt pass
+    hidden = hidden.index_put((rows_t, plen[rows_t] - 1), hidden_u[which, -1])
+    r_len = total[rows_t] - plen[rows_t]  # [N'] response tokens, >= 1 (every row here has a target)
+    for bucket in length_buckets(r_len.tolist()):
+        b = torch.tensor(bucket, device=device)  # indices into rows
+        hidden = _responses_from_prompt_cache(
+            body, cache, which[b], attn_u, rows_t[b], plen, start, r_len[b], input_ids, hidden
+        )
+    return hidden
+
+
+# a body pass's fixed cost (per-op overhead of every layer), in response tokens of work: a bucket of
+# rows is split off only when the padding it saves outweighs this
+BUCKET_OVERHEAD_TOKENS = 16
+
+
+def length_buckets(lengths: list[int], overhead: int = BUCKET_OVERHEAD_TOKENS) -> list[list[int]]:
+    """Split rows into buckets of similar response length, minimising the padded tokens the body
+    processes: ``sum(rows x longest) + overhead`` per bucket (an exact dynamic programme over the
+    rows sorted by length).
+
+    Args:
+        lengths: response tokens of each row (``N'`` entries, each >= 1).
+        overhead: the cost of one more body pass, in tokens.
+
+    Returns:
+        lists of row indices (into ``lengths``), each sorted by length; together every row once.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    n = len(order)
+    best = [0.0] + [float("inf")] * n  # best[j]: cost of the j shortest rows
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        longest = lengths[order[j - 1]]
+        for i in range(j):  # rows i..j-1 in one bucket, padded to the j-th's length
+            cost = best[i] + (j - i) * longest + overhead
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    buckets, j = [], n
+    while j > 0:
+        buckets.append(order[cut[j] : j])
+        j = cut[j]
+    return buckets[::-1]
+
+
+def _responses_from_prompt_cache(body, cache, which, attn_u, rows, plen, start, r_len, input_ids, hidden):
+    # one bucket's responses (right-padded to its longest, R columns), positions continuing from each
+    # prompt, from a copy of the prompts' KV selected for its rows (differentiable); their hidden
+    # states written into ``hidden`` [N, L, H] at columns p_i .. e_i - 2
+    device, width = input_ids.device, input_ids.shape[1]
+    r_max = int(r_len.max())
+    cols = plen[rows, None] + torch.arange(r_max, device=device)  # [n, R] source columns
+    valid = torch.arange(r_max, device=device) < r_len[:, None]
+    ids_r = torch.where(valid, input_ids[rows[:, None], cols.clamp(max=width - 1)], 0)
+    pos_r = cols - start[rows, None]  # [n, R]
+    rows_cache = copy.copy(cache)
+    rows_cache.layers = [copy.copy(layer) for layer in cache.layers]
+    rows_cache.batch_select_indices(which)  # [U, ...] -> [n, ...] per layer (the prompts' cache untouched)
+    attn_r = torch.cat([attn_u[which], valid.to(attn_u.dtype)], dim=1)  # [n, P + R]
+    hidden_r = body(
+        input_ids=ids_r, attention_mask=attn_r, position_ids=pos_r, use_cache=True, **{CACHE_ARG: rows_cache}
+    ).last_hidden_state  # [n, R, H]
+    dst_rows = rows[:, None].expand(-1, r_max)[valid]
+    return hidden.index_put((dst_rows, cols[valid]), hidden_r[valid])

@@ -202,11 +202,10 @@ class RolloutEngine(ABC):
         return self.max_response_tokens - len(r.response_ids)
 
     def _sample(self, rollouts: list[Rollout], budgets: list[int], temperature: float | None = None) -> list:
-        """Continue each rollout by up to its own budget (tokens), in one ``generate`` call with the
-        largest budget: a row is cut to its budget afterwards (and is then unfinished unless its EOS
-        fell within it). One batched call decodes all rows together, which costs far less than one
-        call per distinct budget; the tokens past a row's budget are discarded. ``temperature``:
-        the sampling temperature (None: ``rollout.temperature``; a branch's own otherwise).
+        """Continue each rollout by up to its own budget (tokens), in one batched ``generate``
+        call with per-row budgets (a row that reaches its budget is unfinished unless its EOS fell
+        within it). ``temperature``: the sampling temperature (None: ``rollout.temperature``; a
+        branch's own otherwise).
 
         Returns:
             per rollout ``(ids [n], log-probs [n], finished)``: int64 and float32 tensors, ``n`` at
@@ -216,18 +215,12 @@ class RolloutEngine(ABC):
             return []
         gen = self.sampler.generate(
             [r.prompt_ids + r.response_ids for r in rollouts],
-            max(budgets),
+            budgets,
             self.temperature if temperature is None else temperature,
             self.top_p,
             cache_keys=[id(r) for r in rollouts],
         )
-        results = []
-        for j, budget in enumerate(budgets):
-            ids, lps, finished = gen.token_ids[j], gen.logprobs[j], gen.finished[j]
-            if len(ids) > budget:
-                ids, lps, finished = ids[:budget], lps[:budget], False
-            results.append((ids, lps, finished))
-        return results
+        return list(zip(gen.token_ids, gen.logprobs, gen.finished))
 
     def _intervene(self, fixes, length: int | None = None) -> None:
         """Write each fix's correction: ``fixes`` are ``(rollout, InterventionRequest)`` pairs; each

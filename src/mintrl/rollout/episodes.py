@@ -396,6 +396,7 @@ class EpisodeRollout(RolloutEngine):
         allocation_stats = self._branch(rollouts, items, allocate)
         gen_seconds = time.perf_counter() - start
         batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature, prompts=list(items))
+        batch.sampler_exact = self.sampler.exact_logprobs
         batch.stats = rollout_stats(rollouts, gen_seconds - tally.env_seconds, white_box=self.intervention.white_box)
         batch.stats.update(
             episode_stats(

@@ -87,12 +87,22 @@ class SemiOnPolicyRollout(RolloutEngine):
         self.mark_first_error = mark_first_error
 
     # ------------------------------------------------------------------ generation
-    def _review_round(self, rollouts: list[Rollout], items: list[PromptItem]) -> None:
-        """One chunk for every unfinished rollout that still has reviews, then judge + intervene."""
+    def _review_round(self, rollouts: list[Rollout], items: list[PromptItem], riders: list[Rollout] = ()) -> None:
+        """One chunk for every unfinished rollout that still has reviews, then judge + intervene.
+
+        ``riders`` (the control rollouts) are written a chunk further in the same ``generate`` call
+        and never reviewed: a decode step costs about the same for a few rows more (reading the
+        weights dominates on a CPU), so their tokens come nearly free instead of in a longer
+        finish."""
         active = [r for r in rollouts if not r.finished and self._remaining(r) > 0 and r.reviews < self.max_reviews]
         if not active:
             return
-        chunks = self._sample(active, [min(self.chunk_size, self._remaining(r)) for r in active])
+        riding = [r for r in riders if not r.finished and self._remaining(r) > 0]
+        chunks = self._sample(active + riding, [min(self.chunk_size, self._remaining(r)) for r in active + riding])
+        for r, (ids, lps, finished) in zip(riding, chunks[len(active) :]):
+            r.append(ids.tolist(), lps.tolist(), intervention=False)
+            r.finished = finished
+        chunks = chunks[: len(active)]
         requests, cuts = [], []
         for r, (ids, lps, finished) in zip(active, chunks):
             prefix_text = self.tokenizer.decode(r.response_ids)
@@ -257,7 +267,7 @@ class SemiOnPolicyRollout(RolloutEngine):
             disable=not self.progress,
         )
         while any(not r.finished and self._remaining(r) > 0 and r.reviews < self.max_reviews for r in semi):
-            self._review_round(semi, items)
+            self._review_round(semi, items, riders=[r for r in rollouts if r.is_control])
             bar.update(1)
         self._finish(rollouts)
         self._score_interventions(semi)
@@ -275,6 +285,7 @@ class SemiOnPolicyRollout(RolloutEngine):
         batch = collate_rollouts(
             rollouts + guided, len(items), self.pad_token_id, self.temperature, prompts=list(items)
         )
+        batch.sampler_exact = self.sampler.exact_logprobs
         batch.stats = rollout_stats(rollouts, gen_seconds, white_box=self.intervention.white_box)
         if self.guide is not None and guide:
             batch.stats.update(guide_stats(rollouts, guided))

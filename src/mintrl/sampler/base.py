@@ -1,7 +1,7 @@
 """The sampler contract shared by every backend.
 
 A sampler continues a batch of token-id prefixes (prompt + accepted response so far) by at most
-``max_new_tokens`` tokens and reports, per row, the sampled token ids, their log-probs under the
+``max_new_tokens`` tokens (one budget for every row, or one per row) and reports, per row, the sampled token ids, their log-probs under the
 sampling distribution ``log_softmax(logits / temperature)`` and whether an EOS id ended the row.
 
 Continuation is the primitive of chunked generation (MInTRL Algorithm 1): the rollout loop calls
@@ -30,7 +30,7 @@ class Generation:
     """Output of one ``Sampler.generate`` call, one entry per input row.
 
     Attributes:
-        token_ids: ``B`` int64 tensors of shape ``[n_i]``, ``n_i <= max_new_tokens``; the EOS token
+        token_ids: ``B`` int64 tensors of shape ``[n_i]``, ``n_i <=`` the row's budget; the EOS token
             that ended a row is included as its last element.
         logprobs: ``B`` float32 tensors of shape ``[n_i]``: ``log_softmax(logits / T)`` of each
             sampled token (nats).
@@ -78,19 +78,32 @@ def pad_id_of(tokenizer, eos_token_ids: Sequence[int]) -> int:
 
 def check_generate_args(
     prefixes: Sequence[Sequence[int]],
-    max_new_tokens: int,
+    max_new_tokens: int | Sequence[int],
     temperature: float,
     top_p: float,
     max_prefix_tokens: int | None = None,
-) -> None:
+) -> list[int]:
     """The argument checks every ``Sampler.generate`` makes.
 
+    Returns:
+        the per-row budgets (tokens): ``max_new_tokens`` for every row, or its entries.
+
     Raises:
-        ValueError: non-positive ``max_new_tokens`` (tokens) or ``temperature``, ``top_p`` outside
-            (0, 1], an empty prefix, or one of ``max_prefix_tokens`` or more (row named).
+        ValueError: a non-positive budget (row named) or ``temperature``, a budget list of another
+            length than ``prefixes``, ``top_p`` outside (0, 1], an empty prefix, or one of
+            ``max_prefix_tokens`` or more (row named).
     """
-    if max_new_tokens <= 0:
-        raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
+    if isinstance(max_new_tokens, int):
+        if max_new_tokens <= 0:
+            raise ValueError(f"max_new_tokens must be positive, got {max_new_tokens}")
+        budgets = [max_new_tokens] * len(prefixes)
+    else:
+        budgets = [int(b) for b in max_new_tokens]
+        if len(budgets) != len(prefixes):
+            raise ValueError(f"max_new_tokens has {len(budgets)} budgets for {len(prefixes)} prefixes")
+        for i, b in enumerate(budgets):
+            if b <= 0:
+                raise ValueError(f"max_new_tokens of row {i} must be positive, got {b}")
     if temperature <= 0 or not 0 < top_p <= 1:
         raise ValueError(f"need temperature > 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
     for i, p in enumerate(prefixes):
@@ -98,6 +111,7 @@ def check_generate_args(
             raise ValueError(f"prefix row {i} is empty")
         if max_prefix_tokens is not None and len(p) >= max_prefix_tokens:
             raise ValueError(f"prefix row {i} has {len(p)} tokens, sampler.max_model_len is {max_prefix_tokens}")
+    return budgets
 
 
 class Sampler(ABC):
@@ -114,18 +128,23 @@ class Sampler(ABC):
             limit of its own.
         runs_sharded: class-level; True when the backend can sample while the policy's weights are
             sharded by FSDP (it holds its own copy, as vLLM does), which ``trainer=fsdp`` requires.
+        exact_logprobs: True when the log-probs are computed by the policy module itself in fp32,
+            as an fp32 trainer computes them (up to float rounding); False for a bf16 copy or an
+            engine with its own kernels, whose log-probs the trainer recomputes
+            (:mod:`mintrl.training.rollout_logprobs`).
     """
 
     eos_token_ids: tuple[int, ...]
     pad_token_id: int
     max_prefix_tokens: int | None = None
     runs_sharded: bool = False
+    exact_logprobs: bool = True
 
     @torch.no_grad()
     def generate(
         self,
         prefixes: Sequence[Sequence[int]],
-        max_new_tokens: int,
+        max_new_tokens: int | Sequence[int],
         temperature: float = 1.0,
         top_p: float = 1.0,
         cache_keys: Sequence[int] | None = None,
@@ -135,7 +154,8 @@ class Sampler(ABC):
         Args:
             prefixes: ``B`` lists of token ids (prompt + accepted response), each non-empty and
                 shorter than :attr:`max_prefix_tokens`.
-            max_new_tokens: per-row budget (tokens), positive.
+            max_new_tokens: the budget (tokens, positive): one for every row, or one per row (a
+                row that reaches its own budget stops there, unfinished, while others go on).
             temperature: > 0; ``top_p`` in (0, 1].
             cache_keys: one id per row (the rollout's), naming the row for a backend that keeps
                 its KV between calls.
@@ -145,18 +165,18 @@ class Sampler(ABC):
 
         Raises:
             ValueError: an empty or too long prefix (row named), a non-positive budget or
-                temperature, ``top_p`` outside (0, 1], or ``cache_keys`` of another length.
+                temperature, a budget list of another length, ``top_p`` outside (0, 1], or ``cache_keys`` of another length.
         """
-        check_generate_args(prefixes, max_new_tokens, temperature, top_p, self.max_prefix_tokens)
+        budgets = check_generate_args(prefixes, max_new_tokens, temperature, top_p, self.max_prefix_tokens)
         if cache_keys is not None and len(cache_keys) != len(prefixes):
             raise ValueError(f"cache_keys has {len(cache_keys)} entries for {len(prefixes)} prefixes")
         if not prefixes:
             return Generation([], [], [])
-        return self._continue(prefixes, max_new_tokens, temperature, top_p, cache_keys)
+        return self._continue(prefixes, budgets, temperature, top_p, cache_keys)
 
     @abstractmethod
-    def _continue(self, prefixes, max_new_tokens: int, temperature: float, top_p: float, cache_keys) -> Generation:
-        """:meth:`generate` for checked arguments and at least one prefix."""
+    def _continue(self, prefixes, budgets: list[int], temperature: float, top_p: float, cache_keys) -> Generation:
+        """:meth:`generate` for checked arguments and at least one prefix; ``budgets``: per row (tokens)."""
 
     @abstractmethod
     def score(

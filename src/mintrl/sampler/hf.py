@@ -1,18 +1,24 @@
-"""CPU sampler on Hugging Face ``generate`` (``sampler=hf``)."""
+"""CPU sampler on the live policy (``sampler=hf``): Hugging Face ``generate`` or the lean decode
+loop of :mod:`mintrl.sampler.decode` (``sampler.engine``), in fp32 or on a bf16 copy (``sampler.dtype``)."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
-from mintrl.core.checks import check_int
+from mintrl.core.checks import check_choice, check_int
+from mintrl.core.precision import has_fast_bf16
 from mintrl.model.logprobs import token_logprobs
 from mintrl.model.shared_prompts import CACHE_ARG
 from mintrl.sampler.base import Generation, Sampler, eos_ids_of, pad_id_of
+from mintrl.sampler.bf16_copy import Bf16Copy
+from mintrl.sampler.decode import decode, left_pad, sampling_logprobs
 from mintrl.sampler.weights import is_sharded, weights_version
+
+ENGINES = ("generate", "loop")
+DTYPES = ("auto", "fp32", "bf16")
 
 
 class _SampledTokenLogprobs(LogitsProcessor):
@@ -35,22 +41,21 @@ class _SampledTokenLogprobs(LogitsProcessor):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.previous is not None:
             self.record(input_ids[:, -1])
-        logp = F.log_softmax(scores.float() / self.temperature, dim=-1)  # [B, V]
-        self.previous = logp
-        if self.top_p >= 1.0:
-            return logp
-        # nucleus: keep the smallest set of tokens whose probability reaches top_p
-        sorted_logp, order = logp.sort(dim=-1, descending=True)
-        drop_sorted = sorted_logp.exp().cumsum(-1) - sorted_logp.exp() >= self.top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        return logp.masked_fill(drop, float("-inf"))
+        # [B, V] recorded log-probs, and the top-p-masked ones generate samples from
+        self.previous, masked = sampling_logprobs(scores, self.temperature, self.top_p)
+        return masked
 
 
 class HFSampler(Sampler):
-    """Batched, left-padded sampling with Hugging Face ``generate`` on the live policy weights.
+    """Batched, left-padded sampling on the live policy weights, with Hugging Face ``generate``
+    (``engine="generate"``, the reference) or the lean decode loop of :mod:`mintrl.sampler.decode`
+    (``engine="loop"``: finished rows leave the batch and the KV cache; same distribution).
 
     The sampler holds a reference to the policy module itself (not a copy), so every call samples
-    from the current weights.
+    from the current weights; with ``dtype="bf16"`` it samples from a bfloat16 copy
+    (:class:`mintrl.sampler.bf16_copy.Bf16Copy`) refreshed whenever the weights changed. The
+    log-probs then carry bf16 rounding (:attr:`exact_logprobs` is False: the trainer recomputes
+    them); :meth:`score` runs the same module.
 
     **Continuation cache.** With ``cache_keys`` (the rollout loop passes one per rollout), the keys
     and values a call computed for each row are kept under its key, and a later call whose prefix
@@ -70,21 +75,40 @@ class HFSampler(Sampler):
         continuation_cache_mib: most KV kept between calls (MiB; 0 turns the cache off). A
             token's KV takes ``2 x layers x kv_heads x head_dim x bytes``: 45 KiB for SmolLM2-135M
             in fp32, so the default 1024 MiB holds ~23k tokens (a CPU batch many times over).
+        engine: ``"generate"`` (Hugging Face ``generate``) or ``"loop"`` (:func:`mintrl.sampler.decode.decode`).
+        dtype: ``"fp32"`` (the policy as it is), ``"bf16"`` (a bfloat16 copy of it), or ``"auto"``:
+            bf16 where the policy's device computes bf16 at speed
+            (:func:`mintrl.core.precision.has_fast_bf16`) and the policy is in fp32, else the
+            policy as it is; decided at the first call, on the device the policy is on then.
 
     Raises:
-        ValueError: non-positive ``max_batch_size``, negative ``continuation_cache_mib``.
+        ValueError: non-positive ``max_batch_size``, negative ``continuation_cache_mib``, an
+            unknown ``engine`` or ``dtype``.
 
     Log-probs are ``log_softmax(logits / temperature)`` of the sampled token over the full
     vocabulary: with ``top_p < 1`` the token was drawn from the renormalised nucleus, but the
     recorded value (like the trainer's) is of the temperature-scaled full distribution.
     """
 
-    def __init__(self, model: PreTrainedModel, tokenizer, max_batch_size: int = 64, continuation_cache_mib: int = 1024):
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer,
+        max_batch_size: int = 64,
+        continuation_cache_mib: int = 1024,
+        engine: str = "loop",
+        dtype: str = "auto",
+    ):
         check_int("sampler.max_batch_size", max_batch_size)
         check_int("sampler.continuation_cache_mib", continuation_cache_mib, 0)
+        check_choice("sampler.engine", engine, ENGINES)
+        check_choice("sampler.dtype", dtype, DTYPES)
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
+        self.engine = engine
+        self.dtype = dtype
+        self._bf16: Bf16Copy | None = None
         self.eos_token_ids = eos_ids_of(model, tokenizer)
         self.pad_token_id = pad_id_of(tokenizer, self.eos_token_ids)
         self.cache_bytes = int(continuation_cache_mib * 2**20)
@@ -95,10 +119,33 @@ class HFSampler(Sampler):
         self._kept_version = None
         self.reused_tokens = 0  # prefix tokens served from kept KV instead of re-encoded (perf/prefix_reused_tokens)
 
-    def _continue(self, prefixes, max_new_tokens: int, temperature: float, top_p: float, cache_keys) -> Generation:
+    def sampling_model(self) -> torch.nn.Module:
+        """The module that samples: the policy, or its bf16 copy refreshed to the current weights."""
+        return self.bf16.current() if self.bf16 is not None else self.model
+
+    @property
+    def bf16(self) -> Bf16Copy | None:
+        """The bf16 copy the sampler runs, or None when it samples from the policy itself
+        (``dtype`` ``"auto"`` is decided here, at the first use)."""
+        if self.dtype == "auto":
+            param = next(self.model.parameters())
+            fast = has_fast_bf16(param.device.type) and param.dtype == torch.float32
+            self.dtype = "bf16" if fast else "fp32"
+        if self.dtype == "bf16" and self._bf16 is None:
+            self._bf16 = Bf16Copy(self.model)
+        return self._bf16
+
+    @property
+    def exact_logprobs(self) -> bool:
+        """True when sampling from the policy module itself (see :class:`Sampler`)."""
+        return self.bf16 is None
+
+    def _continue(self, prefixes, budgets: list[int], temperature: float, top_p: float, cache_keys) -> Generation:
         """Continue each prefix (see :meth:`Sampler.generate`) in calls of at most
         ``max_batch_size`` rows; with ``cache_keys`` (and the cache on) each row's KV is kept for
-        the next call with its key.
+        the next call with its key. Per-row budgets: the loop drops a row from the batch at its
+        own budget (its KV is then not kept); ``generate`` runs every row to the largest budget
+        and cuts the others after.
 
         Raises:
             RuntimeError: the policy is FSDP-sharded (use ``sampler=vllm``).
@@ -113,11 +160,12 @@ class HFSampler(Sampler):
         if version != self._kept_version:  # KV computed with other weights must not be reused
             self.release()
             self._kept_version = version
+        model = self.sampling_model()
         out = Generation([], [], [])
         for start in range(0, len(prefixes), self.max_batch_size):
             sl = slice(start, start + self.max_batch_size)
             part = self._generate(
-                prefixes[sl], max_new_tokens, temperature, top_p, keys[sl] if keys is not None else None
+                model, prefixes[sl], budgets[sl], temperature, top_p, keys[sl] if keys is not None else None
             )
             out.token_ids += part.token_ids
             out.logprobs += part.logprobs
@@ -128,12 +176,15 @@ class HFSampler(Sampler):
         self, sequences: Sequence[Sequence[int]], prompt_lengths: Sequence[int], temperature: float = 1.0
     ) -> list[torch.Tensor]:
         """Log-probs of ``sequences[i][prompt_lengths[i]:]`` under the current weights (see
-        :func:`score_sequences`); used for intervention tokens, which the policy did not sample."""
+        :func:`score_sequences`), by the module that samples (the bf16 copy with ``dtype`` bf16,
+        whose values the trainer recomputes); used for intervention tokens, which the policy did
+        not sample."""
+        model = self.sampling_model()
         out = []
         for start in range(0, len(sequences), self.max_batch_size):
             sl = slice(start, start + self.max_batch_size)
             out += score_sequences(
-                self.model, sequences[sl], prompt_lengths[sl], temperature, pad_token_id=self.pad_token_id
+                model, sequences[sl], prompt_lengths[sl], temperature, pad_token_id=self.pad_token_id
             )
         return out
 
@@ -186,37 +237,73 @@ class HFSampler(Sampler):
         self.reused_tokens += sum(max(len(p) - fresh, 0) for p in prefixes)
         return cache
 
-    def _keep(self, keys, rows_tokens, finished, cache, width: int, lengths) -> None:
-        """Keep the KV of each unfinished row (its real tokens only: after its left padding) under
-        its key, within ``continuation_cache_mib``."""
-        layers = [(layer.keys, layer.values) for layer in cache.layers]
+    def _keep(self, keys, rows_tokens, finished, row_kv) -> None:
+        """Keep the KV of each unfinished row under its key, within ``continuation_cache_mib``.
+
+        Args:
+            row_kv: ``row_kv(i)`` gives row ``i``'s per-layer ``(K, V)`` views ``[kvh, n, d]`` of
+                its real tokens (after its left padding; its last sampled token has no KV yet),
+                or None when the row has no KV.
+        """
         for i, (k, tokens) in enumerate(zip(keys, rows_tokens)):
             old = self._kept.pop(k, None)
             if old is not None:
                 self._kept_bytes -= sum(a.nbytes + b.nbytes for a, b in old[1])
             if finished[i]:
                 continue  # ended with EOS: never continued
-            start = width - lengths[i]
-            n = min(len(tokens), layers[0][0].shape[2] - start)  # the last sampled token has no KV yet
-            size = sum((kk[i, :, :n].nbytes + vv[i, :, :n].nbytes) for kk, vv in layers)
+            kv = row_kv(i)
+            if kv is None:
+                continue
+            size = sum(kk.nbytes + vv.nbytes for kk, vv in kv)
             if self._kept_bytes + size > self.cache_bytes:
                 continue
-            self._kept[k] = (
-                tokens,
-                [(kk[i, :, start : start + n].clone(), vv[i, :, start : start + n].clone()) for kk, vv in layers],
-            )
+            self._kept[k] = (tokens, [(kk.clone(), vv.clone()) for kk, vv in kv])
             self._kept_bytes += size
 
-    def _generate(self, prefixes, max_new_tokens, temperature, top_p, keys=None) -> Generation:
-        if not prefixes:
-            return Generation([], [], [])
-        device = next(self.model.parameters()).device
-        width = max(len(p) for p in prefixes)
-        input_ids = torch.full((len(prefixes), width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(prefixes), width), dtype=torch.long)
-        for i, p in enumerate(prefixes):  # left padding
-            input_ids[i, width - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
-            attention_mask[i, width - len(p) :] = 1
+    def _generate(self, model, prefixes, budgets, temperature, top_p, keys=None) -> Generation:
+        """One batch of at most ``max_batch_size`` rows on ``model`` with the configured engine."""
+        device = next(model.parameters()).device
+        input_ids, attention_mask = left_pad(prefixes, self.pad_token_id)  # [B, W] each
+        cache = self._reusable(prefixes, keys) if keys is not None and self._kept else None
+        was_training = model.training
+        model.eval()
+        try:
+            run = self._run_loop if self.engine == "loop" else self._run_generate
+            out, row_kv = run(
+                model, input_ids.to(device), attention_mask.to(device), budgets, temperature, top_p, cache, keys
+            )
+        finally:
+            model.train(was_training)
+        if keys is not None and row_kv is not None:
+            tokens = [list(p) + t.tolist() for p, t in zip(prefixes, out.token_ids)]
+            self._keep(keys, tokens, out.finished, row_kv)
+        return out
+
+    def _run_loop(self, model, input_ids, attention_mask, budgets, temperature, top_p, cache, keys):
+        """:func:`mintrl.sampler.decode.decode`; returns the rows and their KV views (``_keep``'s ``row_kv``)."""
+        result = decode(
+            model, input_ids, attention_mask, budgets, self.eos_token_ids, temperature, top_p,
+            self.pad_token_id, cache,
+        )  # fmt: skip
+        tokens, logprobs, lengths = result.tokens.cpu(), result.logprobs.cpu(), result.lengths.tolist()
+        out = Generation([], [], [])
+        for i, n in enumerate(lengths):
+            out.append_row(tokens[i, :n], logprobs[i, :n], self.eos_token_ids)
+        slot = {int(r): j for j, r in enumerate(result.cache_rows.tolist())}  # input row -> cache row
+        layers = [(layer.keys, layer.values) for layer in result.cache.layers]
+        pads = result.cache_pad.tolist()
+
+        def row_kv(i):
+            if i not in slot:
+                return None
+            j = slot[i]
+            return [(kk[j, :, pads[j] :], vv[j, :, pads[j] :]) for kk, vv in layers]
+
+        return out, (row_kv if keys is not None else None)
+
+    def _run_generate(self, model, input_ids, attention_mask, budgets, temperature, top_p, cache, keys):
+        """Hugging Face ``generate``; returns the rows and their KV views (``_keep``'s ``row_kv``)."""
+        width = input_ids.shape[1]
         recorder = _SampledTokenLogprobs(temperature, top_p)
         # A fresh config: no model-shipped top_k / repetition penalty / min_length can alter the
         # distribution; the recorder is the only processor.
@@ -225,47 +312,39 @@ class HFSampler(Sampler):
             temperature=1.0,
             top_k=0,
             top_p=1.0,
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=max(budgets),
             eos_token_id=list(self.eos_token_ids),
             pad_token_id=self.pad_token_id,
             use_cache=True,
             return_dict_in_generate=keys is not None,  # the output's cache is kept per rollout
         )
-        extra = {}
-        if keys is not None and self._kept:
-            cache = self._reusable(prefixes, keys)
-            if cache is not None:
-                extra[CACHE_ARG] = cache
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            result = self.model.generate(
-                input_ids=input_ids.to(device),
-                attention_mask=attention_mask.to(device),
-                generation_config=config,
-                logits_processor=LogitsProcessorList([recorder]),
-                **extra,
-            )
-        finally:
-            self.model.train(was_training)
+        extra = {CACHE_ARG: cache} if cache is not None else {}
+        result = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            generation_config=config,
+            logits_processor=LogitsProcessorList([recorder]),
+            **extra,
+        )
         sequences = result.sequences if keys is not None else result
         new = sequences[:, width:].cpu()  # [B, n]
         if new.shape[1] > 0:
             recorder.record(new[:, -1].to(recorder.previous.device))
         logprobs = torch.stack(recorder.recorded, dim=1).float().cpu() if recorder.recorded else new.float()
         out = Generation([], [], [])
-        for i in range(new.shape[0]):
-            out.append_row(new[i], logprobs[i], self.eos_token_ids)
-        if keys is not None and getattr(result, CACHE_ARG, None) is not None:
-            self._keep(
-                keys,
-                [list(p) + t.tolist() for p, t in zip(prefixes, out.token_ids)],
-                out.finished,
-                getattr(result, CACHE_ARG),
-                width,
-                [len(p) for p in prefixes],
-            )
-        return out
+        for i in range(new.shape[0]):  # each row cut to its own budget
+            out.append_row(new[i, : budgets[i]], logprobs[i, : budgets[i]], self.eos_token_ids)
+        kept_cache = getattr(result, CACHE_ARG, None) if keys is not None else None
+        if kept_cache is None:
+            return out, None
+        layers = [(layer.keys, layer.values) for layer in kept_cache.layers]
+        starts = (attention_mask == 0).sum(-1).tolist()  # left padding of each row
+
+        def row_kv(i):
+            n = min(int(attention_mask[i].sum()) + len(out.token_ids[i]), layers[0][0].shape[2] - starts[i])
+            return [(kk[i, :, starts[i] : starts[i] + n], vv[i, :, starts[i] : starts[i] + n]) for kk, vv in layers]
+
+        return out, row_kv
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:

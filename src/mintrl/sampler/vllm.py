@@ -100,6 +100,7 @@ class VLLMSampler(Sampler):
     """
 
     runs_sharded = True  # its engine holds its own weights, refreshed from the (possibly FSDP-sharded) policy
+    exact_logprobs = False  # its own kernels (and usually bf16): the trainer recomputes the log-probs
 
     def __init__(
         self,
@@ -262,9 +263,10 @@ class VLLMSampler(Sampler):
         """Longest prefix the engine accepts, exclusive: ``max_model_len`` (tokens)."""
         return self.max_model_len
 
-    def _continue(self, prefixes, max_new_tokens: int, temperature: float, top_p: float, cache_keys) -> Generation:
-        """Continue each prefix with the current weights (see :meth:`Sampler.generate`); each row's
-        budget is cut to fit ``max_model_len``. ``cache_keys`` are unused: the engine's prefix cache
+    def _continue(self, prefixes, budgets: list[int], temperature: float, top_p: float, cache_keys) -> Generation:
+        """Continue each prefix with the current weights (see :meth:`Sampler.generate`), one
+        ``SamplingParams`` per request with the row's own budget (a round is not padded to its
+        largest), cut to fit ``max_model_len``. ``cache_keys`` are unused: the engine's prefix cache
         matches by content."""
         from vllm import SamplingParams
 
@@ -278,7 +280,7 @@ class VLLMSampler(Sampler):
                 top_k=0,
                 min_p=0.0,
                 seed=s,
-                max_tokens=min(max_new_tokens, self.max_model_len - len(p)),
+                max_tokens=min(budget, self.max_model_len - len(p)),
                 logprobs=0,
                 stop_token_ids=list(self.eos_token_ids),
                 ignore_eos=False,
@@ -287,7 +289,7 @@ class VLLMSampler(Sampler):
                 presence_penalty=0.0,
                 frequency_penalty=0.0,
             )
-            for p, s in zip(prefixes, seeds)
+            for p, s, budget in zip(prefixes, seeds, budgets)
         ]
         prompts = [{"prompt_token_ids": [int(t) for t in p]} for p in prefixes]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)

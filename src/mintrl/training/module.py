@@ -20,13 +20,15 @@ import torch
 from lightning.pytorch.utilities import grad_norm
 
 from mintrl.core.batch import RolloutBatch
-from mintrl.core.checks import check_int, check_range
+from mintrl.core.checks import check_choice, check_int, check_range
 from mintrl.metrics.pass_at_k import PassAtK
 from mintrl.model.dropout import disable_dropout
 from mintrl.model.logprobs import token_logprobs
 from mintrl.model.lora import is_lora
 from mintrl.objective.aggregation import StepTotals, step_totals
 from mintrl.sampler.weights import is_sharded, strip_wrapper_prefixes
+from mintrl.training.rollout_logprobs import MODES as RECOMPUTE_MODES
+from mintrl.training.rollout_logprobs import adopt_trainer_logprobs, needs_recompute
 from mintrl.training.step_logging import log_step
 
 log = logging.getLogger(__name__)
@@ -103,6 +105,10 @@ class PolicyModule(L.LightningModule):
             ``checkpoints/last-good.ckpt``. A rollout batch without a usable rollout (every reward
             missing or failed) is not trained on (``train/skipped_batches``); an update whose loss
             or gradient norm is not finite is not applied (``train/skipped_updates``); both count.
+        recompute_rollout_logprobs: ``"auto"`` (default): before a batch's first update, recompute
+            its rollout-time log-probs with the trainer's own forward when the sampler's are not the
+            trainer's numerics (a bf16 or vLLM sampler, or a bf16-mixed trainer), logging the
+            mismatch removed; ``"always"`` / ``"never"`` (:mod:`mintrl.training.rollout_logprobs`).
 
     Raises:
         ValueError: non-positive sizes, naming the ``module.*`` field; ``gradient_checkpointing``
@@ -125,6 +131,7 @@ class PolicyModule(L.LightningModule):
         max_bad_steps: int = 3,
         gradient_checkpointing: bool = False,
         share_prompts: bool = True,
+        recompute_rollout_logprobs: str = "auto",
     ):
         super().__init__()
         for name, value in (
@@ -136,6 +143,8 @@ class PolicyModule(L.LightningModule):
         ):
             check_int(f"module.{name}", value)
         check_range("module.max_grad_norm", max_grad_norm, 0, low_open=True, none_ok=True)
+        check_choice("module.recompute_rollout_logprobs", recompute_rollout_logprobs, RECOMPUTE_MODES)
+        self.recompute_rollout_logprobs = recompute_rollout_logprobs
         self.automatic_optimization = False
         disable_dropout(policy)  # the rollouts' log-probs came from a forward without dropout
         self.policy = policy.train()  # with dropout off, train mode only matters for Lightning's mode checks
@@ -189,6 +198,16 @@ class PolicyModule(L.LightningModule):
         ]
         return torch.cat(parts) if parts else torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
 
+    def recompute_logprobs(self, batch: RolloutBatch) -> dict[str, float]:
+        """Replace the batch's rollout-time log-probs by the policy's own in the trainer's
+        precision (one no-grad forward of the weights that generated the batch; see
+        :mod:`mintrl.training.rollout_logprobs`); returns the mismatch it removed
+        (``train/sampler_mismatch_abs``, ``train/sampler_mismatch_kl``, nats per policy token)."""
+        fresh = self.frozen_logprobs(
+            self.policy, batch.input_ids, batch.attention_mask, batch.scored_mask, batch.temperature
+        )  # [N, L]
+        return adopt_trainer_logprobs(batch, fresh)
+
     def _share(self, model) -> bool:
         # prompt sharing runs the body twice per micro-batch; FSDP's per-forward hooks are not built for that
         return self.share_prompts and not is_sharded(model)
@@ -203,7 +222,12 @@ class PolicyModule(L.LightningModule):
         return totals
 
     def accumulate(
-        self, mini: RolloutBatch, totals: StepTotals, world_size: int = 1, backward: Callable | None = None
+        self,
+        mini: RolloutBatch,
+        totals: StepTotals,
+        world_size: int = 1,
+        backward: Callable | None = None,
+        adopt_logprobs: bool = False,
     ) -> tuple[torch.Tensor, dict]:
         """Forward + backward of one update's mini-batch in micro-batches; gradients accumulate in
         the parameters' ``.grad``.
@@ -214,6 +238,11 @@ class PolicyModule(L.LightningModule):
             world_size: data-parallel ranks; each micro loss is multiplied by it because DDP/FSDP
                 average gradients over ranks.
             backward: ``loss -> None`` (default ``loss.backward``; Lightning passes ``manual_backward``).
+            adopt_logprobs: the weights are still those that generated the rollouts (the batch's
+                only update): each micro-batch's own forward gives the trainer's rollout-time
+                log-probs, which replace the sampler's before the objective runs
+                (:func:`mintrl.training.rollout_logprobs.adopt_trainer_logprobs`; the separate
+                no-grad pass of :meth:`recompute_logprobs` is saved), and the mismatch is logged.
 
         Returns:
             ``(loss, metrics)``: the update's loss on this rank (detached; the sum of the micro
@@ -228,6 +257,7 @@ class PolicyModule(L.LightningModule):
         sums: dict[str, float] = defaultdict(float)
         parts = 0
         entropy_sum, entropy_tokens, gap_sum = 0.0, 0, 0.0
+        mismatch: dict[str, float] = defaultdict(float)
         for s in range(0, len(mini), step):
             micro = mini.select(torch.arange(s, min(s + step, len(mini)), device=mini.input_ids.device))
             logprobs, entropy = token_logprobs(
@@ -239,6 +269,10 @@ class PolicyModule(L.LightningModule):
                 self.logprob_chunk_tokens,
                 self._share(self.policy),
             )  # [n, L] each
+            if adopt_logprobs:
+                tokens = int(micro.policy_mask.sum())
+                for k, v in adopt_trainer_logprobs(micro, logprobs.detach()).items():
+                    mismatch[k] += v * tokens
             out = self.objective(micro, logprobs, totals)
             backward(out.loss * world_size)
             total = total + out.loss.detach()
@@ -252,6 +286,7 @@ class PolicyModule(L.LightningModule):
         metrics = {k: v / max(parts, 1) for k, v in sums.items()}
         metrics["train/policy_entropy"] = entropy_sum / max(entropy_tokens, 1)
         metrics["train/sampler_logprob_gap"] = gap_sum / max(entropy_tokens, 1)
+        metrics.update({k: v / max(entropy_tokens, 1) for k, v in mismatch.items()})
         return total, metrics
 
     # ------------------------------------------------------------------ Lightning hooks
@@ -327,8 +362,15 @@ class PolicyModule(L.LightningModule):
         """``budget`` optimizer updates on ``batch`` (the body of :meth:`training_step`)."""
         optimizer = self.optimizers()
         scheduler = self.lr_schedulers()
-        batch.stats.update(self.objective.prepare(batch, self.frozen_logprobs))
         generator = torch.Generator().manual_seed(int(self.global_step)) if self.minibatches > 1 else None
+        plan = [rows for _ in range(self.epochs) for rows in minibatch_rows(len(batch), self.minibatches, generator)]
+        precision = self.trainer.precision if self._trainer is not None else "32-true"
+        recompute = needs_recompute(self.recompute_rollout_logprobs, batch.sampler_exact, precision)
+        # one update on the whole batch runs on the weights that generated it: its own forward is the recomputation
+        fused = recompute and budget == 1 and len(plan) == 1
+        if recompute and not fused:
+            batch.stats.update(self.recompute_logprobs(batch))
+        batch.stats.update(self.objective.prepare(batch, self.frozen_logprobs))
         sums: dict[str, float] = defaultdict(float)
         if self._all_ranks_sum(batch.loss_mask.sum()) == 0:  # every rollout failed: nothing to learn from
             self.skipped_batches += 1
@@ -342,11 +384,10 @@ class PolicyModule(L.LightningModule):
             return None
         first_gap = None
         applied = 0
-        plan = [rows for _ in range(self.epochs) for rows in minibatch_rows(len(batch), self.minibatches, generator)]
         for rows in plan[:budget]:
             mini = batch.select(rows.to(batch.input_ids.device))
             loss, metrics = self.accumulate(
-                mini, self.global_totals(mini), self.trainer.world_size, self.manual_backward
+                mini, self.global_totals(mini), self.trainer.world_size, self.manual_backward, adopt_logprobs=fused
             )
             gap = metrics.pop("train/sampler_logprob_gap")  # later updates measure policy drift, not the sampler
             first_gap = gap if first_gap is None else first_gap
