@@ -110,6 +110,8 @@ def test_rail_allocation_goes_live_and_its_state_survives_a_checkpoint(tmp_path)
         "rollout.chunk_size=8",
         "rollout.continuation_len=8",
         "rollout.progress=false",
+        "trainer.precision=32-true",  # the exact fp32 path: the draws this test was written against
+        "sampler.dtype=fp32",
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("train", overrides=overrides)

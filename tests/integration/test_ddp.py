@@ -36,6 +36,9 @@ COMMON = [
     "module.optimizer._target_=torch.optim.SGD",
     "module.optimizer.lr=0.5",
     "module.max_grad_norm=null",
+    # the exact fp32 path on both sides (the bf16 defaults would compare two roundings)
+    "trainer.precision=32-true",
+    "sampler.dtype=fp32",
 ]
 
 
@@ -55,7 +58,6 @@ def _ddp_run(tmp_path, *overrides: str) -> Path:
         "trainer=ddp",
         "trainer.accelerator=cpu",
         "trainer.devices=2",
-        "trainer.precision=32-true",
         f"paths.output_dir={tmp_path / 'run'}",
         f"hydra.run.dir={tmp_path / 'hydra'}",
         *COMMON,

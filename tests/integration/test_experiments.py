@@ -159,7 +159,7 @@ def items(tokenizer):
 
 def _on_policy_batch(embedded, tokenizer, items, n=2):
     engine = SemiOnPolicyRollout(
-        HFSampler(embedded.model, tokenizer),
+        HFSampler(embedded.model, tokenizer, dtype="fp32"),
         KeepJudge(),
         RuleIntervention(ModelContext(embedded)),
         ReasoningGymReward(),

@@ -295,7 +295,7 @@ def test_hf_continuation_cache_keeps_unfinished_rows_within_its_budget(tiny_mode
 
     tok = SimpleNamespace(pad_token_id=0, eos_token_id=2)
     prefixes = [[5, 6, 7], [8, 9], [10, 11, 12, 13]]
-    sampler = HFSampler(tiny_model, tok)
+    sampler = HFSampler(tiny_model, tok, engine="generate", dtype="fp32")  # generate: every row draws every step
     torch.manual_seed(0)
     probe = sampler.generate(prefixes, 3)
     sampler.eos_token_ids = (2, int(probe.token_ids[2][0]))  # the same draws again: row "c" now ends at its first token
@@ -316,12 +316,12 @@ def test_hf_continuation_cache_keeps_unfinished_rows_within_its_budget(tiny_mode
     assert "a" in kept and len(out.token_ids[0]) == 3
     sampler.generate([prefixes[0] + out.token_ids[0].tolist(), [5, 6, 7, 30]], 2, cache_keys=["a", "new"])
     assert sampler.reused_tokens == 5 + 3
-    small = HFSampler(tiny_model, tok)
+    small = HFSampler(tiny_model, tok, engine="generate", dtype="fp32")
     small.cache_bytes = 256 * 5  # room for row "a" (3 + 3 - 1 tokens) only
     torch.manual_seed(1)
     out = small.generate(prefixes[:2], 3, cache_keys=["a", "b"])
     assert out.finished == [False, False] and list(small._kept) == ["a"] and small._kept_bytes == 256 * 5
-    off = HFSampler(tiny_model, tok, continuation_cache_mib=0)
+    off = HFSampler(tiny_model, tok, continuation_cache_mib=0, dtype="fp32")
     off.generate(prefixes, 3, cache_keys=["a", "b", "c"])
     off.generate([p + [20] for p in prefixes], 3, cache_keys=["a", "b", "c"])
     assert off._kept == {} and off.reused_tokens == 0

@@ -18,7 +18,7 @@ def _prompts(tokenizer):
 
 
 def test_sampler_logprobs_and_chunked_continuation_match_one_forward_pass(embedded, tokenizer):
-    sampler = HFSampler(embedded.model, tokenizer)
+    sampler = HFSampler(embedded.model, tokenizer, dtype="fp32")
     prompts = _prompts(tokenizer)
     torch.manual_seed(3)
     first = sampler.generate(prompts, 6, temperature=0.8)

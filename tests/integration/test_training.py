@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_one_training_step_changes_weights_and_lowers_the_loss(embedded, fresh_policy, tokenizer):
     items = ReasoningGymPrompts(task_kwargs=ARITHMETIC, train_size=8, val_size=2).build("train", tokenizer)
     engine = SemiOnPolicyRollout(
-        HFSampler(fresh_policy, tokenizer),
+        HFSampler(fresh_policy, tokenizer, dtype="fp32"),  # the exact fp32 path: rollout log-probs = the trainer's
         RuleJudge(),
         RuleIntervention(ModelContext(embedded)),
         ReasoningGymReward(),
@@ -140,8 +140,9 @@ def test_main_job_writes_scalars_checkpoint_and_hf_folder(tiny_run, embedded):
     assert len(values["val/reward"]) == 2  # before training and at the end
     # one sample per validation prompt and 0/1 rewards: pass@1 is the mean reward
     assert [v for _, v in values["val/pass@1"]] == pytest.approx([v for _, v in values["val/reward"]])
+    # the best checkpoint holds the best validation, the one before training included
     assert summary["best_monitor"] == "val/pass@1" and summary["best_score"] == pytest.approx(
-        values["val/pass@1"][-1][1]
+        max(v for _, v in values["val/pass@1"])
     )
     assert Path(summary["best_checkpoint"]).is_file() and Path(summary["best_checkpoint"]).name == "best-step2.ckpt"
     assert (out / "checkpoints" / "last.ckpt").is_file()

@@ -403,7 +403,7 @@ def test_hf_sampler_log_probs_of_left_padded_prefixes_equal_scoring_alone(kind):
 
     model = TINY_MODELS[kind]()
     tokenizer = SimpleNamespace(pad_token_id=PAD, eos_token_id=2)
-    sampler = HFSampler(model, tokenizer, continuation_cache_mib=0)
+    sampler = HFSampler(model, tokenizer, continuation_cache_mib=0, dtype="fp32")
     prefixes = [p for p, _ in ROWS]
     torch.manual_seed(1)
     gen = sampler.generate(prefixes, 6)
@@ -412,7 +412,7 @@ def test_hf_sampler_log_probs_of_left_padded_prefixes_equal_scoring_alone(kind):
         assert torch.allclose(lps, alone, atol=1e-4), (kind, p, float((lps - alone).abs().sum()))
 
     # continuing from kept KV (the rollout loop's chunks): the reused cache is left-padded too
-    sampler = HFSampler(model, tokenizer, continuation_cache_mib=64)
+    sampler = HFSampler(model, tokenizer, continuation_cache_mib=64, dtype="fp32")
     first = sampler.generate(prefixes, 3, cache_keys=[0, 1, 2])
     nexts = [p + t.tolist() for p, t, f in zip(prefixes, first.token_ids, first.finished) if not f]
     keys = [k for k, f in enumerate(first.finished) if not f]

@@ -19,8 +19,8 @@ class _Recorder(Sampler):
     def __init__(self, max_prefix_tokens=None):
         self.max_prefix_tokens, self.calls = max_prefix_tokens, []
 
-    def _continue(self, prefixes, max_new_tokens, temperature, top_p, cache_keys):
-        self.calls.append((list(prefixes), max_new_tokens, temperature, top_p, cache_keys))
+    def _continue(self, prefixes, budgets, temperature, top_p, cache_keys):
+        self.calls.append((list(prefixes), budgets, temperature, top_p, cache_keys))
         out = Generation([], [], [])
         for _ in prefixes:
             out.append_row(torch.tensor([2]), torch.tensor([-0.5]), self.eos_token_ids)
@@ -33,7 +33,9 @@ class _Recorder(Sampler):
 def test_generate_checks_then_hands_the_call_to_the_backend():
     sampler = _Recorder()
     gen = sampler.generate([[1, 3], [4]], 5, 0.7, 0.9, cache_keys=[10, 11])
-    assert sampler.calls == [([[1, 3], [4]], 5, 0.7, 0.9, [10, 11])]
+    assert sampler.calls == [([[1, 3], [4]], [5, 5], 0.7, 0.9, [10, 11])]  # one budget per row
+    sampler.generate([[1, 3], [4]], [2, 7])
+    assert sampler.calls[-1][1] == [2, 7]
     assert [t.tolist() for t in gen.token_ids] == [[2], [2]] and gen.finished == [True, True]
 
 

@@ -249,7 +249,8 @@ class PolicyModule(L.LightningModule):
             contributions) and objective metrics averaged over micro-batches, plus the policy
             entropy on policy-authored tokens and ``train/sampler_logprob_gap``, the mean
             ``|trainer - rollout|`` log-prob of policy-sampled tokens (nats; at the first update of
-            a batch, the sampler-vs-trainer mismatch: ~1e-5 for an fp32 engine, ~0.05 for bf16).
+            a batch ~1e-5 for the exact fp32 sampler, 0 where the rollout log-probs were
+            recomputed), with ``adopt_logprobs`` also ``train/sampler_mismatch_abs`` and ``_kl``.
         """
         backward = backward or (lambda loss: loss.backward())
         step = self.micro_batch_rows or len(mini)

@@ -34,7 +34,7 @@ def test_loop_equals_generate_near_greedy_on_the_embedded_model(embedded, tokeni
     prompts = _prompts(tokenizer)
     out = {}
     for engine in ("generate", "loop"):
-        sampler = HFSampler(embedded.model, tokenizer, engine=engine)
+        sampler = HFSampler(embedded.model, tokenizer, engine=engine, dtype="fp32")
         torch.manual_seed(0)
         out[engine] = sampler.generate(prompts, 32, temperature=1e-3)
     assert [t.tolist() for t in out["loop"].token_ids] == [t.tolist() for t in out["generate"].token_ids]
@@ -43,7 +43,7 @@ def test_loop_equals_generate_near_greedy_on_the_embedded_model(embedded, tokeni
     print(f"near-greedy lengths {lengths}, finished {out['loop'].finished}")
     assert len(set(lengths)) >= 3 and any(out["loop"].finished) and not all(out["loop"].finished)
 
-    chunked = HFSampler(embedded.model, tokenizer, engine="loop")
+    chunked = HFSampler(embedded.model, tokenizer, engine="loop", dtype="fp32")
     first = chunked.generate(prompts, 16, temperature=1e-3, cache_keys=range(len(prompts)))
     rest = [i for i, done in enumerate(first.finished) if not done]
     second = chunked.generate(
