@@ -3,9 +3,10 @@ peak resident memory of the whole process, generation and update time per step.
 
 Each variant is a fresh ``mintrl-train`` process of ``--steps`` main-job steps (same seed, no
 validation at start, no final validation), alternating (full, LoRA, full, LoRA, ... for
-``--repeats``); peak memory is the process's maximum resident set (``/usr/bin/time -f %M``); times
-are the median over steps after the first of the logged ``perf/gen_seconds`` and
-``perf/update_seconds``.
+``--repeats``); peak memory is the process's maximum resident set (``/usr/bin/time -f %M``); speeds
+are medians over the steps after the first, per token because the two runs' responses differ in
+length: generation ``perf/gen_tokens_per_s``, update ``perf/update_seconds`` per response token
+(``rollout/response_len`` x the step's 32 rows).
 
     .venv/bin/python benchmarks/lora_vs_full.py [--steps 4 --repeats 1]
 """
@@ -24,6 +25,7 @@ from _common import median
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 BIN = Path(sys.executable).parent
+ROWS = 32  # rollouts per main-job step: 8 prompts x (2 control + 2 semi-on-policy)
 
 
 def scalars(folder: str) -> dict[str, list[float]]:
@@ -51,10 +53,11 @@ def run(lora: bool, steps: int, folder: str) -> dict[str, float]:
     )
     peak_kib = int(result.stderr.strip().splitlines()[-1])
     logged = scalars(folder)
+    rows = [length * ROWS for length in logged["rollout/response_len"]]  # response tokens per step
     return {
         "peak_gib": peak_kib / 2**20,
-        "gen_s": median(logged["perf/gen_seconds"][1:]),
-        "update_s": median(logged["perf/update_seconds"][1:]),
+        "gen_tok_s": median(logged["perf/gen_tokens_per_s"][1:]),
+        "update_ms_per_token": median([1e3 * u / t for u, t in zip(logged["perf/update_seconds"][1:], rows[1:])]),
     }
 
 
@@ -76,8 +79,8 @@ def main() -> None:
     print("|---|---:|---:|---:|")
     for key, label in (
         ("peak_gib", "peak resident memory (GiB)"),
-        ("gen_s", "generation per step (s)"),
-        ("update_s", "update per step (s)"),
+        ("gen_tok_s", "generation (tokens/s)"),
+        ("update_ms_per_token", "update (ms per response token)"),
     ):
         lo, fu = summary["lora"][key], summary["full"][key]
         print(f"| {label} | {lo / fu:.2f} | {lo:.2f} | {fu:.2f} |")

@@ -58,23 +58,30 @@ def fresh_policy(embedded):
     return copy.deepcopy(embedded.model)
 
 
-@pytest.fixture()
-def tiny_model():
-    """A 2-layer random Llama with a 128-token vocabulary, for fast tensor-code tests."""
+def tiny_llama(vocab: int = 128, positions: int = 128, **config) -> LlamaForCausalLM:
+    """A 2-layer random Llama (hidden 32, 4 heads, 2 KV heads; EOS 2, pad 0, BOS 1) drawn at seed 0,
+    in eval mode; ``config``: other ``LlamaConfig`` fields (e.g. ``initializer_range``)."""
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=128,
+        vocab_size=vocab,
         hidden_size=32,
         intermediate_size=64,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=128,
+        max_position_embeddings=positions,
         eos_token_id=2,
         pad_token_id=0,
         bos_token_id=1,
+        **config,
     )
     return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture()
+def tiny_model():
+    """A 2-layer random Llama with a 128-token vocabulary, for fast tensor-code tests."""
+    return tiny_llama()
 
 
 @pytest.fixture(scope="module")

@@ -11,9 +11,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import tiny_llama
 from omegaconf import OmegaConf
 from scipy.stats import chi2_contingency, chisquare
-from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel, LlamaForCausalLM
 
 from mintrl.core.precision import cpu_has_fast_bf16
 from mintrl.model.lora import LoraSettings, apply_lora
@@ -29,21 +30,7 @@ CONFIG = Path(__file__).resolve().parents[2] / "configs" / "sampler" / "hf.yaml"
 def _llama(vocab: int = 24, init: float = 0.2) -> LlamaForCausalLM:
     """A 2-layer random Llama whose next-token distribution depends on the context (weights drawn
     with std ``init``: entropy ~2.5 nats of log(24) = 3.2, top token 0.2-0.4)."""
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=vocab,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        eos_token_id=2,
-        pad_token_id=0,
-        bos_token_id=1,
-        initializer_range=init,
-    )
-    return LlamaForCausalLM(config).eval()
+    return tiny_llama(vocab, 64, initializer_range=init)
 
 
 def _gpt2() -> GPT2LMHeadModel:

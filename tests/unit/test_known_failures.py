@@ -335,22 +335,9 @@ def test_train_entropy_counts_the_three_real_tokens_only():
 
 def _tiny_llama() -> torch.nn.Module:
     """A 2-layer random Llama (rotary positions), 64-token vocabulary."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from conftest import tiny_llama
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    return LlamaForCausalLM(config).eval()
+    return tiny_llama(64, 64)
 
 
 TINY_MODELS = {"gpt2-absolute": _tiny_gpt2, "llama-rotary": _tiny_llama}
