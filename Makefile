@@ -107,7 +107,8 @@ test-vllm: $(VLLM_STAMP)
 # The offline GPU check's luggage (benchmarks/gpu_check.sh): wheels of the main job's dependencies
 # beyond torch/transformers/lightning/peft/torchmetrics/tensorboard (benchmarks/gpu_wheels.py picks
 # them), compiled ones for GPU_PYTHON (the GPU machine's python, major.minor) on x86_64 Linux,
-# pure-Python ones built here where only an sdist exists, and the embedded model's tokenizer
+# the source archive where no such wheel exists (pip builds it there: pycosat has no cp312 wheel),
+# and the embedded model's tokenizer
 GPU_PYTHON ?= $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 GPU_WHEELS := .gpu-wheels
 gpu-wheels: $(STAMP)
@@ -116,7 +117,7 @@ gpu-wheels: $(STAMP)
 	while read -r req; do \
 	  $(BIN)/pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) \
 	    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-	    -d $(GPU_WHEELS) "$$req" || $(BIN)/pip wheel -q --no-deps -w $(GPU_WHEELS) "$$req" || exit 1; \
+	    -d $(GPU_WHEELS) "$$req" || $(BIN)/pip download -q --no-deps --no-binary :all: -d $(GPU_WHEELS) "$$req" || exit 1; \
 	done < $(GPU_WHEELS)/requirements.txt
 	$(BIN)/python -c "import shutil; from mintrl.model.loading import embedded_smollm2_folder as f; \
 	  [shutil.copy(f() / n, '$(GPU_WHEELS)/tokenizer') for n in ('tokenizer.json', 'tokenizer_config.json', 'chat_template.jinja')]"
