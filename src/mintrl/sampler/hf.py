@@ -71,7 +71,7 @@ class HFSampler(Sampler):
     Args:
         model: the causal LM to sample from.
         tokenizer: its tokenizer (for the pad id).
-        max_batch_size: rows per ``generate`` call (memory bound); larger batches are split.
+        max_batch_size: rows per forward batch (memory bound); larger calls are split.
         continuation_cache_mib: most KV kept between calls (MiB; 0 turns the cache off). A
             token's KV takes ``2 x layers x kv_heads x head_dim x bytes``: 45 KiB for SmolLM2-135M
             in fp32, so the default 1024 MiB holds ~23k tokens (a CPU batch many times over).
@@ -94,7 +94,7 @@ class HFSampler(Sampler):
         self,
         model: PreTrainedModel,
         tokenizer,
-        max_batch_size: int = 64,
+        max_batch_size: int = 128,
         continuation_cache_mib: int = 1024,
         engine: str = "loop",
         dtype: str = "auto",
