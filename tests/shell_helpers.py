@@ -1,5 +1,6 @@
-"""Shared by the env=shell tests: a small environment with test uids, hand-made tasks, and a scan of
-/proc for processes left behind by a sandbox uid."""
+"""Shared by the env=shell and sandbox tests: a small environment with test uids, hand-made tasks, a
+scan of /proc for processes left behind by a sandbox uid, and a program that tries to open a new
+user namespace through every syscall convention."""
 
 from __future__ import annotations
 
@@ -71,3 +72,19 @@ def sandbox_processes(uids=TEST_UIDS) -> list[int]:
             if uid in uids:
                 pids.append(int(entry))
     return pids
+
+
+# a new user namespace through each syscall ABI: the x86_64 libc call, x32 and i386 (int 0x80, as
+# machine code); prints "<call> <result> <whether this process's user namespace changed>"
+USERNS_ATTEMPTS = r"""
+import ctypes, mmap, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+before = os.readlink("/proc/self/ns/user")
+print("unshare", libc.unshare(0x10000000), os.readlink("/proc/self/ns/user") != before)
+if platform.machine() == "x86_64":
+    print("x32", libc.syscall(0x40000000 | 272, 0x10000000), os.readlink("/proc/self/ns/user") != before)
+    code = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    code.write(bytes.fromhex("b836010000" "bb00000010" "cd80" "c3"))  # eax=310 (unshare), ebx=flags, int 0x80
+    call = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(code)))
+    print("int80", call(), os.readlink("/proc/self/ns/user") != before)
+"""

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SANDBOX_REPORT
+from shell_helpers import USERNS_ATTEMPTS
 
 from mintrl.data.code import CodePrompts
 from mintrl.reward.sandbox import Outcome, Program, Sandbox
@@ -317,20 +318,6 @@ def test_a_package_installed_under_tmp_still_works(tmp_path):
 # ---------------------------------------------------------------- python calls (python_tool's mode)
 
 REPO = Path(__file__).resolve().parents[2]
-# a new user namespace through each syscall ABI: the x86_64 libc call, x32 and i386 (int 0x80, as
-# machine code); prints "<call> <result> <whether this process's user namespace changed>"
-USERNS_ATTEMPTS = r"""
-import ctypes, mmap, os, platform
-libc = ctypes.CDLL(None, use_errno=True)
-before = os.readlink("/proc/self/ns/user")
-print("unshare", libc.unshare(0x10000000), os.readlink("/proc/self/ns/user") != before)
-if platform.machine() == "x86_64":
-    print("x32", libc.syscall(0x40000000 | 272, 0x10000000), os.readlink("/proc/self/ns/user") != before)
-    code = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
-    code.write(bytes.fromhex("b836010000" "bb00000010" "cd80" "c3"))  # eax=310 (unshare), ebx=flags, int 0x80
-    call = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(code)))
-    print("int80", call(), os.readlink("/proc/self/ns/user") != before)
-"""
 # six children that each hold 120 MiB, started one after another and all held until the parent says
 # go: under a 300 MiB cap over the sandbox two of them end normally, the OOM killer ends the others
 HOLD_SIX = """

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from shell_helpers import UID_BASE, bash, item, make, sandbox_processes, task
+from shell_helpers import UID_BASE, USERNS_ATTEMPTS, bash, item, make, sandbox_processes, task
 
 from mintrl.env.shell.session import ShellLimits, ShellSession
 
@@ -29,20 +29,6 @@ EVERY_ISOLATION = {
     "no_user_namespaces": True,
     "oom_kills": 0,
 }
-# a new user namespace through each syscall ABI: the x86_64 libc call, x32 and i386 (int 0x80, as
-# machine code); prints "<call> <result> <whether this process's user namespace changed>"
-USERNS_ATTEMPTS = r"""
-import ctypes, mmap, os, platform
-libc = ctypes.CDLL(None, use_errno=True)
-before = os.readlink("/proc/self/ns/user")
-print("unshare", libc.unshare(0x10000000), os.readlink("/proc/self/ns/user") != before)
-if platform.machine() == "x86_64":
-    print("x32", libc.syscall(0x40000000 | 272, 0x10000000), os.readlink("/proc/self/ns/user") != before)
-    code = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
-    code.write(bytes.fromhex("b836010000" "bb00000010" "cd80" "c3"))  # eax=310 (unshare), ebx=flags, int 0x80
-    call = ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(code)))
-    print("int80", call(), os.readlink("/proc/self/ns/user") != before)
-"""
 # processes that each hold 120 MiB, started one after another, all held until /tmp/go exists: under a
 # 300 MiB cap over the sandbox two of them live to print "done", the OOM killer ends the others
 HOLDER = r"""
