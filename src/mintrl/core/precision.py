@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import torch
+
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of native bf16 arithmetic
 
 
@@ -33,8 +35,6 @@ def has_fast_bf16(device_type: str) -> bool:
     if device_type == "cpu":
         return cpu_has_fast_bf16()
     if device_type == "cuda":
-        import torch
-
         return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     return False
 

@@ -41,24 +41,29 @@ class Bf16Copy:
 
     def _current(self) -> torch.nn.Module:
         version = weights_version(self.policy)
-        if self.module is None:
-            self.module = self._build()
-        elif version == self._version:
+        if self.module is not None and version == self._version:
             return self.module
+        weights = hf_state_dict(self.policy)  # merged once per refresh (LoRA)
+        if self.module is None:
+            self.module = self._build(set(weights))
         state = self.module.state_dict()
-        for name, tensor in hf_state_dict(self.policy).items():
+        for name, tensor in weights.items():
             if name in state:
                 state[name].copy_(tensor)  # cast to bf16 in the copy
         self._version = version
         self.refreshes += 1
         return self.module
 
-    def _build(self) -> torch.nn.Module:
+    def _build(self, names: set[str]) -> torch.nn.Module:
+        """The bf16 model of the policy's (base) config; ``names``: the policy's Hugging Face weight names.
+
+        Raises:
+            ValueError: the model has weights the policy does not name (other than a tied head).
+        """
         base = self.policy.get_base_model() if is_lora(self.policy) else self.policy
         device = next(self.policy.parameters()).device
         module = AutoModelForCausalLM.from_config(base.config, dtype=torch.bfloat16).to(device).eval()
-        names = set(module.state_dict())
-        missing = names - set(hf_state_dict(self.policy))
+        missing = set(module.state_dict()) - names
         if missing - {"lm_head.weight"}:  # a tied head is the embedding's tensor
             raise ValueError(f"the bf16 sampling copy finds no policy weight for {sorted(missing)[:5]}")
         # requires_grad stays True: on CPU, bf16 linear layers whose weight does not require grad take
