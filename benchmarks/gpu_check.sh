@@ -7,7 +7,8 @@
 #      Qwen3-1.7B's from their configs (no weights are downloaded);
 #   3. runs trainer=gpu bf16 main-job steps with the HF sampler, full weights and LoRA, and one FSDP
 #      update of a LoRA policy (+ its merged export), printing per part the step time split into
-#      generation and update, peak GPU memory, generated tokens/s and the update's MFU.
+#      generation and update, peak GPU memory, generated tokens/s and the update's MFU (from the FLOPs
+#      the update does, gpu_check.py's update_flops); each part on its own (one failing leaves the rest).
 # Under 8 minutes in all (each part is bounded; the whole python part by `timeout 420`).
 #   bash benchmarks/gpu_check.sh                      # PYTHON=/path/to/python to pick the interpreter
 #   bash benchmarks/gpu_check.sh --archs smollm2_135m --parts lora   # any gpu_check.py arguments
@@ -31,6 +32,10 @@ print("torch", torch.__version__, "| transformers", transformers.__version__, "|
 PY
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" MINTRL_CONFIG_DIR="$PWD/configs" TOKENIZERS_PARALLELISM=false
 export MINTRL_CACHE="${MINTRL_CACHE:-$(mktemp -d)}"
+# exit status: 0 all parts ran, 1 some part failed (the others' results are still in the JSON),
+# 2 a package below the pyproject.toml floor or no GPU (nothing run), 124 the timeout
+rc=0
 timeout 420 "$PY" benchmarks/gpu_check.py --device cuda --steps 3 --tokenizer "$WHEELS/tokenizer" \
-  --json "${OUT:-/tmp}/gpu_check.json" "$@"
-echo "== done in $(( $(date +%s) - start )) s"
+  --json "${OUT:-/tmp}/gpu_check.json" "$@" || rc=$?
+echo "== done in $(( $(date +%s) - start )) s (exit $rc)"
+exit $rc

@@ -1,7 +1,8 @@
-"""A callback for tests/test_ddp.py: each rank saves the rollout batch it trained on and a few
-weight tensors after training (importable by the DDP child processes through PYTHONPATH); with
-``trainable=True`` it also saves every trainable parameter at the start and the end of training
-(a LoRA policy's adapter, after DDP's initial broadcast from rank 0)."""
+"""A callback for tests/integration/test_ddp.py and test_fsdp.py: each rank saves the rollout batch
+it trained on and a few weight tensors after training, gathered in full under FSDP (importable by the
+child processes through PYTHONPATH); with ``trainable=True`` it also saves every trainable parameter
+at the start and the end of training (a LoRA policy's adapter, after DDP's initial broadcast from
+rank 0); with ``gathered=True`` every weight as gathered at the start of training."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 
 import lightning.pytorch as L
 import torch
+
+from mintrl.sampler.weights import full_state_dict
 
 KEYS = (
     "model.layers.0.self_attn.q_proj.weight",
@@ -24,13 +27,17 @@ def trainable_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 class Recorder(L.Callback):
-    def __init__(self, out: str, keys: list[str] | None = None, trainable: bool = False):
+    def __init__(self, out: str, keys: list[str] | None = None, trainable: bool = False, gathered: bool = False):
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.keys = tuple(keys) if keys is not None else KEYS
         self.trainable = trainable
+        self.gathered = gathered
 
     def on_train_start(self, trainer, module):
+        if self.gathered:  # a collective under FSDP: every rank gathers
+            state = {k: v.clone() for k, v in full_state_dict(module.policy)}
+            torch.save(state, self.out / f"gathered_rank{trainer.global_rank}.pt")
         if self.trainable:
             torch.save(trainable_state(module.policy), self.out / f"start_rank{trainer.global_rank}.pt")
 
@@ -38,7 +45,7 @@ class Recorder(L.Callback):
         torch.save(batch, self.out / f"batch_rank{trainer.global_rank}_step{trainer.global_step}.pt")
 
     def on_train_end(self, trainer, module):
-        state = module.policy.state_dict()
+        state = dict(full_state_dict(module.policy))  # a collective under FSDP
         final = {"weights": {k: state[k].detach().clone() for k in self.keys}, "world_size": trainer.world_size}
         if self.trainable:
             final["trainable"] = trainable_state(module.policy)

@@ -101,9 +101,9 @@ def test_top_p_below_one_is_refused_for_training_only():
     check_config(_compose("rollout.top_p=0.9", "train=false"))  # evaluation only: log-probs are not trained on
 
 
-def test_fsdp_with_the_hf_sampler_is_refused():
-    with pytest.raises(ValueError, match="trainer=fsdp needs sampler=vllm"):
-        check_config(_compose("trainer=fsdp"))
+def test_fsdp_runs_with_both_samplers():
+    # sampler=hf samples a sharded policy from its gathered copy (tests/integration/test_fsdp.py)
+    check_config(_compose("trainer=fsdp"))
     check_config(_compose("trainer=fsdp", "sampler=vllm"))
     check_config(_compose("trainer=ddp", "sampler=hf"))
 

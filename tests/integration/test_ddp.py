@@ -5,13 +5,11 @@ and the exported policy."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from distributed_helpers import COMMON, CONFIG_DIR, distributed_run
 from hydra import compose, initialize_config_dir
 
 from mintrl.analysis.rollouts import read_records
@@ -20,54 +18,9 @@ from mintrl.core.batch import concat_batches
 from mintrl.objective.aggregation import step_totals
 from mintrl.rollout.records import record_path
 
-TESTS = Path(__file__).resolve().parents[1]  # tests/: its helper modules (ddp_recorder, resume_helpers)
-CONFIG_DIR = str(TESTS.parent / "configs")
-COMMON = [
-    "trainer.max_steps=1",
-    "validate_at_start=false",
-    "data.prompts_per_step=2",
-    "data.prompts.val_size=4",
-    "rollout.max_response_tokens=16",
-    "rollout.chunk_size=8",
-    "rollout.continuation_len=8",
-    # SGD: the update is lr x the (clipped) gradient, so equal weights mean equal gradients (Adam's
-    # first step is ~lr x sign(gradient) and would hide a wrong gradient scale)
-    # and no clipping, which would rescale a wrongly scaled gradient back to the same norm
-    "module.optimizer._target_=torch.optim.SGD",
-    "module.optimizer.lr=0.5",
-    "module.max_grad_norm=null",
-    # the exact fp32 path on both sides (the bf16 defaults would compare two roundings)
-    "trainer.precision=32-true",
-    "sampler.dtype=fp32",
-]
-
 
 def _ddp_run(tmp_path, *overrides: str) -> Path:
-    """Run ``trainer=ddp`` (2 CPU processes, gloo) through the real entry point with the ddp_recorder
-    callback; returns the recorder's folder."""
-    record = tmp_path / "record"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-        "OMP_NUM_THREADS": "1",
-    }
-    cmd = [
-        sys.executable,
-        "-m",
-        "mintrl.cli.train",
-        "trainer=ddp",
-        "trainer.accelerator=cpu",
-        "trainer.devices=2",
-        f"paths.output_dir={tmp_path / 'run'}",
-        f"hydra.run.dir={tmp_path / 'hydra'}",
-        *COMMON,
-        "+callbacks.record._target_=ddp_recorder.Recorder",
-        f"+callbacks.record.out={record}",
-        *overrides,
-    ]
-    done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return record
+    return distributed_run(tmp_path, "ddp", *overrides)
 
 
 def test_ddp_step_equals_the_single_process_step_on_the_union(tmp_path, embedded):

@@ -28,6 +28,13 @@ def test_gpu_check_runs_on_cpu_with_the_tiny_architecture(tmp_path):
     assert gpu_check.main([*args, "--tokenizer", str(embedded_smollm2_folder()), "--json", str(out)]) == 0
     results = json.loads(out.read_text())
     lora, fsdp = results["tiny/lora"], results["tiny/fsdp-lora"]
-    assert lora["steps"] == 1 and lora["trainable"] == TINY_ADAPTER and lora["k"] == 4
+    assert lora["steps"] == 1 and lora["trainable"] == TINY_ADAPTER
     assert len(lora["update_s"]) == len(lora["tokens"]) == 1 and lora["tokens"][0] > 8 * 4 * 8
+    # the update's FLOPs are those of what it forwarded: one micro-batch, 8 groups of 4 rollouts, each
+    # group's prompt once (prompt sharing), the adapter on top of the frozen base; no MFU on CPU
+    (micro,) = lora["update_batches"][0]
+    assert micro["shared"] and len(micro["prompts"]) == 8 and [len(r) for r in micro["responses"]] == [4] * 8
+    dims = gpu_check.ModelDims.from_config(gpu_check.ARCHS["tiny"])
+    flops = gpu_check.update_flops(dims, micro["prompts"], micro["responses"], True, lora_params=TINY_ADAPTER)
+    assert lora["update_flops"] == [flops] and lora["mfu"] is None
     assert "model.safetensors" in fsdp["exported"] and "adapter_config.json" in fsdp["adapter"]

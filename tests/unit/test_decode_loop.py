@@ -219,7 +219,7 @@ def test_bf16_copy_follows_the_policy_weights(engine):
     torch.manual_seed(6)
     gen = sampler.generate(PREFIXES, 6, temperature=1.0)
     sampler.generate(PREFIXES, 2)
-    assert sampler.bf16.refreshes == 1 and next(policy.parameters()).dtype == torch.float32
+    assert sampler.copy.refreshes == 1 and next(policy.parameters()).dtype == torch.float32
     assert all(p.dtype == torch.bfloat16 for p in sampler.sampling_model().parameters())
     scored = score_sequences(
         policy, [p + t.tolist() for p, t in zip(PREFIXES, gen.token_ids)], [len(p) for p in PREFIXES]
@@ -232,7 +232,7 @@ def test_bf16_copy_follows_the_policy_weights(engine):
     policy(input_ids=ids, labels=ids).loss.backward()
     optimizer.step()
     sampler.generate(PREFIXES, 2)
-    assert sampler.bf16.refreshes == 2
+    assert sampler.copy.refreshes == 2
     for copied, live in zip(sampler.sampling_model().parameters(), policy.parameters()):
         assert torch.equal(copied, live.detach().to(torch.bfloat16))
 
@@ -252,7 +252,7 @@ def test_engine_and_dtype_knobs():
     fast = cpu_has_fast_bf16()
     assert (
         sampler.engine == "loop"
-        and (sampler.bf16 is not None) == fast
+        and (sampler.copy is not None) == fast
         and sampler.dtype == ("bf16" if fast else "fp32")
     )
     assert sampler.exact_logprobs == (not fast) and (sampler.sampling_model() is model) == (not fast)
@@ -315,7 +315,7 @@ def test_bf16_copy_made_under_inference_mode_can_be_refreshed():
         for p in policy.parameters():
             p.add_(0.01)
     sampler.generate(PREFIXES, 2)
-    assert sampler.bf16.refreshes == 2
+    assert sampler.copy.refreshes == 2
     for copied, live in zip(sampler.sampling_model().parameters(), policy.parameters()):
         assert torch.equal(copied, live.detach().to(torch.bfloat16))
 

@@ -38,6 +38,13 @@ class ModelContext:
             self._frozen = frozen_step0(self.policy)
         return self._frozen
 
+    def companion_models(self) -> list:
+        """Every model handed out so far besides the policy (the step-0 copy, teachers): they run
+        next to the policy and move to its device at fit start
+        (:meth:`mintrl.training.module.PolicyModule.move_companions`)."""
+        models = [self._frozen] if self._frozen is not None else []
+        return models + [loaded.model for loaded in self._teachers.values()]
+
     def teacher(self, path: str | None = None, dtype: str = "float32") -> LoadedPolicy:
         """A frozen model for a teacher, judge or distillation target, loaded once per ``(path, dtype)``.
 
@@ -113,7 +120,13 @@ def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
     objective = instantiate(cfg.objective, context=context)
     if objective.needs_first_error:  # the judge marks each failed rollout's first wrong step (objective=first_error)
         rollout.mark_first_error = True
-    module = instantiate(cfg.module, policy=context.policy, objective=objective, tokenizer=tokenizer)
+    module = instantiate(
+        cfg.module,
+        policy=context.policy,
+        objective=objective,
+        tokenizer=tokenizer,
+        companion_models=context.companion_models,
+    )
     built_trainer, summary = None, None
     if trainer:
         logger = instantiate(cfg.logger) if cfg.get("logger") else False

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from mintrl.core.precision import cpu_trainer_precision
 
@@ -37,3 +38,55 @@ if not OmegaConf.has_resolver("rollouts_per_step"):
 
 if not OmegaConf.has_resolver("cpu_precision"):
     OmegaConf.register_new_resolver("cpu_precision", cpu_trainer_precision)
+
+
+# The fields that bound one row's tokens: the prompt limit (a training source's, or under mintrl-eval
+# the benchmark source's) and the response budget (interventions and, in episodes, observation turns included).
+PROMPT_LIMITS = ("data.prompts.max_prompt_tokens", "data.prompts.source.max_prompt_tokens")
+RESPONSE_LIMIT = "rollout.max_response_tokens"
+
+
+def sequence_limits(cfg) -> dict[str, int] | None:
+    """The two fields that bound a row's length, ``{field: tokens}`` (the first of
+    :data:`PROMPT_LIMITS` that is set, and :data:`RESPONSE_LIMIT`), or None when the config
+    states either not (e.g. a prompt source whose limit is left at its class default)."""
+    limits = {}
+    for fields in (PROMPT_LIMITS, (RESPONSE_LIMIT,)):
+        for field in fields:
+            try:
+                value = OmegaConf.select(cfg, field)
+            except OmegaConfBaseException:  # an interpolation that cannot resolve here
+                value = None
+            if isinstance(value, int) and not isinstance(value, bool):
+                limits[field] = value
+                break
+        else:
+            return None
+    return limits
+
+
+_REQUIRED = object()
+
+
+def prompt_plus_response(default=_REQUIRED, *, _root_) -> int | None:
+    """``${prompt_plus_response:}``: the longest row a sampler holds, prompt + response (tokens):
+    ``data.prompts.max_prompt_tokens + rollout.max_response_tokens`` of the composed config
+    (:func:`sequence_limits`); ``${prompt_plus_response:null}`` gives ``default`` where the config
+    states no such limit.
+
+    Raises:
+        ValueError: no limit stated and no default given (the message names the fields).
+    """
+    limits = sequence_limits(_root_)
+    if limits is not None:
+        return sum(limits.values())
+    if default is _REQUIRED:
+        raise ValueError(
+            f"${{prompt_plus_response:}} needs {' or '.join(PROMPT_LIMITS)} and {RESPONSE_LIMIT} set (tokens): "
+            "set them, or set the sampler's length (e.g. sampler.max_model_len) in tokens"
+        )
+    return default
+
+
+if not OmegaConf.has_resolver("prompt_plus_response"):
+    OmegaConf.register_new_resolver("prompt_plus_response", prompt_plus_response)

@@ -2,15 +2,22 @@
 config groups), checked before any model is loaded. Each component checks its own fields with
 :mod:`mintrl.core.checks`; the checks here ask a component's class what it declares
 (``runs_sharded``, ``handles_code``, ``serves_code``, ``multi_turn``, ``finds_errors``,
-``needs_first_error``, ``uses_step0_policy``) and never test a class's name.
+``needs_first_error``, ``uses_step0_policy``) and never test a class's name; the length checks
+(:func:`check_sampler_fits`) read the fields a sampler's config states (``max_model_len``,
+``max_kv_gb``).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from mintrl.build.config import sequence_limits
 from mintrl.core.checks import check_int
+from mintrl.model.kv_cache import check_kv_budget, dtype_bytes
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -26,7 +33,8 @@ def check_config(cfg: DictConfig) -> None:
             needs ``k <= n``); ``env=`` without ``rollout=episodes`` or the reverse (an environment
             is driven only by the multi-turn rollout, which needs one); a LoRA policy under FSDP
             with a self-privileged judge or intervention on the step-0 policy
-            (:func:`check_lora_step0_generation`).
+            (:func:`check_lora_step0_generation`); a sampler too short for prompt + response, or an
+            HF sampler over its KV budget (:func:`check_sampler_fits`).
     """
     top_p = (cfg.get("rollout") or {}).get("top_p", 1.0)
     if cfg.get("train", True) and isinstance(top_p, (int, float)) and top_p < 1:
@@ -64,6 +72,7 @@ def check_config(cfg: DictConfig) -> None:
         )
     check_env_rollout(cfg)
     check_first_error(cfg)
+    check_sampler_fits(cfg)
     prompts, reward = component_class(cfg, "data.prompts"), component_class(cfg, "reward")
     if prompts is not None and reward is not None:
         code_prompts = prompts.serves_code(OmegaConf.select(cfg, "data.prompts"))
@@ -72,6 +81,53 @@ def check_config(cfg: DictConfig) -> None:
                 f"data.prompts ({prompts.__name__}) and reward ({reward.__name__}) do not match: "
                 "code problems need reward=code (e.g. `data=humaneval reward=code`), other tasks another reward"
             )
+
+
+def check_sampler_fits(cfg: DictConfig) -> None:
+    """The sampler holds a whole row: prompt + response (Presets that fit, docs/operations.md).
+
+    - A sampler that states ``max_model_len`` (vLLM: the engine's context, tokens) must hold
+      ``data.prompts.max_prompt_tokens + rollout.max_response_tokens``
+      (:func:`mintrl.build.config.sequence_limits`; in episodes the response budget holds the
+      actions, corrections and observation turns): a shorter context would cut rollouts silently.
+    - A sampler that states ``max_kv_gb`` (HF: GB of KV cache for one batch of
+      ``max_batch_size`` rows of prompt + response tokens) must fit it, checked here when
+      ``model.path`` is a local folder with ``config.json`` (no weights are read); otherwise
+      :class:`mintrl.sampler.hf.HFSampler` checks it when it is built, before any generation.
+      ``sampler.dtype`` ``bf16`` caches 2 bytes per element, else the policy's ``model.dtype``
+      (``auto`` may pick bf16 at the first call: the check counts the larger).
+
+    Raises:
+        ValueError: ``sampler.max_model_len`` below prompt + response, or an HF batch's KV cache
+            above ``sampler.max_kv_gb`` (:func:`mintrl.model.kv_cache.check_kv_budget`); the
+            message names the fields and what to change.
+    """
+    sampler = OmegaConf.select(cfg, "sampler")
+    limits = sequence_limits(cfg)
+    if not isinstance(sampler, DictConfig) or limits is None:
+        return
+    need = sum(limits.values())
+    length = sampler.get("max_model_len")
+    if isinstance(length, int) and length < need:
+        fields = " + ".join(f"{k}={v}" for k, v in limits.items())
+        raise ValueError(
+            f"sampler.max_model_len={length} < {fields} = {need} tokens: the engine would cut rollouts at "
+            f"{length} tokens; raise sampler.max_model_len to at least {need} "
+            "(sampler.max_model_len='${prompt_plus_response:}' sets exactly that) or lower rollout.max_response_tokens"
+        )
+    budget = sampler.get("max_kv_gb")
+    path = OmegaConf.select(cfg, "model.path", default=None)
+    config = Path(str(path)) / "config.json" if path is not None else None
+    if budget is None or config is None or not config.is_file():
+        return
+    width = 2 if sampler.get("dtype") == "bf16" else dtype_bytes(OmegaConf.select(cfg, "model.dtype") or "float32")
+    check_kv_budget(
+        json.loads(config.read_text()),
+        rows=int(sampler.get("max_batch_size", 1)),
+        tokens=need,
+        dtype_bytes=width,
+        max_kv_gb=float(budget),
+    )
 
 
 def check_lora_step0_generation(cfg: DictConfig) -> None:

@@ -62,6 +62,19 @@ def _checkpointed_block(head, hidden, targets, temperature: float):
     return checkpoint(block, hidden, targets, use_reentrant=False)
 
 
+ROOT_UNIT_METHOD = "run_in_root_unit"  # set by a sharding strategy on the policy it shards
+
+
+def in_root_unit(model, fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` run as a forward of ``model``'s root shard unit when ``model`` is
+    sharded and its strategy gave it a ``run_in_root_unit`` method
+    (:meth:`mintrl.training.distributed.FullyShardedStrategy.shard_policy`): the root's weights
+    (embeddings, final norm, a tied head) are gathered around the call and again for its backward,
+    as for ``model(...)``; otherwise a plain call."""
+    method = getattr(model, ROOT_UNIT_METHOD, None)
+    return fn(*args, **kwargs) if method is None else method(fn, *args, **kwargs)
+
+
 def token_logprobs(
     model,
     input_ids: torch.Tensor,
@@ -99,6 +112,13 @@ def token_logprobs(
     """
     if temperature <= 0 or chunk_tokens <= 0:
         raise ValueError(f"need temperature > 0 and chunk_tokens > 0, got {temperature}, {chunk_tokens}")
+    return in_root_unit(
+        model, _token_logprobs, model, input_ids, attention_mask, target_mask, temperature, chunk_tokens, share_prompts
+    )
+
+
+def _token_logprobs(model, input_ids, attention_mask, target_mask, temperature, chunk_tokens, share_prompts):
+    # the body of token_logprobs: the body's forward, then the LM head in blocks of target positions
     head, body = _head_and_body(model)
     mask = target_mask.clone()
     mask[:, 0] = False

@@ -8,13 +8,14 @@ from typing import Sequence
 import torch
 from transformers import DynamicCache, GenerationConfig, LogitsProcessor, LogitsProcessorList, PreTrainedModel
 
-from mintrl.core.checks import check_choice, check_int
+from mintrl.core.checks import check_choice, check_int, check_range
 from mintrl.core.precision import has_fast_bf16
+from mintrl.model.kv_cache import check_kv_budget
 from mintrl.model.logprobs import token_logprobs
 from mintrl.model.shared_prompts import CACHE_ARG
 from mintrl.sampler.base import Generation, Sampler, eos_ids_of, pad_id_of
-from mintrl.sampler.bf16_copy import Bf16Copy
 from mintrl.sampler.decode import decode, left_pad, sampling_logprobs
+from mintrl.sampler.sampling_copy import SamplingCopy
 from mintrl.sampler.weights import is_sharded, weights_version
 
 ENGINES = ("generate", "loop")
@@ -53,9 +54,11 @@ class HFSampler(Sampler):
 
     The sampler holds a reference to the policy module itself (not a copy), so every call samples
     from the current weights; with ``dtype="bf16"`` it samples from a bfloat16 copy
-    (:class:`mintrl.sampler.bf16_copy.Bf16Copy`) refreshed whenever the weights changed. The
+    (:class:`mintrl.sampler.sampling_copy.SamplingCopy`) refreshed whenever the weights changed. The
     log-probs then carry bf16 rounding (:attr:`exact_logprobs` is False: the trainer recomputes
-    them); :meth:`score` runs the same module.
+    them); :meth:`score` runs the same module. A policy sharded by FSDP2 (``trainer=fsdp``) is
+    sampled from such a copy in its own dtype (``fp32``) or in bf16: the full weights are gathered
+    once per update, and decoding needs no collective, so ranks generate independently.
 
     **Continuation cache.** With ``cache_keys`` (the rollout loop passes one per rollout), the keys
     and values a call computed for each row are kept under its key, and a later call whose prefix
@@ -80,15 +83,22 @@ class HFSampler(Sampler):
             bf16 where the policy's device computes bf16 at speed
             (:func:`mintrl.core.precision.has_fast_bf16`) and the policy is in fp32, else the
             policy as it is; decided at the first call, on the device the policy is on then.
+        max_kv_gb: KV cache one batch may take (GB); None: no check.
+        prompt_tokens, response_tokens: the longest prompt and response (tokens; the config reads
+            them from ``data.prompts.max_prompt_tokens`` and ``rollout.max_response_tokens``); with
+            both given, :func:`mintrl.model.kv_cache.check_kv_budget` runs at construction.
 
     Raises:
         ValueError: non-positive ``max_batch_size``, negative ``continuation_cache_mib``, an
-            unknown ``engine`` or ``dtype``.
+            unknown ``engine`` or ``dtype``, a non-positive ``max_kv_gb``, or a batch whose KV cache
+            exceeds ``max_kv_gb`` (the message says what to change).
 
     Log-probs are ``log_softmax(logits / temperature)`` of the sampled token over the full
     vocabulary: with ``top_p < 1`` the token was drawn from the renormalised nucleus, but the
     recorded value (like the trainer's) is of the temperature-scaled full distribution.
     """
+
+    runs_sharded = True  # a sharded policy is sampled from a gathered full-weight copy (SamplingCopy)
 
     def __init__(
         self,
@@ -98,7 +108,17 @@ class HFSampler(Sampler):
         continuation_cache_mib: int = 1024,
         engine: str = "loop",
         dtype: str = "auto",
+        max_kv_gb: float | None = 40.0,
+        prompt_tokens: int | None = None,
+        response_tokens: int | None = None,
     ):
+        # KV budget (GB) of one batch of max_batch_size rows of prompt + response tokens, in the sampling
+        # dtype (auto counts the policy's: the larger); refused here, before any generation
+        check_range("sampler.max_kv_gb", max_kv_gb, 0, low_open=True, none_ok=True)
+        if max_kv_gb is not None and prompt_tokens is not None and response_tokens is not None:
+            width = 2 if dtype == "bf16" else next(model.parameters()).element_size()
+            tokens = prompt_tokens + response_tokens
+            check_kv_budget(model.config, rows=max_batch_size, tokens=tokens, dtype_bytes=width, max_kv_gb=max_kv_gb)
         check_int("sampler.max_batch_size", max_batch_size)
         check_int("sampler.continuation_cache_mib", continuation_cache_mib, 0)
         check_choice("sampler.engine", engine, ENGINES)
@@ -108,7 +128,7 @@ class HFSampler(Sampler):
         self.max_batch_size = max_batch_size
         self.engine = engine
         self.dtype = dtype
-        self._bf16: Bf16Copy | None = None
+        self._copy: SamplingCopy | None = None
         self.eos_token_ids = eos_ids_of(model, tokenizer)
         self.pad_token_id = pad_id_of(tokenizer, self.eos_token_ids)
         self.cache_bytes = int(continuation_cache_mib * 2**20)
@@ -120,25 +140,27 @@ class HFSampler(Sampler):
         self.reused_tokens = 0  # prefix tokens served from kept KV instead of re-encoded (perf/prefix_reused_tokens)
 
     def sampling_model(self) -> torch.nn.Module:
-        """The module that samples: the policy, or its bf16 copy refreshed to the current weights."""
-        return self.bf16.current() if self.bf16 is not None else self.model
+        """The module that samples: the policy, or its copy refreshed to the current weights."""
+        return self.copy.current() if self.copy is not None else self.model
 
     @property
-    def bf16(self) -> Bf16Copy | None:
-        """The bf16 copy the sampler runs, or None when it samples from the policy itself
-        (``dtype`` ``"auto"`` is decided here, at the first use)."""
+    def copy(self) -> SamplingCopy | None:
+        """The copy the sampler runs (bf16, or the sharded policy's full weights), or None when it
+        samples from the policy itself (``dtype`` ``"auto"`` is decided here, at the first use)."""
+        param = next(self.model.parameters())
         if self.dtype == "auto":
-            param = next(self.model.parameters())
-            fast = has_fast_bf16(param.device.type) and param.dtype == torch.float32
+            device = param.to_local().device if hasattr(param, "to_local") else param.device
+            fast = has_fast_bf16(device.type) and param.dtype == torch.float32
             self.dtype = "bf16" if fast else "fp32"
-        if self.dtype == "bf16" and self._bf16 is None:
-            self._bf16 = Bf16Copy(self.model)
-        return self._bf16
+        if self._copy is None and (self.dtype == "bf16" or is_sharded(self.model)):
+            self._copy = SamplingCopy(self.model, torch.bfloat16 if self.dtype == "bf16" else param.dtype)
+        return self._copy
 
     @property
     def exact_logprobs(self) -> bool:
-        """True when sampling from the policy module itself (see :class:`Sampler`)."""
-        return self.bf16 is None
+        """True when sampling in the policy's own dtype (the policy itself, or the full-weight
+        copy of a sharded policy; see :class:`Sampler`)."""
+        return self.copy is None or self.copy.dtype == next(self.model.parameters()).dtype
 
     def _continue(self, prefixes, budgets: list[int], temperature: float, top_p: float, cache_keys) -> Generation:
         """Continue each prefix (see :meth:`Sampler.generate`) in calls of at most
@@ -146,15 +168,7 @@ class HFSampler(Sampler):
         the next call with its key. Per-row budgets: the loop drops a row from the batch at its
         own budget (its KV is then not kept); ``generate`` runs every row to the largest budget
         and cuts the others after.
-
-        Raises:
-            RuntimeError: the policy is FSDP-sharded (use ``sampler=vllm``).
         """
-        if is_sharded(self.model):
-            raise RuntimeError(
-                "sampler=hf cannot generate from an FSDP-sharded policy (each rank would need the full "
-                "weights at every step of decoding): use sampler=vllm with trainer=fsdp"
-            )
         keys = list(cache_keys) if cache_keys is not None and self.cache_bytes > 0 else None
         version = weights_version(self.model)
         if version != self._kept_version:  # KV computed with other weights must not be reused

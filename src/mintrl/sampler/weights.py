@@ -7,7 +7,8 @@ Two small helpers shared by engine-backed samplers (:class:`mintrl.sampler.VLLMS
   ``load_state_dict``'s ``copy_``, a checkpoint restore, an SFT stage) bumps the tensor's version
   counter, the one autograd uses to detect in-place modification; replacing a parameter object
   changes its ``id``. So the engine is synced exactly when the weights changed, whoever changed them.
-- :func:`full_state_dict` gathers the full, unsharded weights on every rank, also under FSDP.
+- :func:`full_state_dict` yields the full, unsharded weights on every rank, one tensor at a time
+  (gathered under FSDP2).
 - :func:`hf_state_dict` is that with Hugging Face names: for a LoRA policy (``model/lora=default``)
   the adapter merged into the base weights (:func:`mintrl.model.lora.merge_lora_weights`), what
   vLLM and ``from_pretrained`` load; :func:`save_hf_folder` writes it as a Hugging Face folder.
@@ -41,46 +42,37 @@ def strip_wrapper_prefixes(name: str) -> str:
     return name
 
 
-def _fsdp_root(model: torch.nn.Module):
-    try:
-        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-    except ImportError:  # pragma: no cover - torch without distributed
-        return None
-    for module in model.modules():
-        if isinstance(module, FSDP):
-            return module
-    return None
-
-
 def is_sharded(model: torch.nn.Module) -> bool:
-    """Whether ``model`` (or a submodule) is wrapped by FSDP, so its weights live in shards."""
-    return _fsdp_root(model) is not None
+    """Whether ``model`` (or a submodule) is sharded by FSDP2 (``fully_shard``: its parameters are
+    ``DTensor`` shards), so reading its full weights is a collective."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # pragma: no cover - torch without distributed
+        return False
+    return any(isinstance(module, FSDPModule) for module in model.modules())
 
 
 def full_state_dict(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(name, tensor)`` of every parameter and buffer of ``model`` with Hugging Face names.
 
-    Under FSDP (Lightning ``strategy=fsdp``, ``use_orig_params=True``) the shards are gathered on
-    every rank inside ``summon_full_params`` (a collective: every rank must call this at the same
-    point, which the rollout loop does, since every rank generates every step); wrapper prefixes
-    (``_fsdp_wrapped_module.``) are stripped. Without FSDP the live tensors are yielded (no copy).
+    Under FSDP2 (``trainer=fsdp``) each sharded parameter is gathered on its own
+    (``DTensor.full_tensor``, an all-gather) just before it is yielded, so at most one full tensor
+    beyond the shards is alive when the caller consumes the iterator tensor by tensor (the vLLM
+    sync, the sampling copy); every rank must iterate to the end, in the same order, at the same
+    point of the run (a collective per tensor — the rollout loop and the export do). Wrapper prefixes
+    (activation checkpointing, ``torch.compile``) are stripped; a tied head (one tensor under two
+    names) is yielded under both names, as ``state_dict`` does. Without sharding the live tensors are
+    yielded (no copy).
 
     Yields:
-        parameter and buffer tensors, detached, on their own device (copies under FSDP).
+        parameter and buffer tensors, detached, on their own device (new tensors under FSDP2).
     """
-    root = _fsdp_root(model)
-    if root is None:
-        for name, tensor in model.state_dict(keep_vars=False).items():
-            yield name, tensor.detach()
-        return
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-
-    with FSDP.summon_full_params(root, writeback=False, rank0_only=False, offload_to_cpu=False):
-        # copies: the gathered storage is freed when the context exits
-        for name, tensor in model.named_parameters():
-            yield strip_wrapper_prefixes(name), tensor.detach().clone()
-        for name, tensor in model.named_buffers():
-            yield strip_wrapper_prefixes(name), tensor.detach().clone()
+    sharded = is_sharded(model)
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        tensor = tensor.detach()
+        if sharded and hasattr(tensor, "full_tensor"):
+            tensor = tensor.full_tensor()
+        yield strip_wrapper_prefixes(name), tensor
 
 
 def hf_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:

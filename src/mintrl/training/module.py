@@ -17,7 +17,6 @@ from typing import Any, Callable, Sequence
 
 import lightning.pytorch as L
 import torch
-from lightning.pytorch.utilities import grad_norm
 
 from mintrl.core.batch import RolloutBatch
 from mintrl.core.checks import check_choice, check_int, check_range
@@ -45,6 +44,19 @@ def minibatch_rows(n: int, minibatches: int, generator: torch.Generator | None) 
         raise ValueError(f"module.minibatches={minibatches} exceeds the {n} rollouts of the batch")
     order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
     return list(torch.tensor_split(order, minibatches))
+
+
+def global_grad_norm(parameters) -> float:
+    """The L2 norm of every gradient of ``parameters`` together (parameters without a gradient
+    count 0), over all ranks when the gradients are FSDP2 shards (``DTensor``: the shards' squared
+    norms are summed across ranks, a collective). Returns 0.0 when no parameter has a gradient."""
+    grads = [p.grad for p in parameters if p.grad is not None]
+    if not grads:
+        return 0.0
+    norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0)
+    if hasattr(norm, "full_tensor"):  # DTensor: reduce the partial norms of the shards
+        norm = norm.full_tensor()
+    return float(norm)
 
 
 def enable_gradient_checkpointing(policy: torch.nn.Module) -> None:
@@ -111,6 +123,10 @@ class PolicyModule(L.LightningModule):
             trainer's numerics (a bf16 or vLLM sampler, or a bf16-mixed trainer), logging the
             mismatch removed; ``"always"`` / ``"never"`` (:mod:`mintrl.training.rollout_logprobs`).
 
+        companion_models: ``() -> models`` that run beside the policy without being its
+            submodules (frozen step-0 copy, teachers, judge / intervention models), moved to the
+            policy's device at fit start (:meth:`move_companions`); None: none.
+
     Raises:
         ValueError: non-positive sizes, naming the ``module.*`` field; ``gradient_checkpointing``
             for a policy that does not support it.
@@ -133,6 +149,7 @@ class PolicyModule(L.LightningModule):
         gradient_checkpointing: bool = False,
         share_prompts: bool = True,
         recompute_rollout_logprobs: str = "auto",
+        companion_models: Callable[[], Sequence[torch.nn.Module]] | None = None,
     ):
         super().__init__()
         for name, value in (
@@ -152,6 +169,7 @@ class PolicyModule(L.LightningModule):
         if gradient_checkpointing:
             enable_gradient_checkpointing(policy)
         self.share_prompts = share_prompts
+        self.companion_models = companion_models
         self.objective = objective
         self.optimizer_factory, self.scheduler_factory = optimizer, scheduler
         self.tokenizer = tokenizer
@@ -175,9 +193,28 @@ class PolicyModule(L.LightningModule):
         """Optimizer updates per rollout batch (``epochs x minibatches``)."""
         return self.epochs * self.minibatches
 
+    def configure_model(self) -> None:
+        """Shards the policy when the strategy shards (``shard_policy``: ``trainer=fsdp``,
+        :class:`mintrl.training.distributed.FullyShardedStrategy`); otherwise nothing."""
+        strategy = self._trainer.strategy if self._trainer is not None else None
+        shard = getattr(strategy, "shard_policy", None)
+        if shard is not None:
+            shard(self.policy)
+
     def on_fit_start(self) -> None:
-        """Lets the objective snapshot what it needs from the policy (KL reference, teacher)."""
+        """Lets the objective snapshot what it needs from the policy (KL reference, teacher), then
+        moves every companion model to the policy's device (:meth:`move_companions`)."""
         self.objective.setup(self.policy)
+        self.move_companions(self.device)
+
+    def move_companions(self, device: torch.device) -> list[torch.nn.Module]:
+        """Move the models that are not this module's submodules but run next to the policy (the
+        frozen step-0 copy, teachers, judge and intervention models: ``companion_models``) to
+        ``device``; Lightning moves only the LightningModule's own submodules. Returns them."""
+        models = list(self.companion_models()) if self.companion_models is not None else []
+        for model in models:
+            model.to(device)
+        return models
 
     # ------------------------------------------------------------------ pieces (usable without a Trainer)
     @torch.no_grad()
@@ -393,8 +430,7 @@ class PolicyModule(L.LightningModule):
             )
             gap = metrics.pop("train/sampler_logprob_gap")  # later updates measure policy drift, not the sampler
             first_gap = gap if first_gap is None else first_gap
-            norms = grad_norm(self.policy, norm_type=2)
-            metrics["train/grad_norm"] = float(norms.get("grad_2.0_norm_total", 0.0))
+            metrics["train/grad_norm"] = global_grad_norm(self.policy.parameters())
             finite = math.isfinite(float(loss)) and math.isfinite(metrics["train/grad_norm"])
             if self._all_ranks_sum(torch.tensor(float(not finite), device=self.device)) > 0:
                 optimizer.zero_grad(set_to_none=True)  # never apply a NaN / inf update, on any rank
