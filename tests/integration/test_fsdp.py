@@ -5,6 +5,7 @@ ranks' batches; the gathered weights and the Hugging Face export are the unshard
 
 from __future__ import annotations
 
+import pytest
 import torch
 from ddp_recorder import KEYS
 from distributed_helpers import distributed_run, single_process_step
@@ -18,6 +19,7 @@ OBJECTIVE = "objective=sft"
 CLIP = 0.5  # max gradient L2 norm: under the step's norm, so clipping acts
 
 
+@pytest.mark.slow  # 2 training processes + the single-process step: ~3 min on 2 cores (test_fsdp_units.py: 20 s)
 def test_fsdp_clipped_step_equals_the_single_process_step_and_gathers_exactly(tmp_path):
     record = distributed_run(
         tmp_path,
