@@ -105,6 +105,25 @@ def test_logprobs_match_the_trainer(sampler, tokenizer):
         assert gap.mean().item() < 1e-3 and gap.max().item() < 2e-2
 
 
+TIE_NATS = 0.2  # top-2 logit gap under which near-greedy sampling (T=0.02: a 10-nat gap) may pick either
+
+
+def _same_until_a_tie(model, prompt: list[int], got: list[int], want: list[int]) -> None:
+    """``got == want`` token for token, except that from the first position where they differ the
+    rest is not compared when the policy's two likeliest tokens there are within ``TIE_NATS``
+    (a real tie: which one a near-greedy draw picks depends on the random stream)."""
+    for j, (a, b) in enumerate(zip(got, want)):
+        if a == b:
+            continue
+        with torch.no_grad():
+            ids = torch.tensor([prompt + want[:j]], device=next(model.parameters()).device)
+            top = model(input_ids=ids).logits[0, -1].float().topk(2).values
+        gap = float(top[0] - top[1])
+        assert gap < TIE_NATS, f"token {j}: {a} != {b} where the policy's top-2 gap is {gap:.3f} nats (no tie)"
+        return
+    assert len(got) == len(want)
+
+
 def test_continuation_from_a_prefix_equals_one_call(sampler, tokenizer):
     """Near-greedy (T=0.02): 8 tokens in one call = 4 + 4 via continuation, token for token; and
     the continued log-probs are those of the full sequence."""
@@ -117,7 +136,7 @@ def test_continuation_from_a_prefix_equals_one_call(sampler, tokenizer):
         if first.finished[i]:
             continue
         both = torch.cat([first.token_ids[i], second.token_ids[i]])
-        assert both.tolist() == one.token_ids[i].tolist(), f"row {i}"
+        _same_until_a_tie(sampler.model, prompts[i], both.tolist(), one.token_ids[i].tolist())
     torch.manual_seed(3)
     first = sampler.generate(prompts, 5, temperature=0.8)
     second = sampler.generate([p + ids.tolist() for p, ids in zip(prompts, first.token_ids)], 5, temperature=0.8)
@@ -145,7 +164,7 @@ def test_continuation_with_cache_keys_equals_one_call(sampler, tokenizer):
     for i in range(len(prompts)):
         # a row that ended in the first call is the one call's row (the same EOS); the rest continue
         joined = first.token_ids[i].tolist() + ([] if first.finished[i] else second.token_ids[i].tolist())
-        assert joined == one.token_ids[i].tolist(), f"row {i}"
+        _same_until_a_tie(sampler.model, prompts[i], joined, one.token_ids[i].tolist())
     torch.manual_seed(3)
     first = sampler.generate(prompts, 5, temperature=0.8, cache_keys=[20, 21, 22])
     cut = [p + ids.tolist()[:3] for p, ids in zip(prompts, first.token_ids)]  # truncated, as after a judge's cut

@@ -6,7 +6,11 @@ loads. Skipped where vLLM is not installed; the shared contract is tests/integra
 from __future__ import annotations
 
 import copy
+import gc
+import random
+import weakref
 
+import numpy as np
 import pytest
 import torch
 from conftest import TINY_RUN
@@ -18,6 +22,7 @@ from mintrl.build.config import CONFIG_DIR
 from mintrl.build.run import run
 from mintrl.sampler import VLLMSampler
 from mintrl.sampler.hf import score_sequences
+from mintrl.sampler.vllm import VLLM_MIN_VERSION
 
 pytestmark = pytest.mark.vllm
 
@@ -111,6 +116,116 @@ def test_generation_after_wake_up_uses_the_synced_weights(embedded, tokenizer, l
         sampler.close()
 
 
+def _draws() -> tuple[list, list, list]:
+    """Three numbers from each global generator: torch (CPU), NumPy, Python's ``random``."""
+    return torch.rand(3).tolist(), np.random.rand(3).tolist(), [random.random() for _ in range(3)]
+
+
+def _seed_all(seed: int) -> None:
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
+
+def test_engine_start_leaves_the_global_rngs_and_close_frees_the_engine(embedded, tokenizer):
+    """vLLM's worker start reseeds torch, NumPy and ``random`` with the engine's seed: the sampler
+    restores the three states, so the trainer's next draws are those it would make with no engine
+    (exact resume needs this). The engine is seeded once, with ``seed``. ``close()`` shuts it down
+    and drops it (nothing keeps the ``LLM`` alive), and a second ``close()`` does nothing."""
+    sampler = VLLMSampler(embedded.model, tokenizer, max_model_len=256, enforce_eager=True, seed=5)
+    _seed_all(11)
+    expected = _draws()
+    _seed_all(11)
+    try:
+        llm = sampler.engine()
+        after = _draws()
+        engine_seed = llm.llm_engine.vllm_config.model_config.seed
+        ref = weakref.ref(llm)
+        del llm
+    finally:
+        sampler.close()
+    assert after == expected
+    assert engine_seed == 5
+    gc.collect()
+    assert sampler.llm is None and ref() is None
+    sampler.close()
+    assert sampler.llm is None
+
+
+def test_an_older_vllm_is_refused_before_the_engine_starts(embedded, tokenizer, monkeypatch):
+    """The weight push needs ``reload_weights(weights_iterator=...)``: an installed vLLM older than
+    the floor is named in the error, with the floor, and no engine starts."""
+    import vllm
+
+    monkeypatch.setattr(vllm, "__version__", "0.15.1")
+    sampler = VLLMSampler(embedded.model, tokenizer, max_model_len=256, enforce_eager=True)
+    with pytest.raises(ImportError, match=rf"vLLM 0\.15\.1 .*vllm>={VLLM_MIN_VERSION}"):
+        sampler.engine()
+    assert sampler.llm is None
+
+
+def test_wake_up_order_and_unseeded_requests(embedded, tokenizer, monkeypatch):
+    """After ``release()`` (sleep mode), the next call empties torch's CUDA cache, wakes the weights
+    only, pushes the new weights (the KV cache still asleep: the engine's own record of its sleeping
+    parts says so at the push), resets the prefix cache, then wakes the KV cache, then generates:
+    TRL's order, which keeps the KV cache from taking GPU memory while the weights arrive.
+    Requests carry no seed of their own (vLLM samples seeded requests one by one); the in-process
+    engine samples from the run's torch generator, so the same seed gives the same samples.
+
+    Sleep mode itself is GPU-only (the CPU worker's sleep and wake-up do nothing), so the order is
+    checked by recording the calls on the real engine object, through wrappers that call the real
+    methods; ``torch.cuda.empty_cache`` is recorded the same way (a no-op without CUDA)."""
+    policy = copy.deepcopy(embedded.model)
+    sampler = VLLMSampler(policy, tokenizer, max_model_len=1024, enforce_eager=True, sleep_mode=True, seed=7)
+    prompt = _prompt(tokenizer)
+    events: list = []
+    try:
+        llm = sampler.engine()
+        executor = llm.llm_engine.engine_core.engine_core.model_executor  # the in-process engine core's
+
+        def record(name, real, detail=lambda *a, **k: None):
+            def wrapper(*args, **kwargs):
+                events.append((name, detail(*args, **kwargs)))
+                return real(*args, **kwargs)
+
+            return wrapper
+
+        monkeypatch.setattr(torch.cuda, "empty_cache", record("empty_cache", torch.cuda.empty_cache))
+        monkeypatch.setattr(llm, "wake_up", record("wake_up", llm.wake_up, lambda tags=None: tags))
+        monkeypatch.setattr(
+            llm,
+            "collective_rpc",
+            record("rpc", llm.collective_rpc, lambda method, *a, **k: (method, sorted(executor.sleeping_tags))),
+        )
+        monkeypatch.setattr(llm, "reset_prefix_cache", record("reset_prefix_cache", llm.reset_prefix_cache))
+        monkeypatch.setattr(
+            llm, "generate", record("generate", llm.generate, lambda prompts, params, **k: [p.seed for p in params])
+        )
+        torch.manual_seed(0)
+        first = sampler.generate([prompt, prompt], 12)
+        torch.manual_seed(0)
+        again = sampler.generate([prompt, prompt], 12)
+        assert [t.tolist() for t in first.token_ids] == [t.tolist() for t in again.token_ids]
+        assert [e for e in events if e[0] == "generate"] == [("generate", [None, None])] * 2
+        assert llm.llm_engine.vllm_config.model_config.seed == 7
+        sampler.release()
+        assert sampler.asleep and executor.sleeping_tags == {"weights", "kv_cache"}
+        _step(policy, prompt + first.token_ids[0].tolist())
+        events.clear()
+        sampler.generate([prompt], 4)
+        assert events == [
+            ("empty_cache", None),
+            ("wake_up", ["weights"]),
+            ("rpc", ("reload_weights", ["kv_cache"])),
+            ("reset_prefix_cache", None),
+            ("wake_up", ["kv_cache"]),
+            ("generate", [None]),
+        ]
+        assert not sampler.asleep and executor.sleeping_tags == set()
+    finally:
+        sampler.close()
+
+
 @pytest.fixture(scope="module")
 def vllm_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("vllm_run")
@@ -126,13 +241,24 @@ def vllm_run(tmp_path_factory):
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("train", overrides=overrides, return_hydra_config=False)
-    return out, run(cfg)
+    closes: list[tuple[VLLMSampler, bool]] = []  # (sampler, whether it held an engine) per close()
+    real_close = VLLMSampler.close
+
+    def recording_close(self):
+        closes.append((self, self.llm is not None))
+        real_close(self)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(VLLMSampler, "close", recording_close)
+        summary = run(cfg)
+    return out, summary, closes
 
 
 def test_training_with_the_vllm_sampler(vllm_run, tokenizer):
     """Two MInTRL steps with rollouts from the engine: weights pushed once per changed policy,
-    engine log-probs equal the trainer's at each update, and vLLM loads the exported checkpoint."""
-    out, summary = vllm_run
+    engine log-probs equal the trainer's at each update, the engine is closed at the end of the fit
+    (once: not after the step-0 validation), and vLLM loads the exported checkpoint."""
+    out, summary, closes = vllm_run
     values: dict[str, list[float]] = {}
     for event in (out / "tensorboard").glob("events.out.tfevents.*"):
         acc = EventAccumulator(str(event))
@@ -140,6 +266,7 @@ def test_training_with_the_vllm_sampler(vllm_run, tokenizer):
         for tag in acc.Tags()["scalars"]:
             values.setdefault(tag, []).extend(s.value for s in sorted(acc.Scalars(tag), key=lambda s: s.step))
     assert summary["steps"] == 2
+    assert [held for _, held in closes] == [True] and closes[0][0].llm is None
     # validation at start pushed the weights once; step 0 trained on them; step 1 after one update
     assert values["perf/weight_syncs"] == [1.0, 2.0]
     # the engine's own kernels: the trainer recomputes its log-probs; what it removed is the engine's gap

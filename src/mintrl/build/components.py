@@ -85,6 +85,12 @@ class Components:
     trainer: L.Trainer | None
     summary: RunSummary | None = None
 
+    def close(self) -> None:
+        """Free the sampler's engine for good (:meth:`mintrl.sampler.base.Sampler.close`;
+        idempotent): the entry points call it when a run ends, also on error, so a Hydra multirun
+        in one process never holds two engines."""
+        self.rollout.sampler.close()
+
 
 def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
     """Instantiate every component of ``cfg`` in dependency order.

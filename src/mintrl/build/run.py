@@ -46,6 +46,14 @@ def run(cfg: DictConfig) -> dict:
     L.seed_everything(cfg.seed, workers=True)
     write_manifest(cfg.paths.output_dir)
     c = build_components(cfg)
+    try:
+        return _run(cfg, c)
+    finally:
+        c.close()  # the sampler's engine (vLLM) is freed when the run ends, also on error
+
+
+def _run(cfg: DictConfig, c) -> dict:
+    """The body of :func:`run` on built components."""
     log.info("policy: %s", c.context.source)
     ckpt_path = resume_checkpoint(cfg)
     if ckpt_path is not None:

@@ -209,6 +209,19 @@ class RolloutDataModule(L.LightningDataModule):
         finally:
             self.rollout.sampler.release()  # end of a generation phase (vLLM sleep mode frees memory for the update)
 
+    def teardown(self, stage: str) -> None:
+        """End of a fit (``stage="fit"``, after the last step and its callbacks): close the sampler
+        (:meth:`mintrl.sampler.base.Sampler.close`), so that a Hydra multirun's next job in this
+        process does not start a second vLLM engine next to this one. Other stages keep it: ``run``
+        validates before it fits."""
+        if stage == "fit":
+            self.rollout.sampler.close()
+
+    def on_exception(self, exception: BaseException) -> None:
+        """A fit or validation that raised (Lightning then calls no ``teardown``): close the sampler,
+        as :meth:`teardown` does at the end of a fit. A later rollout would start a new engine."""
+        self.rollout.sampler.close()
+
     def state_dict(self) -> dict:
         """What a resumed run needs to continue as if it never stopped; Lightning stores it in every
         checkpoint: the rollout engine's state (intervention schedule and adaptive stop, allocation

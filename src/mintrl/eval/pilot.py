@@ -83,65 +83,68 @@ def run_pilot(cfg: DictConfig) -> list[dict]:
     """
     p = cfg.pilot
     c = build_components(cfg, trainer=False)
-    c.datamodule.setup()
-    engine = c.rollout
-    if engine.n_semi == 0:
-        raise ValueError("mintrl-pilot needs rollout.n_semi > 0")
-    if p.prompts * len(p.seeds) > len(c.datamodule.train_items):
-        raise ValueError(f"pilot.prompts x seeds exceeds the {len(c.datamodule.train_items)} training prompts")
-    compare = bool(p.agreement_with_rule) and not isinstance(engine.judge.inner, RuleJudge)
-    rows = []
-    for chunk, reviews, continuation in itertools.product(p.chunk_sizes, p.max_reviews, p.continuation_lens):
-        engine.chunk_size, engine.max_reviews, engine.continuation_len = int(chunk), int(reviews), int(continuation)
-        judge = engine.judge = AgreementJudge(engine.judge, RuleJudge()) if compare else engine.judge
-        gaps, stats, seconds, n, kappas, policy_lp = [], [], 0.0, 0, [], []
-        for i, seed in enumerate(p.seeds):
-            torch.manual_seed(int(seed))
-            items = c.datamodule.train_items[i * p.prompts : (i + 1) * p.prompts]
-            start = time.perf_counter()
-            batch = engine.generate(items, step=0)
-            seconds += time.perf_counter() - start
-            n += len(batch)
-            gaps += _paired_gap(batch)
-            stats.append(batch.stats)
-            kappas.append(kappa_estimate(batch.behaviour_logprobs, batch.intervention_mask))
-            policy_lp.append(kappa_estimate(batch.rollout_logprobs, batch.intervention_mask))
-        if compare:
-            engine.judge = judge.judge
+    try:
+        c.datamodule.setup()
+        engine = c.rollout
+        if engine.n_semi == 0:
+            raise ValueError("mintrl-pilot needs rollout.n_semi > 0")
+        if p.prompts * len(p.seeds) > len(c.datamodule.train_items):
+            raise ValueError(f"pilot.prompts x seeds exceeds the {len(c.datamodule.train_items)} training prompts")
+        compare = bool(p.agreement_with_rule) and not isinstance(engine.judge.inner, RuleJudge)
+        rows = []
+        for chunk, reviews, continuation in itertools.product(p.chunk_sizes, p.max_reviews, p.continuation_lens):
+            engine.chunk_size, engine.max_reviews, engine.continuation_len = int(chunk), int(reviews), int(continuation)
+            judge = engine.judge = AgreementJudge(engine.judge, RuleJudge()) if compare else engine.judge
+            gaps, stats, seconds, n, kappas, policy_lp = [], [], 0.0, 0, [], []
+            for i, seed in enumerate(p.seeds):
+                torch.manual_seed(int(seed))
+                items = c.datamodule.train_items[i * p.prompts : (i + 1) * p.prompts]
+                start = time.perf_counter()
+                batch = engine.generate(items, step=0)
+                seconds += time.perf_counter() - start
+                n += len(batch)
+                gaps += _paired_gap(batch)
+                stats.append(batch.stats)
+                kappas.append(kappa_estimate(batch.behaviour_logprobs, batch.intervention_mask))
+                policy_lp.append(kappa_estimate(batch.rollout_logprobs, batch.intervention_mask))
+            if compare:
+                engine.judge = judge.judge
 
-        def mean(key: str) -> float:
-            return sum(s.get(key, float("nan")) for s in stats) / len(stats)
+            def mean(key: str) -> float:
+                return sum(s.get(key, float("nan")) for s in stats) / len(stats)
 
-        def finite(xs: list[float]) -> list[float]:
-            return [x for x in xs if not math.isnan(x)]
+            def finite(xs: list[float]) -> list[float]:
+                return [x for x in xs if not math.isnan(x)]
 
-        gap = sum(gaps) / max(len(gaps), 1)
-        se = (
-            math.sqrt(sum((d - gap) ** 2 for d in gaps) / (len(gaps) - 1) / len(gaps))
-            if len(gaps) > 1
-            else float("nan")
-        )
-        rows.append(
-            {
-                "chunk": int(chunk),
-                "reviews": int(reviews),
-                "continuation": int(continuation),
-                "control": mean("reward/control"),
-                "semi": mean("reward/semi"),
-                "gap": gap,
-                "gap_se": se,
-                "offpolicy": mean("rollout/offpolicy_frac_semi"),
-                "revisions": mean("judge/interventions_per_rollout"),
-                "seconds_per_rollout": seconds / max(n, 1),
-                "kappa_estimate": sum(finite(kappas)) / len(finite(kappas)) if finite(kappas) else float("nan"),
-                "policy_logprob": sum(finite(policy_lp)) / len(finite(policy_lp))
-                if finite(policy_lp)
-                else float("nan"),
-                "agreement": judge.rate if compare else float("nan"),
-            }
-        )
-        log.info("pilot %s", rows[-1])
-    return rows
+            gap = sum(gaps) / max(len(gaps), 1)
+            se = (
+                math.sqrt(sum((d - gap) ** 2 for d in gaps) / (len(gaps) - 1) / len(gaps))
+                if len(gaps) > 1
+                else float("nan")
+            )
+            rows.append(
+                {
+                    "chunk": int(chunk),
+                    "reviews": int(reviews),
+                    "continuation": int(continuation),
+                    "control": mean("reward/control"),
+                    "semi": mean("reward/semi"),
+                    "gap": gap,
+                    "gap_se": se,
+                    "offpolicy": mean("rollout/offpolicy_frac_semi"),
+                    "revisions": mean("judge/interventions_per_rollout"),
+                    "seconds_per_rollout": seconds / max(n, 1),
+                    "kappa_estimate": sum(finite(kappas)) / len(finite(kappas)) if finite(kappas) else float("nan"),
+                    "policy_logprob": sum(finite(policy_lp)) / len(finite(policy_lp))
+                    if finite(policy_lp)
+                    else float("nan"),
+                    "agreement": judge.rate if compare else float("nan"),
+                }
+            )
+            log.info("pilot %s", rows[-1])
+        return rows
+    finally:
+        c.close()  # the sampler's engine is freed, also on error
 
 
 def format_table(rows: list[dict]) -> str:

@@ -192,3 +192,7 @@ class Sampler(ABC):
 
     def release(self) -> None:
         """Free what generation holds between rollout batches (caches, engine memory); default none."""
+
+    def close(self) -> None:
+        """Free for good what the backend holds (an engine, temporary files) at the end of a run (the
+        data module calls it when a fit ends). Idempotent: a second call does nothing; default none."""

