@@ -52,8 +52,10 @@ def test_episode_ids_provenance_and_rewards(embedded, tokenizer):
         max_response_tokens=96,
         progress=False,
     )
+    ended: list[int] = []
+    rollout.on_episodes_end = ended.append  # what an evaluation's progress bar listens to
     batch = rollout.generate(items)
-    assert len(batch) == 2
+    assert len(batch) == 2 and sum(ended) == 2 and all(n > 0 for n in ended)  # each episode reported once
     assert not (batch.response_mask & batch.environment_mask).any()
     assert not (batch.intervention_mask & ~batch.response_mask).any()
     wrapper = rollout.wrapper

@@ -4,6 +4,11 @@ The benchmark's problems become the validation prompts of the usual data module;
 Trainer's ``validate`` samples ``n`` responses per problem with the configured sampler (so
 ``trainer=ddp`` shards problems over devices) and the module's :class:`mintrl.metrics.pass_at_k.PassAtK`
 reduces the unbiased estimator over all ranks.
+
+Progress: :class:`EvalProgress` counts the rollouts (episodes under ``rollout=episodes``) as they
+finish, from the start of generation; Lightning's own bar is off (it counts generation batches and
+starts its clock after the first batch is generated). ``samples.jsonl`` keeps an episode's turns
+apart with their roles (:class:`SampleTurns`).
 """
 
 from __future__ import annotations
@@ -12,12 +17,19 @@ import json
 import logging
 import math
 import os
+import threading
 from pathlib import Path
 
+import lightning.pytorch as L
 import torch
+from hydra.utils import get_class
+from lightning.pytorch.callbacks import ProgressBar
 from omegaconf import DictConfig, OmegaConf, open_dict
+from tqdm.auto import tqdm
 
 from mintrl.build.components import build_components
+from mintrl.core.batch import RolloutBatch
+from mintrl.rollout.records import batch_records
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +88,121 @@ def load_lightning_policy(policy: torch.nn.Module, path: str) -> None:
         )
 
 
+def sample_turns(record_turns: list[dict]) -> list[dict]:
+    """An episode's turns as ``samples.jsonl`` keeps them, in order: per action turn
+    ``{"role": "assistant", "kind", "text"}`` (the action's tokens decoded; ``kind`` the environment's
+    parsed kind, e.g. ``"query"``, ``"answer"``) then, when the environment answered,
+    ``{"role": "environment", "text"}`` (the observation text it returned). ``record_turns``: a rollout
+    record's ``turns`` (:mod:`mintrl.rollout.records`); empty for a single-turn rollout."""
+    out = []
+    for turn in record_turns:
+        out.append({"role": "assistant", "kind": turn["kind"], "text": turn["action"]})
+        if turn["observation"]:
+            out.append({"role": "environment", "text": turn["observation"]})
+    return out
+
+
+class SampleTurns(L.Callback):
+    """Collects, per validation rollout of this rank in batch order (the order of the module's
+    ``val_samples``), its turns (:func:`sample_turns`; ``[]`` for single-turn rollouts)."""
+
+    def __init__(self):
+        self.turns: list[list[dict]] = []
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        if not isinstance(batch, RolloutBatch):
+            return
+        tokenizer = pl_module.tokenizer if pl_module.tokenizer is not None else trainer.datamodule.tokenizer
+        if batch.traces is None or not any(t.turns for t in batch.traces):
+            self.turns += [[] for _ in range(len(batch))]
+            return
+        self.turns += [sample_turns(r["turns"]) for r in batch_records(batch, tokenizer, "val", trainer.global_step)]
+
+
+class EvalProgress(L.Callback):
+    """The evaluation's progress bar (rank 0): rollouts done of this rank's ``problems x n``, counted
+    from the start of validation (generation included).
+
+    Under ``rollout=episodes`` it counts episodes as they end (the engine's ``on_episodes_end``,
+    set while the validation runs). Each finished generation batch sets
+    the count to the rollouts of the batches done so far (exact); single-turn rollouts advance by
+    batch.
+
+    Args:
+        desc: the bar's label.
+        file: where the bar is written (None: stderr).
+
+    Attributes:
+        bar: the ``tqdm`` bar (None before validation starts).
+    """
+
+    def __init__(self, desc: str = "eval", file=None):
+        self.desc, self.file = desc, file
+        self.bar: tqdm | None = None
+        self._done = 0  # rollouts of the finished generation batches
+        self._lock = threading.Lock()  # the environment may be stepped from several threads
+        self._engine = None  # the episode engine whose on_episodes_end is this bar's
+
+    def on_validation_start(self, trainer, pl_module) -> None:
+        data = trainer.datamodule
+        problems = len(data.val_items[trainer.global_rank :: trainer.world_size])
+        env = getattr(data.rollout, "env", None)
+        self.bar = tqdm(
+            total=problems * data.val_samples_per_prompt,
+            desc=self.desc,
+            unit="episode" if env is not None else "sample",
+            disable=not trainer.is_global_zero,
+            file=self.file,
+            dynamic_ncols=True,
+        )
+        self._done = 0
+        if env is not None:  # the episode engine reports episodes as they end
+            self._engine = data.rollout
+            self._engine.on_episodes_end = self._advance
+
+    def _advance(self, rollouts: int) -> None:
+        """Count ``rollouts`` more finished rollouts (at most up to the bar's total)."""
+        with self._lock:
+            if self.bar is not None and rollouts:
+                self.bar.update(min(rollouts, self.bar.total - self.bar.n))
+
+    def _untap(self) -> None:
+        if self._engine is not None:
+            self._engine.on_episodes_end = None
+            self._engine = None
+
+    def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._done += len(batch)
+        with self._lock:
+            if self.bar is not None:
+                self.bar.n = min(self._done, self.bar.total)
+                self.bar.refresh()
+
+    def close(self) -> None:
+        """Close the bar and restore the environment (idempotent)."""
+        self._untap()
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        self.close()
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        self.close()
+
+
+def without_lightning_bar(cfg: DictConfig) -> None:
+    """Turn Lightning's progress bar off in ``cfg`` (``trainer.enable_progress_bar=false`` and every
+    ``callbacks`` entry that is a ``ProgressBar`` set to null): its validation bar counts generation
+    batches and starts after the first batch is generated; :class:`EvalProgress` replaces it."""
+    with open_dict(cfg):
+        cfg.trainer.enable_progress_bar = False
+        for name, node in (cfg.get("callbacks") or {}).items():
+            if node is not None and issubclass(get_class(node._target_), ProgressBar):
+                cfg.callbacks[name] = None
+
+
 def markdown_table(result: dict) -> str:
     """One-row markdown table: benchmark, checkpoint, problems, n, pass@k columns, mean reward."""
     ks = list(result["pass_at_k"])
@@ -95,7 +222,11 @@ def markdown_table(result: dict) -> str:
 
 def evaluate(cfg: DictConfig) -> dict:
     """Run one evaluation; write ``eval.json``, ``eval.md`` and (``save_samples``) every sampled
-    response with its reward as ``samples.jsonl`` into ``cfg.paths.output_dir``.
+    response with its reward as ``samples.jsonl`` into ``cfg.paths.output_dir``: one line per
+    rollout, ``{"problem", "question", "response", "reward", "turns"}``, where ``response`` is the
+    agent's text (an episode's actions joined, as before) and ``turns`` an episode's turns apart with
+    their roles (:func:`sample_turns`; ``[]`` for a single-turn rollout). A progress bar counts the
+    rollouts (episodes) as they finish (:class:`EvalProgress`).
 
     Returns:
         ``{"benchmark", "checkpoint", "problems", "n", "temperature", "pass_at_k": {k: value},
@@ -103,15 +234,23 @@ def evaluate(cfg: DictConfig) -> dict:
 
     Raises:
         ValueError: a ``k`` larger than ``n``; see :func:`use_checkpoint`, :func:`load_lightning_policy`.
+        RuntimeError: the samples and the collected turns differ in number (a broken invariant).
     """
     if any(int(k) > int(cfg.n) for k in cfg.ks):
         raise ValueError(f"every k of ks={list(cfg.ks)} must be <= n={cfg.n} (samples per problem)")
     kind = use_checkpoint(cfg)
+    without_lightning_bar(cfg)
     c = build_components(cfg)
-    if kind == "lightning":
-        load_lightning_policy(c.context.policy, str(cfg.ckpt_path))
-    c.module.keep_val_samples = bool(cfg.get("save_samples", True))
-    metrics = c.trainer.validate(c.module, datamodule=c.datamodule, verbose=False)[0]
+    progress, turns = EvalProgress(f"eval {cfg.benchmark.name}"), SampleTurns()
+    try:
+        if kind == "lightning":
+            load_lightning_policy(c.context.policy, str(cfg.ckpt_path))
+        c.module.keep_val_samples = bool(cfg.get("save_samples", True))
+        c.trainer.callbacks.extend([progress, turns])
+        metrics = c.trainer.validate(c.module, datamodule=c.datamodule, verbose=False)[0]
+    finally:
+        progress.close()
+        c.close()  # the sampler's engine is freed (a multirun's next evaluation starts its own)
     result = {
         "benchmark": str(cfg.benchmark.name),
         "checkpoint": str(cfg.ckpt_path),
@@ -129,8 +268,10 @@ def evaluate(cfg: DictConfig) -> dict:
     (out / "eval.md").write_text(table + "\n")
     if c.module.keep_val_samples:  # this rank's samples (for keyword analysis: mintrl-keywords)
         rank = "" if c.trainer.world_size == 1 else f".rank{c.trainer.global_rank}"
+        if len(turns.turns) != len(c.module.val_samples):
+            raise RuntimeError(f"{len(c.module.val_samples)} samples but the turns of {len(turns.turns)} rollouts")
         with open(out / f"samples{rank}.jsonl", "w") as f:
-            f.writelines(json.dumps(row) + "\n" for row in c.module.val_samples)
+            f.writelines(json.dumps({**row, "turns": t}) + "\n" for row, t in zip(c.module.val_samples, turns.turns))
     if c.trainer.is_global_zero:
         print("\n" + table + f"\n(written to {out}/eval.json and eval.md)", flush=True)
     return result

@@ -35,7 +35,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tqdm.auto import tqdm
 
@@ -150,6 +150,10 @@ class EpisodeRollout(RolloutEngine):
             corrected action (its end-of-turn id comes on top) and ``progress`` shows a transient
             bar of the step's turns. Any other keyword is a TypeError.
 
+    Attributes:
+        on_episodes_end: None, or ``count -> None`` called each time ``count`` episodes have ended
+            (by the environment, the turn or token limit), e.g. an evaluation's progress bar.
+
     Raises:
         ValueError: a non-positive size, naming the ``rollout.*`` field; ``env`` not an
             environment; a reward component.
@@ -157,6 +161,7 @@ class EpisodeRollout(RolloutEngine):
     """
 
     multi_turn = True
+    on_episodes_end: Callable[[int], None] | None = None
 
     def __init__(
         self,
@@ -345,12 +350,19 @@ class EpisodeRollout(RolloutEngine):
             starts = self._action_turn(episodes, items, review, temperature)
             for i, stop in zip(active, self._env_turn(episodes, [slots[i] for i in active], starts, tally)):
                 over[i] = stop
+            self._report_ended(sum(1 for i in active if rollouts[i].finished))
             if bar is not None:
                 bar.update(1)
         unfinished = [i for i, r in enumerate(rollouts) if not r.finished]
         if unfinished:
             for i, value in zip(unfinished, self.env.score_final([slots[i] for i in unfinished])):
                 rollouts[i].reward = float(value)
+            self._report_ended(len(unfinished))
+
+    def _report_ended(self, count: int) -> None:
+        """Tell :attr:`on_episodes_end` that ``count`` more episodes ended (nothing when 0 or unset)."""
+        if count and self.on_episodes_end is not None:
+            self.on_episodes_end(count)
 
     def _reset(self, items: list[PromptItem]) -> None:
         """``env.reset`` for one episode per item.
