@@ -72,6 +72,18 @@ def test_branches_share_the_prefix_and_are_rescored_at_the_training_temperature(
         assert c.logprobs[k:] != c.behaviour[k:]  # sampled at T=1.5, trained at T=1: rescored
 
 
+def test_spend_all_generates_exactly_the_budget_with_fresh_rollouts_spread_over_prompts(embedded, tokenizer, items):
+    torch.manual_seed(0)
+    # a percentile no anchor reaches: the allocation branches nothing, the top-up spends all 6 left
+    allocation = EntropyAllocation(budget_per_step=14, percentile=0.999, branch_budget=1, spend_all=True)
+    batch = _engine(embedded, tokenizer, allocation).generate(items[:2], step=0)
+    branched = batch.stats["allocation/branches"]
+    assert batch.stats["allocation/budget_used"] == 14 == len(batch)
+    assert batch.stats["allocation/top_up"] == 14 - 8 - branched
+    counts = torch.bincount(batch.group_index, minlength=2).tolist()
+    assert sum(counts) == 14 and abs(counts[0] - counts[1]) <= max(int(branched), 1)
+
+
 def test_entropy_allocation_never_exceeds_the_budget(embedded, tokenizer, items):
     torch.manual_seed(1)
     engine = _engine(embedded, tokenizer, EntropyAllocation(budget_per_step=12, percentile=0.5, branch_budget=3))

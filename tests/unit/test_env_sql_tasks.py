@@ -35,6 +35,21 @@ def test_instruction_shows_the_whole_table():
     assert render_instruction(spaced).startswith('Table "Olympic Medals" ("Tie no" TEXT):\nTie no\n1\n')
 
 
+def test_schema_only_instruction_hides_the_rows_and_keeps_tasks_apart():
+    assert render_instruction(task(), show_rows=False) == (
+        "Table people (name TEXT, age INTEGER, city TEXT):\n"
+        "(3 rows, not shown: query the table to see them)\n"
+        "Question: What is the age of Ann?\n" + PROTOCOL
+    )
+    source = SqlTasks(show_rows=False, train_size=40, val_size=20, train_seed=1, val_seed=2)
+    val, train = source.tasks("val"), source.tasks("train")
+    assert source.render(val[0]) == render_instruction(val[0], show_rows=False)
+    assert "not shown" in source.examples()[0]["content"] and "Rex" not in source.examples()[0]["content"]
+    # held-out tasks are told apart by their rows, which the schema-only instruction does not show
+    assert not {source.key(t) for t in train} & {source.key(t) for t in val}
+    assert source.key(val[0]) == render_instruction(val[0])
+
+
 def test_generator_is_deterministic_and_valid():
     first = [generate_task(5, i, MEDIUM) for i in range(200)]
     assert first == [generate_task(5, i, MEDIUM) for i in range(200)]

@@ -18,9 +18,13 @@ class Allocation(ABC):
     Attributes:
         budget_per_step: rollouts per optimizer step, initial ones included (a hard cap), or None
             for an allocation that never branches (the rollout engine then skips it).
+        spend_all: after the allocation branched, the budget it left goes to fresh rollouts spread
+            over the prompts (:mod:`mintrl.allocation.top_up`), so every step generates exactly
+            ``budget_per_step`` rollouts (rows compared at equal budget); False: a cap only.
     """
 
     budget_per_step: int | None = None
+    spend_all: bool = False
 
     @abstractmethod
     def allocate(

@@ -15,6 +15,8 @@ class EntropyAllocation(Allocation):
 
     Args:
         budget_per_step: rollouts per optimizer step, initial ones included (a hard cap).
+        spend_all: spend what the branching left of the budget on fresh rollouts
+            (:attr:`mintrl.allocation.base.Allocation.spend_all`).
         percentile: anchors at or above this quantile of the pool's entropies are candidates.
         branch_budget: continuations per anchor. temperature: their sampling temperature.
 
@@ -22,7 +24,14 @@ class EntropyAllocation(Allocation):
         ValueError: percentile outside [0, 1), non-positive budgets or temperature.
     """
 
-    def __init__(self, budget_per_step: int, percentile: float = 0.9, branch_budget: int = 2, temperature: float = 1.0):
+    def __init__(
+        self,
+        budget_per_step: int,
+        percentile: float = 0.9,
+        branch_budget: int = 2,
+        temperature: float = 1.0,
+        spend_all: bool = False,
+    ):
         if not 0 <= percentile < 1 or branch_budget <= 0 or temperature <= 0 or budget_per_step <= 0:
             raise ValueError(
                 f"allocation: need 0 <= percentile < 1 and positive budgets and temperature, got "
@@ -30,6 +39,7 @@ class EntropyAllocation(Allocation):
             )
         self.budget_per_step, self.percentile = budget_per_step, percentile
         self.branch_budget, self.temperature = branch_budget, temperature
+        self.spend_all = bool(spend_all)
 
     def allocate(self, rollouts, items, brancher, budget, delimiters):
         """Branches (scored rollouts) and stats ``allocation/branches`` and, when it branched,

@@ -25,18 +25,21 @@ class RailAllocation(Allocation):
 
     Args:
         budget_per_step: rollouts per optimizer step, initial ones included (a hard cap).
+        spend_all: spend what the controller left of the budget on fresh rollouts
+            (:attr:`mintrl.allocation.base.Allocation.spend_all`).
         anchors_per_prompt: anchors considered per prompt and step.
         controller: keyword arguments of :class:`RailController` (budgets, temperatures, window,
             promote_after, gate, rho0, rho_steps, decay, delta, refit_every, fit_steps, lr, hidden, seed,
             intervene_lengths: beyond the paper, judge-review-plus-correction actions; empty = off).
     """
 
-    def __init__(self, budget_per_step: int, anchors_per_prompt: int = 1, **controller):
+    def __init__(self, budget_per_step: int, anchors_per_prompt: int = 1, spend_all: bool = False, **controller):
         if budget_per_step <= 0 or anchors_per_prompt <= 0:
             raise ValueError(
                 f"allocation.budget_per_step and anchors_per_prompt must be positive, got {budget_per_step}, {anchors_per_prompt}"
             )
         self.budget_per_step, self.anchors_per_prompt = budget_per_step, anchors_per_prompt
+        self.spend_all = bool(spend_all)
         self.rail = RailController(len(FEATURES), **controller)
         self.failed: Counter = Counter()  # failed anchors per prompt (keyed by question)
 

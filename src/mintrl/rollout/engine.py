@@ -22,6 +22,7 @@ import torch
 from mintrl.allocation.base import Allocation
 from mintrl.allocation.branching import Brancher
 from mintrl.allocation.budget import RolloutBudget
+from mintrl.allocation.top_up import spend_remaining
 from mintrl.core.batch import Provenance, Rollout, RolloutBatch
 from mintrl.core.checks import check_int, check_range
 from mintrl.data.base import PromptItem
@@ -271,7 +272,8 @@ class RolloutEngine(ABC):
         rollouts and the allocation stats. Every training step logs its rollout count, branching or
         not (RAIL's performance-vs-rollouts axis): ``allocation/rollouts_per_prompt`` (the batch's
         rollouts / prompts), ``allocation/budget_used`` (rollouts generated, discarded shadow
-        branches included) and ``allocation/generated_per_prompt`` (that / prompts).
+        branches included) and ``allocation/generated_per_prompt`` (that / prompts); with
+        ``allocation.spend_all`` also ``allocation/top_up`` (fresh rollouts that spent the rest).
 
         Raises:
             ValueError: ``allocation.budget_per_step`` below the step's initial rollouts.
@@ -287,6 +289,10 @@ class RolloutEngine(ABC):
             )
         brancher = self._brancher()
         extra, stats = self.allocation.allocate(rollouts, items, brancher, budget, self.step_delimiters)
+        if self.allocation.spend_all:  # the rest of the budget on fresh rollouts: every step spends it all
+            fresh = spend_remaining([*rollouts, *extra], items, brancher, budget)
+            extra = [*extra, *fresh]
+            stats = {**stats, "allocation/top_up": float(len(fresh))}
         return extra, {
             **stats,
             **brancher.metrics(),

@@ -25,6 +25,8 @@ class SqlTasks(EnvTaskSource):
         min_columns, max_columns, min_rows, max_rows, max_conditions, comparison_prob,
             aggregate_prob, mutation_fraction: the generator's difficulty
             (:class:`~mintrl.env.sql.tasks.Difficulty`, units there).
+        show_rows: the instruction shows the table's rows (True), or only its schema and row count
+            (False: the answer needs a query; the ``sql_schema`` level).
         source: the fields of :class:`~mintrl.env.source.EnvTaskSource`, as keywords: ``path`` (a
             local DB-bench ``.jsonl``/``.json`` file, :mod:`mintrl.env.sql.loader`, or None to
             generate tasks), ``train_size``, ``val_size``, ``train_seed``, ``val_seed`` (a generated
@@ -40,8 +42,6 @@ class SqlTasks(EnvTaskSource):
 
     task = TASK
     generate_task = staticmethod(generate_task)
-    render = staticmethod(render_instruction)
-    examples = staticmethod(example_messages)
 
     def __init__(
         self,
@@ -54,9 +54,11 @@ class SqlTasks(EnvTaskSource):
         comparison_prob: float = 0.0,
         aggregate_prob: float = 0.0,
         mutation_fraction: float = 0.0,
+        show_rows: bool = True,
         **source,
     ):
         super().__init__(**source)
+        self.show_rows = bool(show_rows)
         self.difficulty = Difficulty(
             min_columns=min_columns,
             max_columns=max_columns,
@@ -67,6 +69,19 @@ class SqlTasks(EnvTaskSource):
             aggregate_prob=aggregate_prob,
             mutation_fraction=mutation_fraction,
         )
+
+    def render(self, entry: dict[str, Any]) -> str:
+        """The instruction (:func:`~mintrl.env.sql.tasks.render_instruction`), rows shown or not."""
+        return render_instruction(entry, self.show_rows)
+
+    def examples(self) -> list[dict[str, str]]:
+        """The worked example episode, its table shown as the tasks' are."""
+        return example_messages(self.show_rows)
+
+    def key(self, entry: dict[str, Any]) -> str:
+        """Two tasks are the same when their instructions with the rows shown are (a schema-only
+        instruction does not tell tables apart)."""
+        return render_instruction(entry, show_rows=True)
 
     def load(self, rows: RowFilter | None) -> list[dict[str, Any]]:
         return load_dbbench(self.path, rows)

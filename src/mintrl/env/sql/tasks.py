@@ -132,12 +132,16 @@ def reference_action(entry: Mapping[str, Any]) -> str:
     return f"```sql\n{query}\n```" if query else f"<answer>{entry.get('label', '')}</answer>"
 
 
-def render_instruction(entry: Mapping[str, Any]) -> str:
-    """The first user message: the table's name and columns, all its rows, the question and the
-    action protocol (:data:`PROTOCOL`)."""
+def render_instruction(entry: Mapping[str, Any], show_rows: bool = True) -> str:
+    """The first user message: the table's name and columns, all its rows (``show_rows``; else
+    only how many rows there are, so that the answer needs a query), the question and the action
+    protocol (:data:`PROTOCOL`)."""
     columns = entry["columns"]
     schema = ", ".join(f"{sql_name(c['name'])} {c['type']}" for c in columns)
-    table = render_rows([c["name"] for c in columns], entry["rows"])
+    if show_rows:
+        table = render_rows([c["name"] for c in columns], entry["rows"])
+    else:
+        table = f"({len(entry['rows'])} rows, not shown: query the table to see them)"
     return f"Table {sql_name(entry['table'])} ({schema}):\n{table}\nQuestion: {entry['question']}\n{PROTOCOL}"
 
 
@@ -149,14 +153,15 @@ EXAMPLE_TASK = {
 }
 
 
-def example_messages() -> list[dict[str, str]]:
+def example_messages(show_rows: bool = True) -> list[dict[str, str]]:
     """A worked example episode as chat messages (about 150 tokens), put before a task's prompt by
-    ``SqlTasks(example=True)``: the instruction of :data:`EXAMPLE_TASK`, a query, the environment's
-    observation of its result (:func:`~mintrl.env.sql.protocol.result_observation`), the answer."""
+    ``SqlTasks(example=True)``: the instruction of :data:`EXAMPLE_TASK` (its rows shown or not, as
+    the tasks'), a query, the environment's observation of its result
+    (:func:`~mintrl.env.sql.protocol.result_observation`), the answer."""
     from mintrl.env.sql.protocol import result_observation
 
     return [
-        {"role": "user", "content": render_instruction(EXAMPLE_TASK)},
+        {"role": "user", "content": render_instruction(EXAMPLE_TASK, show_rows)},
         {"role": "assistant", "content": "```sql\nSELECT age FROM pets WHERE name = 'Bo';\n```"},
         {"role": "user", "content": result_observation("age\n7")},
         {"role": "assistant", "content": "<answer>7</answer>"},
