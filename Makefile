@@ -21,7 +21,7 @@ SMOKE_ARGS := seed=0 trainer.max_steps=1 trainer.val_check_interval=1 data.promp
 	data.prompts.val_size=4 data.val_samples_per_prompt=1 rollout.max_response_tokens=24 rollout.chunk_size=8 \
 	rollout.continuation_len=8
 
-.PHONY: setup train test test-unit test-slow lint format setup-vllm test-vllm bench clean reproduce reproduce-full reproduce-smoke reproduce-report gpu-wheels
+.PHONY: setup train test test-unit test-slow browser lint format setup-vllm test-vllm bench clean reproduce reproduce-full reproduce-smoke reproduce-report gpu-wheels
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,7 +36,8 @@ setup: $(STAMP)
 train: $(STAMP)
 	$(BIN)/mintrl-train $(ARGS)
 
-test: $(STAMP)
+# (headless Chromium first: the browser test of the rollout page runs in the default tier)
+test: $(STAMP) browser
 	$(BIN)/pytest -q $(ARGS)
 
 # ruff: lint rules and the formatter's check (pyproject's [tool.ruff]); `make format` rewrites;
@@ -54,8 +55,15 @@ format: $(STAMP)
 test-unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit $(ARGS)
 
-test-slow: $(STAMP)
+# the slow tier (headless Chromium first: the slow browser test trains its own run)
+test-slow: $(STAMP) browser
 	$(BIN)/pytest -q -m slow $(ARGS)
+
+# headless Chromium (Debian's chromium + chromium-driver) for tests/integration/test_rollouts_browser.py
+# (skipped, with the reason, without it), installed only when /usr/bin/chromium is missing; sudo unless root
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+browser:
+	test -x /usr/bin/chromium || { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y chromium chromium-driver; }
 
 # every benchmark script, one after another (prints tables of ratios; see benchmarks/README.md)
 bench: $(STAMP)
