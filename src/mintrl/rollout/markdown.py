@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import torch
 
 from mintrl.core.batch import Provenance, RolloutBatch
-from mintrl.rollout.records import _BY, _segments
+from mintrl.rollout.records import PROVENANCE_NAMES, provenance_runs
 
 INTERVENTION_MARKS = ("[[", "]]")  # the intervention's tokens, as mintrl-rollouts marks them without colour
 GUIDE_MARKS = ("{{", "}}")  # tokens spliced from a guide (a reference solution's prefix, a demonstration)
@@ -187,11 +187,13 @@ def with_action_segments(records: list[dict], batch: RolloutBatch, tokenizer) ->
             continue
         mask = provenance[i] != int(Provenance.NONE)  # [L] the response, observation turns included
         ids = input_ids[i][mask].tolist()
-        by = [_BY[Provenance(k)] for k in provenance[i][mask].tolist()]
+        by = [PROVENANCE_NAMES[Provenance(k)] for k in provenance[i][mask].tolist()]
         turns = [
             {
                 **turn,
-                "segments": _segments(tokenizer, ids[t.action_start : t.action_end], by[t.action_start : t.action_end]),
+                "segments": provenance_runs(
+                    tokenizer, ids[t.action_start : t.action_end], by[t.action_start : t.action_end]
+                ),
             }
             for turn, t in zip(record["turns"], trace_turns)
         ]

@@ -45,7 +45,7 @@ from mintrl.core.batch import Provenance, RolloutBatch, RolloutTrace
 from mintrl.core.checks import check_range
 
 SPLITS = ("train", "val")
-_BY = {
+PROVENANCE_NAMES = {
     Provenance.POLICY: "policy",
     Provenance.INTERVENTION: "intervention",
     Provenance.GUIDE: "guide",
@@ -65,7 +65,7 @@ def _number(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def _segments(tokenizer, ids: list[int], by: list[str]) -> list[dict]:
+def provenance_runs(tokenizer, ids: list[int], by: list[str]) -> list[dict]:
     """Runs of equal provenance (``by[k]`` of token ``k``), each decoded on its own (special tokens
     skipped; empty runs dropped)."""
     runs, start = [], 0
@@ -123,8 +123,8 @@ def batch_records(batch: RolloutBatch, tokenizer, split: str, step: int) -> list
         mask = provenance[i] != int(Provenance.NONE)  # [L] the whole response, observation turns included
         ids = input_ids[i][mask].tolist()
         kinds = [Provenance(k) for k in provenance[i][mask].tolist()]
-        by = [_BY[k] for k in kinds]
-        counts = {name: 0 for name in _BY.values()}
+        by = [PROVENANCE_NAMES[k] for k in kinds]
+        counts = {name: 0 for name in PROVENANCE_NAMES.values()}
         for name in by:
             counts[name] += 1
         item = batch.prompts[groups[i]] if batch.prompts is not None else None
@@ -140,7 +140,7 @@ def batch_records(batch: RolloutBatch, tokenizer, split: str, step: int) -> list
                 "reference": item.reference if item is not None else None,
                 "control": bool(control[i]),
                 "response": tokenizer.decode(ids, skip_special_tokens=True),
-                "segments": _segments(tokenizer, ids, by),
+                "segments": provenance_runs(tokenizer, ids, by),
                 "tokens": counts,
                 "finished": bool(finished[i]),
                 "reward": _number(rewards[i]),
