@@ -55,7 +55,7 @@ if args["framework"] == "trl":
     vllm = dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=0.3, vllm_max_model_length=1024) if args["sampler"] == "vllm" else {}
     config = GRPOConfig(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=P * G, num_generations=G,
                         max_completion_length=T, temperature=1.0, top_p=1.0, top_k=0, learning_rate=1e-6, beta=0.0,
-                        max_steps=K + 1, logging_steps=1, report_to="none", save_strategy="no", bf16=False, fp16=False,
+                        max_steps=K + 1, logging_steps=1, report_to="none", save_strategy="no", bf16=args["precision"] == "bf16", fp16=False,
                         use_cpu=device == "cpu", seed=0, optim="adamw_torch", weight_decay=0.0, max_grad_norm=1.0,
                         lr_scheduler_type="constant", warmup_steps=0, disable_tqdm=True, loss_type="grpo",
                         gradient_checkpointing=args["gradient_checkpointing"],  # TRL's default is on; set like ours
@@ -82,6 +82,8 @@ else:
     overrides = ["paths.output_dir=" + tempfile.mkdtemp(), "objective=grpo", "judge=none", "rollout.n_semi=0", f"rollout.n_control={G}",
                  f"rollout.max_response_tokens={T}", "rollout.progress=false", f"data.prompts_per_step={P}", "module.optimizer.lr=1e-6",
                  "data.prompts.train_size=200", f"module.gradient_checkpointing={args['gradient_checkpointing']}", f"sampler={args['sampler']}"]
+    if args["sampler"] == "hf":
+        overrides += [f"sampler.dtype={args['precision']}"]  # bf16: the sampling copy; fp32: the policy itself
     if args["sampler"] == "vllm":
         overrides += ["sampler.gpu_memory_utilization=0.3", "sampler.max_model_len=1024", f"sampler.enforce_eager={device == 'cpu'}"]
     with initialize_config_dir(config_dir=args["configs"], version_base="1.3"):
@@ -98,8 +100,11 @@ else:
         batch = c.rollout.generate(items[k * P:(k + 1) * P], step=k)
         generated = time.perf_counter()
         batch = batch.to(device)
-        module.objective.prepare(batch, module.frozen_logprobs)
-        module.accumulate(batch, step_totals(batch.loss_mask))
+        bf16 = args["precision"] == "bf16"  # bf16-mixed as the Lightning trainer runs it: autocast, fp32 weights
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+            module.objective.prepare(batch, module.frozen_logprobs)
+            # one update per batch: its forward recomputes the rollout log-probs in the trainer's precision
+            module.accumulate(batch, step_totals(batch.loss_mask), adopt_logprobs=bf16 or not batch.sampler_exact)
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         optimizer.step(); optimizer.zero_grad(set_to_none=True)
         if device != "cpu":
@@ -122,6 +127,7 @@ def run_child(framework: str, args) -> dict:
             "device": args.device,
             "sampler": args.sampler,
             "gradient_checkpointing": args.gradient_checkpointing,
+            "precision": args.precision,
             "configs": os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "configs"),
         }
     )
@@ -154,6 +160,12 @@ def main() -> None:
         "--gradient-checkpointing",
         action="store_true",
         help="activation checkpointing on both sides (TRL's GRPOConfig default; off in mintrl's default config)",
+    )
+    parser.add_argument(
+        "--precision",
+        choices=["fp32", "bf16"],
+        default="fp32",
+        help="both sides: fp32, or bf16-mixed (TRL bf16=True; mintrl bf16 sampling copy + bf16 autocast update)",
     )
     args = parser.parse_args()
     runs: dict[str, list[dict]] = {"mintrl": [], "trl": []}
@@ -194,7 +206,7 @@ def main() -> None:
         )
     checkpointing = "activation checkpointing on both" if args.gradient_checkpointing else "no activation checkpointing"
     table(
-        f"GRPO step vs TRL GRPOTrainer: {args.prompts} prompts x {args.group} rollouts x <= {args.tokens} tokens, fp32, "
+        f"GRPO step vs TRL GRPOTrainer: {args.prompts} prompts x {args.group} rollouts x <= {args.tokens} tokens, {args.precision}, "
         f"{args.device}, {args.sampler} generation, {checkpointing}",
         [
             (
