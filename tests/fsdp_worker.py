@@ -11,10 +11,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from conftest import tiny_llama
 from peft import LoraConfig, get_peft_model
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+from transformers import AutoTokenizer, LlamaForCausalLM
 
 from mintrl.model.logprobs import token_logprobs
 from mintrl.sampler.hf import HFSampler
@@ -27,20 +28,8 @@ LR = 0.5
 
 
 def tiny(tied: bool = True) -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=tied,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=2,
-    )
-    return LlamaForCausalLM(config).eval()
+    """A 2-layer random Llama with a 96-token vocabulary (tests/conftest.py's ``tiny_llama``, seed 0)."""
+    return tiny_llama(vocab=96, tie_word_embeddings=tied)
 
 
 def strategy() -> FullyShardedStrategy:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from hydra import compose, initialize_config_dir
+from records_helpers import INTERVENING, RECORDS_ONLY
 
 from mintrl.analysis.rollouts import read_records
 from mintrl.analysis.tensorboard import load_scalars
@@ -29,20 +30,8 @@ def records_run(tmp_path_factory, embedded):
         "rollout.chunk_size=8",
         "rollout.continuation_len=8",
         "rollout.progress=false",
-        # two-digit addition and the last-number check on the exact fp32 path: the rule judge revises
-        # chunks of the first step's semi-on-policy rollouts at seed 3 (1, 1, 3 and 0 revisions at
-        # seeds 1-4 with the decode loop), so there are intervention tokens
-        "data.prompts.task_kwargs.min_digits=2",
-        "data.prompts.task_kwargs.max_digits=2",
-        "judge.check_last_number=true",
-        "trainer.precision=32-true",
-        "sampler.dtype=fp32",
-        "seed=3",
-        # no checkpoints or export: this test reads the records and the logs only
-        "callbacks.checkpoint=null",
-        "callbacks.best=null",
-        "callbacks.hf_export=null",
-        "+trainer.enable_checkpointing=false",
+        *INTERVENING,  # the rule judge revises chunks at seed 3: there are intervention tokens
+        *RECORDS_ONLY,
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("train", overrides=overrides)

@@ -10,6 +10,7 @@ import math
 import re
 
 from hydra import compose, initialize_config_dir
+from records_helpers import INTERVENING, RECORDS_ONLY
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
 
 from mintrl.analysis.rollouts import read_records
@@ -44,17 +45,8 @@ def test_two_step_run_logs_the_picked_rollouts_of_each_step_as_markdown(tmp_path
         "rollout.chunk_size=8",
         "rollout.continuation_len=8",
         "rollout.progress=false",
-        # as tests/integration/test_rollout_records.py: the rule judge revises chunks at seed 3
-        "data.prompts.task_kwargs.min_digits=2",
-        "data.prompts.task_kwargs.max_digits=2",
-        "judge.check_last_number=true",
-        "trainer.precision=32-true",
-        "sampler.dtype=fp32",
-        "seed=3",
-        "callbacks.checkpoint=null",
-        "callbacks.best=null",
-        "callbacks.hf_export=null",
-        "+trainer.enable_checkpointing=false",
+        *INTERVENING,  # the rule judge revises chunks at seed 3: there are intervention tokens
+        *RECORDS_ONLY,
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("train", overrides=overrides)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from records_helpers import INTERVENING, RECORDS_ONLY
 from test_rollouts_html import XSS, hand_records
 
 from mintrl.analysis.rollouts import read_records, record_files, summary_line
@@ -154,16 +155,8 @@ def real_run(tmp_path_factory, embedded):
         "rollout.chunk_size=8",
         "rollout.continuation_len=8",
         "rollout.progress=false",
-        "data.prompts.task_kwargs.min_digits=2",
-        "data.prompts.task_kwargs.max_digits=2",
-        "judge.check_last_number=true",
-        "trainer.precision=32-true",
-        "sampler.dtype=fp32",
-        "seed=3",
-        "callbacks.checkpoint=null",
-        "callbacks.best=null",
-        "callbacks.hf_export=null",
-        "+trainer.enable_checkpointing=false",
+        *INTERVENING,  # the rule judge revises chunks at seed 3: there are intervention tokens
+        *RECORDS_ONLY,
     ]
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
         cfg = compose("train", overrides=overrides)
