@@ -86,11 +86,18 @@ def test_spend_all_generates_exactly_the_budget_with_fresh_rollouts_spread_over_
 
 def test_entropy_allocation_never_exceeds_the_budget(embedded, tokenizer, items):
     torch.manual_seed(1)
-    engine = _engine(embedded, tokenizer, EntropyAllocation(budget_per_step=12, percentile=0.5, branch_budget=3))
+    allocation = EntropyAllocation(budget_per_step=12, percentile=0.5, branch_budget=3)
+    engine = _engine(embedded, tokenizer, allocation)
     batch = engine.generate(items[:2], step=0)  # 2 prompts x 4 initial rollouts + at most 4 from branching
     assert 8 <= len(batch) <= 12 and batch.stats["allocation/budget_used"] == len(batch)
     branches = batch.stats["allocation/branches"]
     assert (branches > 0) == (len(batch) > 8) and len(batch) - 8 <= 3 * branches
+    # one decision per branch: its rollouts, its realised gain (the mean is the logged stat), no prediction
+    decisions = allocation.take_decisions()
+    assert len(decisions) == branches > 0 and allocation.take_decisions() == []
+    assert sum(d.budget for d in decisions) == len(batch) - 8
+    assert {(d.kind, d.action, d.predicted, d.kept) for d in decisions} == {("entropy", "m3_t1", None, True)}
+    assert sum(d.realized for d in decisions) / len(decisions) == pytest.approx(batch.stats["allocation/realized_gain"])
     # the batch's traces say which rows are branches, of which control row and from which token
     assert all(t.branch is None for t in batch.traces[:8])  # (seed 1 branches here)
     for row, trace in enumerate(batch.traces[8:], start=8):
@@ -142,6 +149,18 @@ def test_rail_allocation_goes_live_and_its_state_survives_a_checkpoint(tmp_path)
     state = ckpt["RolloutDataModule"]["rollout"]["allocation"]["rail"]
     assert state["recorded"] == scalars["allocation/traces"][-1][1] and state["recorded"] >= 1
     assert state["phase"] == "live" and scalars["allocation/live"][-1][1] == 1.0  # promoted after its first trace
+    # every trace the controller recorded is one line of the decisions file: shadow first, then live ones
+    import json
+
+    lines = (tmp_path / "allocation_decisions.jsonl").read_text().splitlines()
+    decisions = [json.loads(line) for line in lines]
+    assert len(decisions) == state["recorded"] and decisions[0]["kind"] == "shadow" and decisions[0]["step"] == 0
+    kinds = [d["kind"] for d in decisions]
+    assert kinds == sorted(kinds, key=lambda k: k != "shadow") and set(kinds) <= {"shadow", "live", "explore"}
+    assert all(isinstance(d["predicted"], float) and d["budget"] in (2, 4) for d in decisions)
+    assert sum(d["realized"] for d in decisions if d["step"] == 0) / sum(d["step"] == 0 for d in decisions) == (
+        pytest.approx(scalars["allocation/realized_gain"][0][1])
+    )
     restored = RailAllocation(budget_per_step=16, budgets=[2, 4], temperatures=[0.8, 1.2], promote_after=1)
     restored.load_state_dict(ckpt["RolloutDataModule"]["rollout"]["allocation"])
     assert restored.rail.phase == state["phase"] and len(restored.rail.traces) == len(state["traces"])

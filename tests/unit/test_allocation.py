@@ -18,6 +18,7 @@ from mintrl.allocation import (
     recency_huber_loss,
     reward_variance,
 )
+from mintrl.allocation.decisions import BranchDecision, DecisionLog
 
 
 def test_reward_variance_and_realized_gain_by_hand():
@@ -57,6 +58,27 @@ def test_shadow_phase_ends_at_the_configured_trace_count():
     assert rail.phase == "live" and rail.recorded == 5
     assert rail.shadow_plan(hard=True) == [2, 5, 8]  # the hottest temperature, budgets 2, 4, 8 in order
     assert [rail.actions[i].budget for i in rail.shadow_plan(hard=False)] == [2, 4, 8]
+
+
+def test_live_decisions_say_whether_they_explored_and_actions_have_their_metric_names():
+    rail = RailController(state_dim=2, budgets=(2, 4), temperatures=(0.8, 1.2), rho0=1.0, rho_steps=2, seed=0)
+    assert [a.name for a in rail.actions] == ["m2_t0.8", "m2_t1.2", "m4_t0.8", "m4_t1.2"]
+    rail.decide([0.1, 0.2])  # rho_0 = 1: a random action
+    assert rail.last_explored
+    rail.decide([0.1, 0.2])  # rho_1 = 0.5
+    rail.decide([0.1, 0.2])  # rho_2 = 0: the best action (or none under the gate)
+    assert not rail.last_explored and rail.live_decisions == 3
+
+
+def test_decision_log_hands_each_decision_out_once():
+    log = DecisionLog()
+    first = BranchDecision("live", 1, "m2_t0.8", 2, 0.05, 0.0625, True, 1.5)
+    log.add(first)
+    assert log.take() == [first] and log.take() == []
+    assert first.as_record(3) == {
+        "step": 3, "kind": "live", "group": 1, "action": "m2_t0.8", "budget": 2, "predicted": 0.05,
+        "realized": 0.0625, "kept": True, "anchor_surprisal": 1.5,
+    }  # fmt: skip
 
 
 def test_intervene_actions_extend_the_grid_and_get_shadow_anchors():

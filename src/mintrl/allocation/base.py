@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:
     from mintrl.allocation.branching import Brancher
     from mintrl.allocation.budget import RolloutBudget
+    from mintrl.allocation.decisions import BranchDecision
     from mintrl.core.batch import Rollout
     from mintrl.data.base import PromptItem
 
@@ -37,6 +38,11 @@ class Allocation(ABC):
     ) -> tuple[list[Rollout], dict[str, float]]:
         """Extra scored rollouts (they join their prompts' groups) and the step's ``allocation/*``
         statistics. ``budget`` is the step's :class:`RolloutBudget`, already charged for ``rollouts``."""
+
+    def take_decisions(self) -> list[BranchDecision]:
+        """The branches executed since the last call (:class:`mintrl.allocation.decisions.BranchDecision`),
+        emptied by the call; default none (an allocation that does not branch or does not log them)."""
+        return []
 
     def state_dict(self) -> dict:
         """What a checkpoint keeps of the allocation (a learned controller); default nothing."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from mintrl.allocation.base import Allocation
+from mintrl.allocation.decisions import BranchDecision, DecisionLog
 from mintrl.allocation.gain import realized_gain
 
 
@@ -40,6 +41,7 @@ class EntropyAllocation(Allocation):
         self.budget_per_step, self.percentile = budget_per_step, percentile
         self.branch_budget, self.temperature = branch_budget, temperature
         self.spend_all = bool(spend_all)
+        self.decisions = DecisionLog()
 
     def allocate(self, rollouts, items, brancher, budget, delimiters):
         """Branches (scored rollouts) and stats ``allocation/branches`` and, when it branched,
@@ -67,9 +69,17 @@ class EntropyAllocation(Allocation):
                 break
             children = brancher.branch(r, k, m, self.temperature, items[r.group])
             gains.append(realized_gain(rewards[r.group], [c.reward for c in children]))
+            name = f"m{self.branch_budget}_t{self.temperature:g}"
+            self.decisions.add(
+                BranchDecision("entropy", r.group, name, len(children), None, gains[-1], True, surprisal)
+            )
             rewards[r.group] += [c.reward for c in children]
             new += children
         stats = {"allocation/branches": float(len(gains))}
         if gains:
             stats["allocation/realized_gain"] = sum(gains) / len(gains)
         return new, stats
+
+    def take_decisions(self) -> list[BranchDecision]:
+        """The branches executed since the last call (one per branched anchor)."""
+        return self.decisions.take()

@@ -6,6 +6,7 @@ import math
 from collections import Counter, defaultdict
 
 from mintrl.allocation.base import Allocation
+from mintrl.allocation.decisions import BranchDecision, DecisionLog
 from mintrl.allocation.features import FEATURES, anchor_features, pool_entropy
 from mintrl.allocation.gain import realized_gain
 from mintrl.allocation.rail_controller import RailController
@@ -42,6 +43,7 @@ class RailAllocation(Allocation):
         self.spend_all = bool(spend_all)
         self.rail = RailController(len(FEATURES), **controller)
         self.failed: Counter = Counter()  # failed anchors per prompt (keyed by question)
+        self.decisions = DecisionLog()
 
     def _state(self, surprisal, step, steps, budget, group, item, brancher):
         """The anchor's state ``z`` (:func:`mintrl.allocation.features.anchor_features`); the
@@ -72,11 +74,13 @@ class RailAllocation(Allocation):
             )[: self.anchors_per_prompt]
             for surprisal, parent, k, step, steps in candidates:
                 z = self._state(surprisal, step, steps, budget, group, item, brancher)
+                kind = "shadow"
                 if self.rail.phase == "shadow":
                     hard = not any(r.reward >= 1.0 for r in group)
                     trials = self.rail.shadow_plan(hard)
                 else:
                     action, _ = self.rail.decide(z)
+                    kind = "explore" if self.rail.last_explored else "live"
                     log["decisions"] += 1
                     if action is None:
                         continue
@@ -100,7 +104,9 @@ class RailAllocation(Allocation):
                     realized.append(gain)
                     actions[action] += 1
                     log["branches"] += 1
-                    if gain > 0 or not shadow:  # a shadow trial is kept only when it raised the variance
+                    keep = gain > 0 or not shadow  # a shadow trial is kept only when it raised the variance
+                    self.decisions.add(BranchDecision(kind, g, act.name, len(children), guess, gain, keep, surprisal))
+                    if keep:
                         group += children
                         kept += children
                     if gain <= 0:
@@ -120,9 +126,12 @@ class RailAllocation(Allocation):
         if not math.isnan(self.rail.last_loss):
             stats["allocation/controller_loss"] = self.rail.last_loss
         for a, act in enumerate(self.rail.actions):  # the action histogram (every action, every step)
-            name = f"iv{act.intervene}" if act.intervene else f"m{act.budget}_t{act.temperature:g}"
-            stats[f"allocation/action_{name}"] = float(actions[a])
+            stats[f"allocation/action_{act.name}"] = float(actions[a])
         return kept, stats
+
+    def take_decisions(self) -> list[BranchDecision]:
+        """The branches executed since the last call (shadow trials, live and exploratory decisions)."""
+        return self.decisions.take()
 
     def state_dict(self) -> dict:
         return {"rail": self.rail.state_dict(), "failed": dict(self.failed)}

@@ -30,6 +30,11 @@ class BranchAction:
     temperature: float
     intervene: int = 0  # > 0: an intervene action (judge review + correction of up to this many tokens)
 
+    @property
+    def name(self) -> str:
+        """``m<budget>_t<temperature>`` or ``iv<tokens>`` (the ``allocation/action_*`` metric names)."""
+        return f"iv{self.intervene}" if self.intervene else f"m{self.budget}_t{self.temperature:g}"
+
 
 class RailController:
     """Shadow-then-live contextual-bandit controller of where and how to branch.
@@ -84,6 +89,7 @@ class RailController:
         self.traces: deque[tuple[list[float], int, float]] = deque(maxlen=window)
         self.recorded = 0  # traces ever recorded
         self.live_decisions = 0  # t of rho_t
+        self.last_explored = False  # the last decide() took a uniformly random action
         self.last_loss = float("nan")
 
     # ------------------------------------------------------------------ decisions
@@ -118,7 +124,8 @@ class RailController:
         scores = self.predict(state)
         rho = self.exploration()
         self.live_decisions += 1
-        if self.rng.random() < rho:
+        self.last_explored = self.rng.random() < rho
+        if self.last_explored:
             index = self.rng.randrange(len(self.actions))
             return index, float(scores[index])
         best = int(scores.argmax())

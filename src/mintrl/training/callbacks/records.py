@@ -6,22 +6,13 @@ import logging
 from pathlib import Path
 
 import lightning.pytorch as L
-import torch.distributed as dist
 
 from mintrl.core.batch import RolloutBatch
 from mintrl.core.checks import check_range
 from mintrl.rollout.records import RecordWriter, batch_records, concat_records
+from mintrl.training.callbacks.gather import gather_parts
 
 log = logging.getLogger(__name__)
-
-
-def _gather(trainer: L.Trainer, parts: list[tuple[int, list[dict]]]) -> list[tuple[int, list[dict]]]:
-    """Every rank's ``parts``, rank 0's first (a collective when there are several ranks)."""
-    if trainer.world_size == 1 or not (dist.is_available() and dist.is_initialized()):
-        return parts
-    gathered: list = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, parts)
-    return [p for rank in gathered for p in rank]
 
 
 class RolloutRecords(L.Callback):
@@ -59,7 +50,7 @@ class RolloutRecords(L.Callback):
 
     def _write(self, trainer: L.Trainer, split: str, step: int, parts: list[tuple[int, list[dict]]]) -> None:
         """Gather ``parts`` on rank 0, write them, log the counters."""
-        parts = _gather(trainer, parts)
+        parts = gather_parts(trainer, parts)
         if not trainer.is_global_zero:
             return
         self.writer.write(split, step, concat_records(parts))
