@@ -85,7 +85,7 @@ def test_spend_all_generates_exactly_the_budget_with_fresh_rollouts_spread_over_
 
 
 def test_entropy_allocation_never_exceeds_the_budget(embedded, tokenizer, items):
-    torch.manual_seed(1)
+    torch.manual_seed(3)  # draws with anchors (a blank line) in 48 tokens: 2 branches of 2 rollouts (seed 1 had none)
     allocation = EntropyAllocation(budget_per_step=12, percentile=0.5, branch_budget=3)
     engine = _engine(embedded, tokenizer, allocation)
     batch = engine.generate(items[:2], step=0)  # 2 prompts x 4 initial rollouts + at most 4 from branching
@@ -99,7 +99,7 @@ def test_entropy_allocation_never_exceeds_the_budget(embedded, tokenizer, items)
     assert {(d.kind, d.action, d.predicted, d.kept) for d in decisions} == {("entropy", "m3_t1", None, True)}
     assert sum(d.realized for d in decisions) / len(decisions) == pytest.approx(batch.stats["allocation/realized_gain"])
     # the batch's traces say which rows are branches, of which control row and from which token
-    assert all(t.branch is None for t in batch.traces[:8])  # (seed 1 branches here)
+    assert all(t.branch is None for t in batch.traces[:8]) and len(batch) > 8
     for row, trace in enumerate(batch.traces[8:], start=8):
         branch = trace.branch
         assert branch.kind == "resample" and 0 <= branch.parent < 8 and bool(batch.is_control[branch.parent])
