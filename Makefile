@@ -20,8 +20,14 @@ INTENSITY_RESULTS ?= $(sort $(wildcard results/reproduce_intensity/*/))
 SMOKE_ARGS := seed=0 trainer.max_steps=1 trainer.val_check_interval=1 data.prompts_per_step=2 \
 	data.prompts.val_size=4 data.val_samples_per_prompt=1 rollout.max_response_tokens=24 rollout.chunk_size=8 \
 	rollout.continuation_len=8
+# `make reproduce-agents`: the committed agent runs behind docs/reproduction.md's agents section (results/README.md)
+AGENT_RESULTS ?= $(sort $(wildcard results/reproduce_agents/*/))
+AGENT_SHELL_RESULTS ?= $(sort $(wildcard results/reproduce_agents_shell/*/))
+# 1 optimizer step of 2 tasks, 1 seed, short episodes: the wiring of `make reproduce-agents` (6 jobs, minutes)
+AGENT_SMOKE_ARGS := seed=0 trainer.max_steps=1 trainer.val_check_interval=1 data.prompts_per_step=2 \
+	data.prompts.val_size=2 rollout.max_turns=2 rollout.max_action_tokens=24 rollout.max_response_tokens=96
 
-.PHONY: setup train test test-unit test-slow browser lint format setup-vllm test-vllm bench clean reproduce reproduce-full reproduce-smoke reproduce-report gpu-wheels
+.PHONY: setup train test test-unit test-slow browser lint format setup-vllm test-vllm bench clean reproduce reproduce-full reproduce-smoke reproduce-report reproduce-agents reproduce-agents-smoke reproduce-agents-report gpu-wheels
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -96,6 +102,25 @@ reproduce-report: | $(STAMP)
 reproduce-smoke: $(STAMP)
 	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_core hydra.sweep.dir=$(REPRO_DIR)/smoke $(SMOKE_ARGS) $(ARGS)
 	$(BIN)/python -m mintrl.cli.reproduce $(REPRO_DIR)/smoke --out $(REPRO_DIR)/smoke/reproduction.md
+
+# RAIL's claim on agent tasks (configs/sweep/reproduce_agents*.yaml; docs/reproduction.md's agents section): RAIL,
+# uniform GRPO-8 and entropy branching at 8 episodes per task, 3 seeds on the SQL level, 1 on the shell level,
+# then the report's agents section (the rest of REPRO_OUT is kept)
+reproduce-agents: $(STAMP)
+	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_agents hydra.sweep.dir=$(REPRO_DIR)/agents_sql $(ARGS)
+	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_agents_shell hydra.sweep.dir=$(REPRO_DIR)/agents_shell $(ARGS)
+	$(BIN)/python -m mintrl.cli.reproduce_agents $(REPRO_DIR)/agents_sql --shell $(REPRO_DIR)/agents_shell --out $(REPRO_OUT)
+
+# the agents section again from the committed runs (results/reproduce_agents*/), no training
+reproduce-agents-report: | $(STAMP)
+	$(BIN)/python -m mintrl.cli.reproduce_agents $(AGENT_RESULTS) $(if $(AGENT_SHELL_RESULTS),--shell $(AGENT_SHELL_RESULTS) )--out $(REPRO_OUT)
+
+# the agent rows for 1 step of 2 tasks and 1 seed on both levels; the report goes into the multirun folder
+reproduce-agents-smoke: $(STAMP)
+	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_agents hydra.sweep.dir=$(REPRO_DIR)/agents_smoke/sql $(AGENT_SMOKE_ARGS) $(ARGS)
+	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_agents_shell hydra.sweep.dir=$(REPRO_DIR)/agents_smoke/shell $(AGENT_SMOKE_ARGS) $(ARGS)
+	$(BIN)/python -m mintrl.cli.reproduce_agents $(REPRO_DIR)/agents_smoke/sql --shell $(REPRO_DIR)/agents_smoke/shell \
+		--out $(REPRO_DIR)/agents_smoke/reproduction.md
 
 $(VLLM_STAMP): pyproject.toml
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)

@@ -5,6 +5,7 @@ model on their harder level."""
 
 import pytest
 from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from mintrl.build.config import CONFIG_DIR
 from mintrl.build.config_checks import check_config
@@ -68,3 +69,35 @@ def test_embedded_agent_rows(env, method):
     assert cfg.env._target_.endswith(env_class) and cfg.data.prompts == _compose(f"data={data}").data.prompts
     assert (cfg.rollout.n_control, cfg.rollout.n_semi) == ((2, 2) if method == "mintrl_const" else (4, 0))
     assert cfg.objective._target_.endswith(objective) and cfg.allocation._target_.endswith(allocation)
+
+
+AGENT_SWEEP_ROWS = {  # experiment row: (objective, allocation class suffix, initial episodes per task, spend_all)
+    "agent/grpo8_cpu": ("GRPO", "UniformAllocation", 8, False),
+    "agent/entropy8_cpu": ("GRPO", "EntropyAllocation", 4, True),
+    "agent/rail8_cpu": ("GRPO", "RailAllocation", 4, True),
+}
+
+
+@pytest.mark.parametrize("sweep, preset, data", [("reproduce_agents", "cpu_sql", "sql_schema"), ("reproduce_agents_shell", "cpu_shell", "shell_files")])  # fmt: skip
+@pytest.mark.parametrize("row", sorted(AGENT_SWEEP_ROWS))
+def test_reproduce_agents_rows_generate_exactly_8_episodes_per_task(sweep, preset, data, row):
+    """What the agent sweeps run: every row composes on its level with the sweep's settings, and spends
+    exactly 8 episodes per task (GRPO-8 by its group size; RAIL and entropy by the cap of 8 per task
+    with the rest given to fresh episodes)."""
+    objective, allocation, initial, spend_all = AGENT_SWEEP_ROWS[row]
+    cfg = _compose(f"+sweep={sweep}", f"experiment={row}", f"preset={preset}", f"data={data}", "seed=1")
+    check_config(cfg)
+    params = OmegaConf.load(f"{CONFIG_DIR}/sweep/{sweep}.yaml").hydra.sweeper.params
+    sql = OmegaConf.load(f"{CONFIG_DIR}/sweep/reproduce_agents.yaml").hydra.sweeper.params
+    assert (params.preset, params.data, row in sql.experiment.split(",")) == (preset, data, True)
+    assert cfg.objective._target_.endswith(objective) and cfg.allocation._target_.endswith(allocation)
+    assert (cfg.rollout.n_control, cfg.rollout.n_semi, cfg.data.prompts_per_step) == (initial, 0, 4)
+    assert (cfg.trainer.max_steps, cfg.trainer.val_check_interval, cfg.validate_at_start) == (6, 6, False)
+    assert (cfg.data.prompts.val_size, cfg.data.val_samples_per_prompt, cfg.rollout.temperature) == (64, 1, 0.7)
+    if allocation != "UniformAllocation":
+        assert cfg.allocation.budget_per_step == 8 * 4 and cfg.allocation.spend_all is spend_all
+    assert cfg.callbacks.hf_export is None and cfg.callbacks.allocation_decisions.path.endswith(
+        "allocation_decisions.jsonl"
+    )
+    if data == "sql_schema":
+        assert cfg.data.prompts.show_rows is False  # the agent must query

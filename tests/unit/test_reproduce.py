@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from multirun_helpers import write_intensity_multirun, write_reproduce_multirun
 from omegaconf import OmegaConf
 
+from mintrl.analysis.agent_block import keep_agents_block
 from mintrl.analysis.claims import how_to_decide, inverted_u, new_seeds, seed_sweep
 from mintrl.analysis.measures import gap_narrowing
 from mintrl.analysis.report import build_report, figure_paths
@@ -464,7 +465,7 @@ def test_the_committed_report_is_the_whole_text_make_reproduce_report_writes(mon
     doc = (REPO / "docs" / "reproduction.md").read_text()
     figures = {c: p.name for c, p in figure_paths("docs/reproduction.md", bool(report["points"])).items()}
     assert all((REPO / "docs" / name).is_file() for name in figures.values())
-    rendered = render_markdown(report, figures)
+    rendered = keep_agents_block(render_markdown(report, figures), doc)  # as write_report: the agents section stays
 
     def lines(text):
         return [x for x in text.splitlines() if not x.startswith(("Written by", "- **machine**"))]
