@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from mintrl.analysis.agent_block import keep_agents_block
 from mintrl.analysis.claims import (
     NOT_MEASURED,
     Claim,
@@ -141,14 +142,16 @@ def write_report(
 ) -> dict:
     """Write the reproduction report: the markdown at ``out`` and its figures next to it
     (``<stem>_curves.png``: held-out curves with bands; ``<stem>_training.png``: reward gap and entropy;
-    ``<stem>_intensity.png`` with an intensity sweep).
+    ``<stem>_intensity.png`` with an intensity sweep). An agents section that ``out`` already holds
+    (``mintrl-reproduce-agents``, between the markers of :mod:`mintrl.analysis.agent_block`) is kept, unchanged,
+    at the end of the rewritten file.
 
     Returns:
         :func:`build_report`'s dict plus ``out`` (Path) and ``figures`` (caption -> PNG path).
 
     Raises:
         FileNotFoundError: a multirun folder is missing or holds no job.
-        ValueError: see :func:`build_report`.
+        ValueError: see :func:`build_report`; ``out``'s agents markers are malformed.
     """
     import matplotlib.pyplot as plt
 
@@ -163,5 +166,8 @@ def write_report(
     plt.close(plot_training(report["rows"], paths[1]))
     if report["points"]:
         plt.close(plot_intensity_points(report["points"], paths[2]))
-    out.write_text(render_markdown(report, {c: p.name for c, p in figures.items()}))
+    text = render_markdown(report, {c: p.name for c, p in figures.items()})
+    if out.is_file():  # the agents section (mintrl-reproduce-agents) stays, unchanged, at the end
+        text = keep_agents_block(text, out.read_bytes().decode("utf-8"))
+    out.write_text(text)
     return {**report, "out": out, "figures": figures}

@@ -1,0 +1,241 @@
+"""RAIL's claims at equal budget on the agent rows (:mod:`mintrl.analysis.agent_rows`), each a
+:class:`mintrl.analysis.claims.Claim` with a measured verdict (``holds`` / ``does not hold`` / ``undecided``), its
+interval, and for an undecided one the seeds (or decisions) that would decide it:
+
+R1  RAIL's held-out success is at least uniform GRPO-8's at equal or fewer episodes generated (RAIL Figure 1),
+    paired by seed on the claims' level (:func:`claim_success`);
+R2  RAIL is at least entropy branching at equal budget, the same way (:func:`claim_success`);
+R3  the controller's predicted gain tracks the realised gain (RAIL eq. 2): Spearman rank correlation over RAIL's
+    decisions with a prediction, pooled over seeds (:func:`claim_prediction_tracks`);
+R4  live decisions realise more gain than the shadow phase's decisions or random actions (RAIL section 3.2),
+    decisions as the unit (:func:`claim_live_beats`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from mintrl.analysis.agent_rows import AgentRow, generated_per_task, heldout_success, read_decisions
+from mintrl.analysis.agent_stats import (
+    calibration_bins,
+    decisions_to_clear_zero,
+    spearman_interval,
+    welch_difference,
+    welch_scale,
+)
+from mintrl.analysis.claims import NOT_MEASURED, Claim, how_to_decide, new_seeds, seed_sweep
+from mintrl.analysis.rows import per_seed, seeds_run
+from mintrl.analysis.runs import seed_of
+from mintrl.analysis.stats import FAILS, HOLDS, UNDECIDED, paired_difference, verdict
+from mintrl.analysis.tables import fmt_diff
+
+EPISODE_TOLERANCE = 0.01  # episodes per task RAIL may exceed the other row by and still count as equal budget
+AGENT_SCALE = (
+    "This is a finding at this scale (the embedded 135M model with the settings of "
+    "configs/sweep/reproduce_agents.yaml: a few steps at 8 episodes per task); RAIL's scale "
+    "(experiment=paper/agent_rail preset=paper_sql: Qwen3-1.7B, hundreds of steps, 16 episodes per task) would "
+    "test it properly."
+)
+RANDOM_ANCHORS = (
+    "Random anchors were not run: the random comparison is RAIL's exploration, a uniformly random action at the "
+    "top-entropy anchor (kind explore)."
+)
+
+
+def agent_next_step(verdict_: str, stat: dict | None, what: str, ran: Sequence[str] = ()) -> str:
+    """What to do after a verdict over seeds: nothing when it holds, the seeds that would decide it when
+    undecided (:func:`mintrl.analysis.claims.how_to_decide`), :data:`AGENT_SCALE` when it does not hold."""
+    if verdict_ == HOLDS:
+        return ""
+    return how_to_decide(stat, what, ran) if verdict_ == UNDECIDED else AGENT_SCALE
+
+
+def mean_episodes(row: AgentRow) -> float | None:
+    """Episodes generated per task (:func:`mintrl.analysis.agent_rows.generated_per_task`), mean over the row's
+    seeds that logged it; None when none did."""
+    values = list(per_seed(row.jobs, generated_per_task).values())
+    return sum(values) / len(values) if values else None
+
+
+def claim_success(rail: AgentRow | None, other: AgentRow | None, key: str, name: str) -> tuple[Claim, dict]:
+    """R1 (``other`` uniform GRPO-8) or R2 (entropy branching): held-out success (0-1, last ``val/pass@1``),
+    RAIL minus ``other``, paired by seed, with the Student t 95% interval over seeds
+    (:func:`mintrl.analysis.stats.paired_difference`), at equal or fewer episodes generated per task (RAIL
+    Figure 1's axes).
+
+    Rule: **does not hold** when RAIL generated more episodes per task than ``other`` (means over seeds of
+    ``allocation/generated_per_prompt``, by more than :data:`EPISODE_TOLERANCE`) or when the interval lies
+    below 0; **holds** when the interval lies above 0 and both rows logged their episodes; **undecided**
+    otherwise (the interval contains or touches 0, one seed, or episodes not logged), with the seeds that
+    would decide it.
+
+    Args:
+        rail, other: the rows of the claims' level (None when the folders lack them).
+        key: ``R1`` or ``R2``.
+        name: ``other``'s name in the text (``uniform GRPO-8``).
+
+    Returns:
+        The claim and ``{"diff": paired difference or None, "episodes": {"RAIL": ..., name: ...}}`` (episodes per
+        task).
+    """
+    text = f"RAIL's held-out success is at least {name}'s at equal or fewer episodes generated (RAIL Figure 1)."
+    if rail is None or other is None:
+        return Claim(key, text, NOT_MEASURED, f"the folders lack the RAIL or the {name} row"), {"diff": None}
+    diff = paired_difference(per_seed(rail.jobs, heldout_success), per_seed(other.jobs, heldout_success))
+    episodes = {"RAIL": mean_episodes(rail), name: mean_episodes(other)}
+    unknown = None in episodes.values()
+    spent_more = not unknown and episodes["RAIL"] > episodes[name] + EPISODE_TOLERANCE
+    v = verdict(diff)
+    if spent_more:
+        v = FAILS
+        step = (
+            f"RAIL generated {episodes['RAIL']:.2f} episodes per task against {episodes[name]:.2f}: not equal budget; "
+            "rerun with allocation.spend_all and the same allocation.budget_per_step."
+        )
+    elif v == HOLDS and unknown:
+        v = UNDECIDED
+        step = (
+            "The episodes generated per task were not logged (allocation/generated_per_prompt): equal budget unknown."
+        )
+    else:
+        step = agent_next_step(v, diff, "paired seeds", seeds_run(rail, other))
+    per_seed_diff = ", ".join(f"{s}: {d:+.3f}" for s, d in zip(diff["seeds"], diff["diffs"])) if diff else "n/a"
+    spent = ", ".join(f"{k} {e:.2f}" if e is not None else f"{k} not logged" for k, e in episodes.items())
+    measure = (
+        f"held-out success, RAIL minus {name}, paired by seed on {rail.level}: {fmt_diff(diff)} (success 0-1; per "
+        f"seed {per_seed_diff}); episodes generated per task: {spent}"
+    )
+    return Claim(key, text, v, measure, step), {"diff": diff, "episodes": episodes}
+
+
+def _decisions(row: AgentRow | None, kinds: Sequence[str], with_prediction: bool = False) -> list[dict]:
+    """The row's decisions of these kinds with a finite realised gain (and a prediction, when asked), each with
+    its job's ``seed``."""
+    out = []
+    for job in row.jobs if row is not None else []:
+        for d in read_decisions(job):
+            realized = d.get("realized")
+            if d.get("kind") not in kinds or not isinstance(realized, (int, float)) or not math.isfinite(realized):
+                continue
+            if with_prediction and not isinstance(d.get("predicted"), (int, float)):
+                continue
+            out.append({**d, "seed": seed_of(job)})
+    return out
+
+
+def _more_seeds(factor: float | None, seeds: Sequence[str], ran: Sequence[str]) -> str:
+    """``add seed=...``: the seeds that make ``factor`` times the decisions of ``seeds`` (new ones, not in ``ran``)."""
+    if factor is None:
+        return "no estimate of the seeds that would decide it (an effect of 0, or no spread)"
+    total = max(len(seeds) + 1, math.ceil(factor * len(seeds)))
+    return f"about {total} seeds (now {len(seeds)}): add seed={seed_sweep(new_seeds(ran, total - len(seeds)))}"
+
+
+def claim_prediction_tracks(rail: AgentRow | None) -> tuple[Claim, dict]:
+    """R3: RAIL's predicted gain tracks its realised gain (reward^2, RAIL eq. 2). Over the RAIL row's decisions
+    with a prediction (shadow, live and explore), pooled over its seeds: the Spearman rank correlation with its
+    95% interval (Fisher z, Bonett-Wright SE; :func:`mintrl.analysis.agent_stats.spearman_interval`) and the
+    calibration table (quartile bins of predicted gain, :func:`mintrl.analysis.agent_stats.calibration_bins`).
+
+    Rule: **holds** when the interval's low end is above 0 (higher predictions go with higher realised gains);
+    **does not hold** when its high end is below 0 (they go with lower ones); **undecided** otherwise, an
+    interval around 0 however narrow included, and with fewer than 4 decisions or constant gains (no
+    correlation). An undecided claim names the decisions that would clear 0 at the measured r
+    (:func:`mintrl.analysis.agent_stats.decisions_to_clear_zero`) and the seeds giving them at the measured
+    decisions per seed.
+
+    Returns:
+        The claim and ``{"spearman": dict or None, "bins": [...], "decisions": n, "seeds": [...]}``.
+    """
+    text = "The controller's predicted gain tracks the gain its branches realised (RAIL eq. 2)."
+    if rail is None:
+        return Claim("R3", text, NOT_MEASURED, "the folders lack the RAIL row"), {"spearman": None, "bins": []}
+    decisions = _decisions(rail, ("shadow", "live", "explore"), with_prediction=True)
+    pred, real = [d["predicted"] for d in decisions], [d["realized"] for d in decisions]
+    stat, bins = spearman_interval(pred, real), calibration_bins(pred, real)
+    seeds = sorted({d["seed"] for d in decisions})
+    extra = {"spearman": stat, "bins": bins, "decisions": len(decisions), "seeds": seeds}
+    ran = seeds_run(rail)
+    if stat is None:
+        why = (
+            f"{len(decisions)} decisions with a prediction over {len(seeds)} seed(s): fewer than 4, or constant "
+            "predicted or realised gains (no rank correlation)"
+        )
+        step = f"No rank correlation to measure: run more seeds (add seed={seed_sweep(new_seeds(ran, 3))}) or steps."
+        return Claim("R3", text, UNDECIDED, why, step), extra
+    measure = (
+        f"Spearman r of predicted vs realised gain over {stat['n']} decisions ({len(seeds)} seed(s)): {stat['r']:+.3f} "
+        f"[{stat['low']:+.3f}, {stat['high']:+.3f}] (95%, Fisher z, Bonett-Wright SE)"
+    )
+    if stat["low"] > 0:
+        return Claim("R3", text, HOLDS, measure), extra
+    if stat["high"] < 0:
+        return Claim("R3", text, FAILS, measure, AGENT_SCALE), extra
+    needed = decisions_to_clear_zero(stat["r"])
+    if needed is None:
+        step = "At the measured r no number of decisions would clear 0: the prediction does not rank the gains."
+    else:
+        factor = needed / stat["n"]
+        step = (
+            f"At the measured r about {needed} decisions would give an interval that excludes 0 (now {stat['n']}, "
+            f"{stat['n'] / len(seeds):.1f} per seed): {_more_seeds(factor, seeds, ran)}."
+        )
+    return Claim("R3", text, UNDECIDED, measure, step), extra
+
+
+def claim_live_beats(rail: AgentRow | None, entropy: AgentRow | None) -> tuple[Claim, dict]:
+    """R4 (RAIL section 3.2): live decisions realise more gain (reward^2, RAIL eq. 2) than the shadow phase's
+    decisions and than random actions. Decisions are the unit: the mean realised gain of the RAIL row's
+    ``live`` decisions minus that of its ``shadow`` ones, minus its ``explore`` ones (a uniformly random action
+    at the top-entropy anchor; random anchors were not run), and, as context outside the verdict, minus the
+    entropy row's ``entropy`` branches, each with Welch's 95% interval
+    (:func:`mintrl.analysis.agent_stats.welch_difference`).
+
+    Rule: **holds** when live minus shadow has an interval above 0 and, with at least 2 explore decisions, so has
+    live minus explore (with fewer, random actions were too few to measure, which the measure says); **does not
+    hold** when live minus shadow or live minus explore has an interval below 0; **undecided** otherwise (fewer
+    than 2 live or shadow decisions included), with the seeds that would decide it at the measured means and
+    spreads (:func:`mintrl.analysis.agent_stats.welch_scale`). Shadow decisions come from the first steps and
+    live ones from later steps, so the difference also holds the policy's change over training.
+
+    Returns:
+        The claim and ``{"shadow", "explore", "entropy"}``: the Welch differences (None when a side has fewer than
+        2 decisions), plus ``counts`` (decisions per kind).
+    """
+    text = "Live decisions realise more gain than the shadow phase's decisions or random actions (RAIL sec. 3.2)."
+    if rail is None:
+        return Claim("R4", text, NOT_MEASURED, "the folders lack the RAIL row"), {}
+    by_kind = {k: [d["realized"] for d in _decisions(rail, (k,))] for k in ("live", "shadow", "explore")}
+    by_kind["entropy"] = [d["realized"] for d in _decisions(entropy, ("entropy",))]
+    diffs = {k: welch_difference(by_kind["live"], by_kind[k]) for k in ("shadow", "explore", "entropy")}
+    extra = {**diffs, "counts": {k: len(v) for k, v in by_kind.items()}}
+
+    def said(k: str) -> str:
+        d = diffs[k]
+        if d is None:
+            return f"live minus {k}: not measured ({len(by_kind['live'])} live, {len(by_kind[k])} {k} decisions)"
+        ci = "no spread, no interval" if d["low"] is None else f"[{d['low']:+.4f}, {d['high']:+.4f}]"
+        return f"live minus {k}: {d['mean']:+.4f} {ci} ({d['n_a']} live, {d['n_b']} {k})"
+
+    few_random = len(by_kind["explore"]) < 2
+    deciding = ["shadow"] + ([] if few_random else ["explore"])
+    verdicts = [verdict(diffs[k]) for k in deciding]
+    v = FAILS if FAILS in verdicts else HOLDS if all(x == HOLDS for x in verdicts) else UNDECIDED
+    measure = (
+        "mean realised gain (reward^2), Welch 95%: "
+        + "; ".join(said(k) for k in ("shadow", "explore"))
+        + (f" (random actions too few to measure: {len(by_kind['explore'])})" if few_random else "")
+        + f"; context, not in the verdict: {said('entropy')}. {RANDOM_ANCHORS}"
+    )
+    if v != UNDECIDED:
+        return Claim("R4", text, v, measure, AGENT_SCALE if v == FAILS else ""), extra
+    seeds = sorted({seed_of(j) for j in rail.jobs if read_decisions(j)})
+    open_ = [k for k in deciding if verdict(diffs[k]) == UNDECIDED]
+    if any(diffs[k] is None for k in open_) or not seeds:
+        step = f"Fewer than 2 live or shadow decisions: add seed={seed_sweep(new_seeds(seeds_run(rail), 3))} or steps."
+        return Claim("R4", text, v, measure, step), extra
+    factors = [welch_scale(diffs[k]) for k in open_]
+    factor = None if None in factors else max(factors)
+    step = f"At the measured means and spreads, {_more_seeds(factor, seeds, seeds_run(rail))} (Welch, decisions scale)."
+    return Claim("R4", text, v, measure, step), extra

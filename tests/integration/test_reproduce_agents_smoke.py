@@ -1,0 +1,47 @@
+"""`make reproduce-agents-smoke`: the wiring of `make reproduce-agents` (the SQL and shell multiruns of the three
+agent rows, then mintrl-reproduce-agents) with 1 optimizer step of 2 tasks, 1 seed and short episodes on the
+embedded model, through the Makefile (slow: 6 jobs of about a minute each)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_reproduce_agents_smoke_writes_the_section(tmp_path):
+    env = {**os.environ, "MAKEFLAGS": "", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = ["make", "reproduce-agents-smoke", "STAMP=", f"BIN={Path(sys.executable).parent}", f"REPRO_DIR={tmp_path}"]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    smoke = tmp_path / "agents_smoke"
+    for level in ("sql", "shell"):
+        jobs = sorted(p.name for p in (smoke / level).iterdir() if (p / ".hydra" / "overrides.yaml").is_file())
+        assert jobs == ["0", "1", "2"], level  # GRPO-8, entropy, RAIL; seed 0
+        for job in jobs:  # every row generated exactly 8 episodes per task (1 step of 2 tasks: 16)
+            overrides = (smoke / level / job / ".hydra" / "overrides.yaml").read_text()
+            assert "seed=0" in overrides and "trainer.max_steps=1" in overrides
+        rail = smoke / level / "2" / "allocation_decisions.jsonl"
+        decisions = [json.loads(line) for line in rail.read_text().splitlines()] if rail.exists() else []
+        assert all(d["kind"] == "shadow" and d["step"] == 0 for d in decisions)  # 1 step: the shadow phase only
+    text = (smoke / "reproduction.md").read_text()
+    assert text.startswith("<!-- reproduce-agents:begin -->") and text.rstrip().endswith(
+        "<!-- reproduce-agents:end -->"
+    )
+    for row in (
+        "uniform GRPO-8 (`agent/grpo8_cpu`)",
+        "entropy branching (`agent/entropy8_cpu`)",
+        "RAIL (`agent/rail8_cpu`)",
+    ):
+        assert text.count(f"| {row} | 0 (1) |") == 2, row  # one seed on each level
+    assert text.count("| 8.000 |") == 6  # episodes generated per task, every row on both levels
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert head in text and "(R1)" in text and "(R4)" in text
+    assert (smoke / "agents_success_vs_episodes.png").is_file() and not list(smoke.rglob("*.ckpt"))
