@@ -14,7 +14,14 @@ Modules, by concern (each imports only those listed before it):
 * :mod:`~mintrl.analysis.claims`: the paper's claims and their measured verdicts;
 * :mod:`~mintrl.analysis.plots`: the figures (matplotlib);
 * :mod:`~mintrl.analysis.knob_effects`: main effects of a factorial sweep's knobs;
+* :mod:`~mintrl.analysis.agent_block`: the agents section's markers in a report file (found, replaced, kept);
 * :mod:`~mintrl.analysis.report`: ``mintrl-reproduce``'s report, read, computed and written;
+* :mod:`~mintrl.analysis.agent_stats`: Wilson, Spearman and Welch intervals, calibration bins (the agent
+  comparison);
+* :mod:`~mintrl.analysis.agent_rows`: the agent rows' jobs, levels, measures and allocation decisions;
+* :mod:`~mintrl.analysis.agent_claims`: RAIL's claims R1-R4 and their verdicts;
+* :mod:`~mintrl.analysis.agent_tables`, :mod:`~mintrl.analysis.agent_plots`: the agents section's text and figure;
+* :mod:`~mintrl.analysis.agent_report`: ``mintrl-reproduce-agents``' section, read, computed and written;
 * :mod:`~mintrl.analysis.rollouts`: the rollout records viewer (``mintrl-rollouts``);
 * :mod:`~mintrl.analysis.keywords`: the keyword shift between two evaluations (``mintrl-keywords``).
 """
