@@ -24,8 +24,9 @@ from mintrl.analysis.agent_stats import (
     welch_difference,
     wilson_interval,
 )
+from mintrl.analysis.agent_tables import render_agents_section
 from mintrl.analysis.report import write_report
-from mintrl.analysis.runs import Job
+from mintrl.analysis.runs import Job, seed_of
 from mintrl.cli.reproduce_agents import main as agents_main
 
 T2 = 4.302652729911275  # t(0.975, 2): 3 seeds
@@ -408,3 +409,31 @@ def test_cli_missing_folder_is_a_usage_error_naming_it(tmp_path, capsys):
         agents_main([str(tmp_path / "nope"), "--out", str(tmp_path / "r.md")])
     assert e.value.code == 2 and str(tmp_path / "nope") in capsys.readouterr().err
     assert not (tmp_path / "r.md").exists()
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _committed(sweep: str) -> list[str]:
+    """The committed multirun folders of one agent sweep as make passes them (relative, with a slash), sorted."""
+    root = REPO / "results" / sweep
+    if not root.is_dir():
+        return []  # as make's $(wildcard results/<sweep>/*/): the shell level may have no committed run
+    return [f"results/{sweep}/{p.name}/" for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+
+
+def test_the_committed_agents_section_is_what_the_committed_runs_give(monkeypatch):
+    """docs/reproduction.md's agents section is `make reproduce-agents-report` over results/reproduce_agents*/:
+    every line but the date it was written and the machine writing it (rows, intervals, verdicts, calibration)."""
+    monkeypatch.chdir(REPO)
+    sql, shell = _committed("reproduce_agents"), _committed("reproduce_agents_shell")
+    report = build_agents_report(sql, shell or None, repo_dir=REPO)
+    assert {seed_of(j) for r in report["rows"] if r.level == "sql_schema" for j in r.jobs} >= {"0", "1"}
+    doc = (REPO / "docs" / "reproduction.md").read_text()
+    begin, end = block_span(doc)
+    assert (REPO / "docs" / FIGURE_NAME).is_file()
+
+    def lines(text):
+        return [x for x in text.splitlines() if not x.startswith(("Written by", "- **machine**"))]
+
+    assert lines(render_agents_section(report, FIGURE_NAME)) == lines(doc[begin:end])
