@@ -153,6 +153,7 @@ EXPERIMENTS = {
     "paper/agent_entropy", "paper/agent_rail", "paper/bread", "paper/first_error", "paper/grpo", "paper/int",
     "paper/luffy", "paper/mintrl_const", "paper/mintrl_const_code", "paper/mintrl_proxy", "paper/opd",
     "paper/prefix_rft", "paper/sft_grpo",
+    "agent/grpo8_cpu", "agent/entropy8_cpu", "agent/rail8_cpu",  # the agent rows reproduce_agents*.yaml run
 }  # fmt: skip
 # the names configs/sweep/reproduce_*.yaml, mintrl-reproduce and results/ use -> the method each runs
 REPRODUCTION_NAMES = {
@@ -224,7 +225,7 @@ def test_the_deliberate_differences(old):
 def test_experiment_folder_holds_only_the_named_rows():
     folder = REPO / "configs" / "experiment"
     assert {str(p.relative_to(folder))[:-5] for p in folder.rglob("*.yaml")} == EXPERIMENTS
-    assert len(EXPERIMENTS) == 23 and len(ROWS) == 84
+    assert len(EXPERIMENTS) == 26 and len(ROWS) == 84
     first = [r.spelling.split()[0] for r in ROWS.values()]
     spelled_as_experiment = {o[len("experiment=") :] for o in first if o.startswith("experiment=")}
     assert spelled_as_experiment <= EXPERIMENTS  # every experiment a new spelling names exists
