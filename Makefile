@@ -23,7 +23,8 @@ SMOKE_ARGS := seed=0 trainer.max_steps=1 trainer.val_check_interval=1 data.promp
 # `make reproduce-agents`: the committed agent runs behind docs/reproduction.md's agents section (results/README.md)
 AGENT_RESULTS ?= $(sort $(wildcard results/reproduce_agents/*/))
 AGENT_SHELL_RESULTS ?= $(sort $(wildcard results/reproduce_agents_shell/*/))
-# 1 optimizer step of 2 tasks, 1 seed, short episodes: the wiring of `make reproduce-agents` (6 jobs, minutes)
+# 1 optimizer step of 2 tasks, 1 seed, short episodes: the wiring of `make reproduce-agents` (6 jobs, minutes);
+# the smoke target names the preset on the command line too, as the episode keys below exist only under it
 AGENT_SMOKE_ARGS := seed=0 trainer.max_steps=1 trainer.val_check_interval=1 data.prompts_per_step=2 \
 	data.prompts.val_size=2 rollout.max_turns=2 rollout.max_action_tokens=24 rollout.max_response_tokens=96
 
@@ -117,8 +118,10 @@ reproduce-agents-report: | $(STAMP)
 
 # the agent rows for 1 step of 2 tasks and 1 seed on both levels; the report goes into the multirun folder
 reproduce-agents-smoke: $(STAMP)
-	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_agents hydra.sweep.dir=$(REPRO_DIR)/agents_smoke/sql $(AGENT_SMOKE_ARGS) $(ARGS)
-	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_agents_shell hydra.sweep.dir=$(REPRO_DIR)/agents_smoke/shell $(AGENT_SMOKE_ARGS) $(ARGS)
+	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_agents hydra.sweep.dir=$(REPRO_DIR)/agents_smoke/sql \
+		preset=cpu_sql data=sql_schema $(AGENT_SMOKE_ARGS) $(ARGS)
+	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_agents_shell hydra.sweep.dir=$(REPRO_DIR)/agents_smoke/shell \
+		preset=cpu_shell data=shell_files $(AGENT_SMOKE_ARGS) $(ARGS)
 	$(BIN)/python -m mintrl.cli.reproduce_agents $(REPRO_DIR)/agents_smoke/sql --shell $(REPRO_DIR)/agents_smoke/shell \
 		--out $(REPRO_DIR)/agents_smoke/reproduction.md
 
