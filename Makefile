@@ -23,10 +23,11 @@ SMOKE_ARGS := seed=0 trainer.max_steps=1 trainer.val_check_interval=1 data.promp
 # `make reproduce-agents`: the committed agent runs behind docs/reproduction.md's agents section (results/README.md)
 AGENT_RESULTS ?= $(sort $(wildcard results/reproduce_agents/*/))
 AGENT_SHELL_RESULTS ?= $(sort $(wildcard results/reproduce_agents_shell/*/))
-# 1 optimizer step of 2 tasks, 1 seed, short episodes: the wiring of `make reproduce-agents` (6 jobs, minutes);
-# the smoke target names the preset on the command line too, as the episode keys below exist only under it
+# 1 optimizer step of 2 tasks, 1 seed, 2 held-out tasks: the wiring of `make reproduce-agents` (6 jobs, minutes).
+# Only keys of the base config: Hydra composes a multirun's base config before the sweep's preset and rows
+# (episode keys such as rollout.max_turns do not exist there)
 AGENT_SMOKE_ARGS := seed=0 trainer.max_steps=1 trainer.val_check_interval=1 data.prompts_per_step=2 \
-	data.prompts.val_size=2 rollout.max_turns=2 rollout.max_action_tokens=24 rollout.max_response_tokens=96
+	data.prompts.val_size=2
 
 .PHONY: setup train test test-unit test-slow browser lint format setup-vllm test-vllm bench clean reproduce reproduce-full reproduce-smoke reproduce-report reproduce-agents reproduce-agents-smoke reproduce-agents-report gpu-wheels
 
@@ -118,10 +119,8 @@ reproduce-agents-report: | $(STAMP)
 
 # the agent rows for 1 step of 2 tasks and 1 seed on both levels; the report goes into the multirun folder
 reproduce-agents-smoke: $(STAMP)
-	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_agents hydra.sweep.dir=$(REPRO_DIR)/agents_smoke/sql \
-		preset=cpu_sql data=sql_schema $(AGENT_SMOKE_ARGS) $(ARGS)
-	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_agents_shell hydra.sweep.dir=$(REPRO_DIR)/agents_smoke/shell \
-		preset=cpu_shell data=shell_files $(AGENT_SMOKE_ARGS) $(ARGS)
+	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_agents hydra.sweep.dir=$(REPRO_DIR)/agents_smoke/sql $(AGENT_SMOKE_ARGS) $(ARGS)
+	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_agents_shell hydra.sweep.dir=$(REPRO_DIR)/agents_smoke/shell $(AGENT_SMOKE_ARGS) $(ARGS)
 	$(BIN)/python -m mintrl.cli.reproduce_agents $(REPRO_DIR)/agents_smoke/sql --shell $(REPRO_DIR)/agents_smoke/shell \
 		--out $(REPRO_DIR)/agents_smoke/reproduction.md
 

@@ -1,5 +1,5 @@
 """`make reproduce-agents-smoke`: the wiring of `make reproduce-agents` (the SQL and shell multiruns of the three
-agent rows, then mintrl-reproduce-agents) with 1 optimizer step of 2 tasks, 1 seed and short episodes on the
+agent rows, then mintrl-reproduce-agents) with 1 optimizer step of 2 tasks, 1 seed and 2 held-out tasks on the
 embedded model, through the Makefile (slow: 6 jobs of about a minute each)."""
 
 from __future__ import annotations
