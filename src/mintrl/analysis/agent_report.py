@@ -33,18 +33,11 @@ from mintrl.analysis.agent_rows import (
 )
 from mintrl.analysis.agent_tables import render_agents_section
 from mintrl.analysis.measures import budget
-from mintrl.analysis.runs import Job, job_commits, read_multiruns, wall_time
+from mintrl.analysis.runs import Job, folder_list, job_commits, read_multiruns, wall_time
 from mintrl.analysis.tables import fmt_commits
 from mintrl.core.manifest import git_commit, machine, manifest_path
 
 FIGURE_NAME = "agents_success_vs_episodes.png"
-
-
-def _folders(dirs: str | Path | Sequence[str | Path] | None) -> list[str | Path]:
-    """None, one folder or several, as a list."""
-    if dirs is None:
-        return []
-    return [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
 
 
 def job_machines(jobs: Sequence[Job]) -> str:
@@ -108,7 +101,7 @@ def build_agents_report(
         FileNotFoundError: a folder is missing or holds no Hydra job (:func:`mintrl.analysis.runs.find_jobs`).
         ValueError: a seed is run twice for one row, a decisions line or a manifest is not valid JSON.
     """
-    sql, shell = _folders(sql_dirs), _folders(shell_dirs)
+    sql, shell = folder_list(sql_dirs), folder_list(shell_dirs)
     dirs, jobs = read_multiruns(sql)
     sql_levels = Counter(level_of(j) for j in jobs)
     if shell:

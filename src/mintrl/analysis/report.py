@@ -37,15 +37,10 @@ from mintrl.analysis.knob_effects import main_effects
 from mintrl.analysis.measures import final_pass
 from mintrl.analysis.plots import plot_curves, plot_intensity_points, plot_training
 from mintrl.analysis.rows import CONST, GRPO, NO_INTERVENTION, Row, equal_budget, find_row, paper_order, rows_of
-from mintrl.analysis.runs import job_commits, read_multiruns, seed_of, wall_time
+from mintrl.analysis.runs import folder_list, job_commits, read_multiruns, seed_of, wall_time
 from mintrl.analysis.stats import FAILS, HOLDS
 from mintrl.analysis.tables import fmt_commits, render_markdown
 from mintrl.core.manifest import git_commit, machine
-
-
-def _folders(dirs: str | Path | Sequence[str | Path]) -> list[str | Path]:
-    """One folder or several, as a list."""
-    return [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
 
 
 def build_report(
@@ -74,7 +69,7 @@ def build_report(
         ValueError: a seed is run twice for one row (:func:`mintrl.analysis.runs.read_multiruns`), or a job's run
             manifest is not valid JSON.
     """
-    folders = _folders(multirun_dir)
+    folders = folder_list(multirun_dir)
     dirs, jobs = read_multiruns(folders)
     rows = sorted(rows_of(jobs), key=paper_order)  # folders added later (a baseline's seed) keep the table's order
     const, grpo = find_row(rows, CONST), find_row(rows, GRPO)
@@ -86,7 +81,7 @@ def build_report(
     effects: list[dict] = []
     text4 = "The off-policy intensity sweep shows an inverted U in the off-policy token fraction (paper: 2-4% best)."
     all_jobs = list(jobs)
-    ifolders = [] if intensity_dir is None else _folders(intensity_dir)
+    ifolders = folder_list(intensity_dir)
     if ifolders:
         ipaths, ijobs = read_multiruns(ifolders)
         dirs += ipaths

@@ -50,6 +50,13 @@ def _job_order(path: Path) -> tuple:
     return (0, int(path.name), "") if path.name.isdigit() else (1, 0, path.name)
 
 
+def folder_list(dirs: str | Path | Sequence[str | Path] | None) -> list[str | Path]:
+    """None, one folder or several, as a list (None: empty)."""
+    if dirs is None:
+        return []
+    return [dirs] if isinstance(dirs, (str, Path)) else list(dirs)
+
+
 def find_jobs(multirun_dir: str | Path) -> list[Path]:
     """The job folders of a multirun: its sub-folders holding ``.hydra/overrides.yaml``, in job order.
 
