@@ -5,21 +5,18 @@ embedded model, through the Makefile (slow: 6 jobs of about a minute each)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from make_helpers import run_make
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
 def test_reproduce_agents_smoke_writes_the_section(tmp_path):
-    env = {**os.environ, "MAKEFLAGS": "", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = ["make", "reproduce-agents-smoke", "STAMP=", f"BIN={Path(sys.executable).parent}", f"REPRO_DIR={tmp_path}"]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=3600)
+    done = run_make("reproduce-agents-smoke", f"REPRO_DIR={tmp_path}", timeout=3600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     smoke = tmp_path / "agents_smoke"
     for level in ("sql", "shell"):

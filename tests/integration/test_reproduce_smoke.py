@@ -3,22 +3,19 @@ step, 1 seed and tiny sizes on the embedded model, through the Makefile (slow: 3
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from make_helpers import run_make
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
 def test_reproduce_smoke_writes_the_report(tmp_path):
-    env = {**os.environ, "MAKEFLAGS": "", "TOKENIZERS_PARALLELISM": "false"}
-    # STAMP= : the venv running the tests is the one to use (no set-up); REPRO_DIR: outside the repository
-    cmd = ["make", "reproduce-smoke", "STAMP=", f"BIN={Path(sys.executable).parent}", f"REPRO_DIR={tmp_path}"]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
+    # REPRO_DIR: outside the repository
+    done = run_make("reproduce-smoke", f"REPRO_DIR={tmp_path}", timeout=1800)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     smoke = tmp_path / "smoke"
     jobs = sorted(p.name for p in smoke.iterdir() if (p / ".hydra" / "overrides.yaml").is_file())

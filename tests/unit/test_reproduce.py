@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from make_helpers import run_make
 from multirun_helpers import write_intensity_multirun, write_reproduce_multirun
 from omegaconf import OmegaConf
 
@@ -398,13 +399,8 @@ def test_intensity_sweep_varies_the_three_knobs_around_the_core_setting():
 
 
 def test_make_targets_run_the_sweeps_then_the_report():
-    env = {**os.environ, "MAKEFLAGS": ""}
-
     def dry(target):
-        return subprocess.run(
-            ["make", "-n", target, "STAMP=", f"BIN={Path(sys.executable).parent}", "REPRO_DIR=/tmp/r"],
-            cwd=REPO, capture_output=True, text=True, env=env, check=True,
-        ).stdout  # fmt: skip
+        return run_make(target, "REPRO_DIR=/tmp/r", dry=True).stdout
 
     core = dry("reproduce")
     assert (
@@ -420,11 +416,9 @@ def test_make_targets_run_the_sweeps_then_the_report():
     smoke = dry("reproduce-smoke")
     assert "trainer.max_steps=1" in smoke and "seed=0" in smoke and "--out /tmp/r/smoke/reproduction.md" in smoke
     report = dry("reproduce-report")  # the committed runs, every folder, in order
-    with_intensity = subprocess.run(
-        ["make", "-n", "reproduce-report", "STAMP=", "BIN=b", "INTENSITY_RESULTS=a/ b/", "RESULTS=c/"],
-        cwd=REPO, capture_output=True, text=True, env=env, check=True,
-    ).stdout  # fmt: skip
-    assert "b/python -m mintrl.cli.reproduce c/ --intensity a/ b/ --out docs/reproduction.md" in with_intensity
+    with_intensity = run_make("reproduce-report", "INTENSITY_RESULTS=a/ b/", "RESULTS=c/", dry=True).stdout
+    bin_dir = Path(sys.executable).parent
+    assert f"{bin_dir}/python -m mintrl.cli.reproduce c/ --intensity a/ b/ --out docs/reproduction.md" in with_intensity
     core, intensity = (committed(sweep) for sweep in ("reproduce_core", "reproduce_intensity"))
     folders = " ".join(f"results/reproduce_core/{p.name}/" for p in core)
     if intensity:

@@ -3,18 +3,11 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
+from make_helpers import run_make
 
 
 def dry(target: str, *extra: str) -> str:
-    env = {**os.environ, "MAKEFLAGS": ""}
-    cmd = ["make", "-n", target, "STAMP=", f"BIN={Path(sys.executable).parent}", "REPRO_DIR=/tmp/r", *extra]
-    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env, check=True).stdout
+    return run_make(target, "REPRO_DIR=/tmp/r", *extra, dry=True).stdout
 
 
 def test_reproduce_agents_runs_both_levels_then_the_report():
