@@ -23,7 +23,7 @@ SMOKE_ARGS := seed=0 trainer.max_steps=1 trainer.val_check_interval=1 data.promp
 # `make reproduce-agents`: the committed agent runs behind docs/reproduction.md's agents section (results/README.md)
 AGENT_RESULTS ?= $(sort $(wildcard results/reproduce_agents/*/))
 AGENT_SHELL_RESULTS ?= $(sort $(wildcard results/reproduce_agents_shell/*/))
-# 1 optimizer step of 2 tasks, 1 seed, 2 held-out tasks: the wiring of `make reproduce-agents` (6 jobs, minutes).
+# 1 optimizer step of 2 tasks, 1 seed, 2 held-out tasks: the wiring of `make reproduce-agents` (8 jobs, minutes).
 # Only keys of the base config: Hydra composes a multirun's base config before the sweep's preset and rows
 # (episode keys such as rollout.max_turns do not exist there)
 AGENT_SMOKE_ARGS := seed=0 trainer.max_steps=1 trainer.val_check_interval=1 data.prompts_per_step=2 \

@@ -5,6 +5,7 @@ the training temperature, the budget holds, the intervene action reviews the chu
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from mintrl.allocation import (
     Brancher,
     EntropyAllocation,
     RailAllocation,
+    RandomAnchorAllocation,
     anchors,
 )
 from mintrl.build.components import ModelContext
@@ -108,6 +110,41 @@ def test_entropy_allocation_never_exceeds_the_budget(embedded, tokenizer, items)
         assert torch.equal(*shared)
     with pytest.raises(ValueError, match="budget_per_step=6 is below this step's 8 initial rollouts"):
         _engine(embedded, tokenizer, EntropyAllocation(budget_per_step=6)).generate(items[:2], step=0)
+
+
+def _rollout(batch, row: int):
+    """Row ``row`` of a batch of plain on-policy rollouts as a Rollout (response tokens, log-probs unused)."""
+    from mintrl.core.batch import Rollout
+
+    response = batch.input_ids[row][batch.response_mask[row]].tolist()
+    rollout = Rollout(group=int(batch.group_index[row]), is_control=True, prompt_ids=[])
+    rollout.append(response, [0.0] * len(response), intervention=False)
+    return rollout
+
+
+def test_random_anchor_allocation_branches_where_its_seed_says_and_its_state_resumes(embedded, tokenizer, items):
+    allocation = RandomAnchorAllocation(budget_per_step=12, branch_budget=2, seed=5)
+    state = allocation.state_dict()
+    torch.manual_seed(3)  # the entropy test's draws: anchors in 48 tokens
+    batch = _engine(embedded, tokenizer, allocation).generate(items[:2], step=0)
+    decisions = allocation.take_decisions()
+    assert len(decisions) == batch.stats["allocation/branches"] > 0 and len(batch) == 8 + 2 * len(decisions)
+    assert {(d.kind, d.action, d.predicted, d.kept) for d in decisions} == {("random", "m2_t1", None, True)}
+    assert sum(d.realized for d in decisions) / len(decisions) == pytest.approx(batch.stats["allocation/realized_gain"])
+    # the anchors are the seeded shuffle of the step's pool (control rollouts' anchors, in rollout order)
+    pool = [(r, a) for r, t in enumerate(batch.traces[:8]) for a in anchors(_rollout(batch, r), tokenizer, DELIMITERS)]
+    order = list(range(len(pool)))
+    random.Random(5).shuffle(order)
+    want = [(pool[i][0], pool[i][1][0]) for i in order[: len(decisions)]]
+    assert order[: len(decisions)] != list(range(len(decisions)))  # not the pool's own order
+    got = [(t.branch.parent, t.branch.anchor) for t in batch.traces[8::2]]
+    assert got == want
+    # a resumed allocation draws the order an uninterrupted one would
+    again = RandomAnchorAllocation(budget_per_step=12, branch_budget=2, seed=99)
+    again.load_state_dict(state)
+    assert again.rng.random() == random.Random(5).random()
+    with pytest.raises(ValueError, match="need positive budget_per_step"):
+        RandomAnchorAllocation(budget_per_step=12, branch_budget=0)
 
 
 def test_rail_allocation_goes_live_and_its_state_survives_a_checkpoint(tmp_path):

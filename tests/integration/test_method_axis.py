@@ -153,7 +153,7 @@ EXPERIMENTS = {
     "paper/agent_entropy", "paper/agent_rail", "paper/bread", "paper/first_error", "paper/grpo", "paper/int",
     "paper/luffy", "paper/mintrl_const", "paper/mintrl_const_code", "paper/mintrl_proxy", "paper/opd",
     "paper/prefix_rft", "paper/sft_grpo",
-    "agent/grpo8_cpu", "agent/entropy8_cpu", "agent/rail8_cpu",  # the agent rows reproduce_agents*.yaml run
+    "agent/grpo8_cpu", "agent/entropy8_cpu", "agent/rail8_cpu", "agent/random8_cpu",  # reproduce_agents*.yaml's rows
 }  # fmt: skip
 # the names configs/sweep/reproduce_*.yaml, mintrl-reproduce and results/ use -> the method each runs
 REPRODUCTION_NAMES = {
@@ -167,7 +167,7 @@ REPRODUCTION_NAMES = {
 METHODS = sorted(p.stem for p in (REPO / "configs" / "method").glob("*.yaml"))
 PRESETS = sorted(p.stem for p in (REPO / "configs" / "preset").glob("*.yaml"))
 # methods that choose judge=none (no judge reviews a chunk, whatever the preset's judge)
-NO_JUDGE = {"base_eval", "bread", "entropy", "grpo", "luffy", "no_intervention", "opd", "prefix_rft", "rail", "sft_grpo"}  # fmt: skip
+NO_JUDGE = {"base_eval", "bread", "entropy", "grpo", "luffy", "no_intervention", "opd", "prefix_rft", "rail", "random_anchor", "sft_grpo"}  # fmt: skip
 
 
 def _compose(overrides: list[str], hydra_config: bool = False):
@@ -225,7 +225,7 @@ def test_the_deliberate_differences(old):
 def test_experiment_folder_holds_only_the_named_rows():
     folder = REPO / "configs" / "experiment"
     assert {str(p.relative_to(folder))[:-5] for p in folder.rglob("*.yaml")} == EXPERIMENTS
-    assert len(EXPERIMENTS) == 26 and len(ROWS) == 84
+    assert len(EXPERIMENTS) == 27 and len(ROWS) == 84
     first = [r.spelling.split()[0] for r in ROWS.values()]
     spelled_as_experiment = {o[len("experiment=") :] for o in first if o.startswith("experiment=")}
     assert spelled_as_experiment <= EXPERIMENTS  # every experiment a new spelling names exists

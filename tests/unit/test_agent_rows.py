@@ -59,9 +59,10 @@ def test_paper_scale_agent_rows(env, method):
 
 
 @pytest.mark.parametrize("env", sorted(ENVS))
-@pytest.mark.parametrize("method", ["grpo", "mintrl_const", "entropy", "rail"])
+@pytest.mark.parametrize("method", ["grpo", "mintrl_const", "entropy", "rail", "random_anchor"])
 def test_embedded_agent_rows(env, method):
-    objective, allocation, _, _ = METHODS[method]
+    # random anchors: RAIL's comparison of anchor choice with chance, on the embedded model only
+    objective, allocation = ("GRPO", "RandomAnchorAllocation") if method == "random_anchor" else METHODS[method][:2]
     env_class, source, data, _ = ENVS[env]
     cfg = _compose(f"method={method}", f"preset=cpu_{env}")
     check_config(cfg)
@@ -75,6 +76,7 @@ AGENT_SWEEP_ROWS = {  # experiment row: (objective, allocation class suffix, ini
     "agent/grpo8_cpu": ("GRPO", "UniformAllocation", 8, False),
     "agent/entropy8_cpu": ("GRPO", "EntropyAllocation", 4, True),
     "agent/rail8_cpu": ("GRPO", "RailAllocation", 4, True),
+    "agent/random8_cpu": ("GRPO", "RandomAnchorAllocation", 4, True),
 }
 
 
@@ -82,7 +84,7 @@ AGENT_SWEEP_ROWS = {  # experiment row: (objective, allocation class suffix, ini
 @pytest.mark.parametrize("row", sorted(AGENT_SWEEP_ROWS))
 def test_reproduce_agents_rows_generate_exactly_8_episodes_per_task(sweep, preset, data, row):
     """What the agent sweeps run: every row composes on its level with the sweep's settings, and spends
-    exactly 8 episodes per task (GRPO-8 by its group size; RAIL and entropy by the cap of 8 per task
+    exactly 8 episodes per task (GRPO-8 by its group size; RAIL, entropy and random anchors by the cap of 8 per task
     with the rest given to fresh episodes)."""
     objective, allocation, initial, spend_all = AGENT_SWEEP_ROWS[row]
     cfg = _compose(f"+sweep={sweep}", f"experiment={row}", f"preset={preset}", f"data={data}", "seed=1")

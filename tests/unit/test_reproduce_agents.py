@@ -237,14 +237,14 @@ def test_spearman_holds_on_the_pooled_rail_decisions(report):
     assert r3.verdict == "holds" and "over 10 decisions (3 seed(s))" in r3.measure
 
 
-def _decisions_row(tmp_path, per_seed) -> AgentRow:
+def _decisions_row(tmp_path, per_seed, experiment=RAIL) -> AgentRow:
     jobs = []
     for seed, decisions in per_seed.items():
-        path = tmp_path / str(seed)
-        path.mkdir()
+        path = tmp_path / experiment.replace("/", "_") / str(seed)
+        path.mkdir(parents=True)
         _write_decisions(path, [_decision(*d) for d in decisions])
         jobs.append(Job(str(seed), path, overrides=[f"seed={seed}"]))
-    return AgentRow("sql_schema", RAIL, jobs)
+    return AgentRow("sql_schema", experiment, jobs)
 
 
 def test_spearman_undecided_names_the_decisions_and_seeds_needed(tmp_path):
@@ -301,8 +301,9 @@ def test_live_minus_shadow_and_explore_by_hand(report):
     assert explore["mean"] == pytest.approx(0.07) and explore["df"] == pytest.approx(df_e)
     assert explore["low"] == pytest.approx(0.07 - student_t.ppf(0.975, df_e) * se_e)
     assert entropy["mean_b"] == pytest.approx(0.02) and entropy["n_b"] == 4
-    assert m["counts"] == {"live": 4, "shadow": 4, "explore": 2, "entropy": 4}
-    assert r4.verdict == "holds" and "Random anchors were not run" in r4.measure
+    assert m["counts"] == {"live": 4, "shadow": 4, "explore": 2, "random": 0, "entropy": 4}
+    assert m["random"] is None  # the fabricated sweep has no random-anchor row
+    assert r4.verdict == "holds" and "(random anchors too few to measure: 0)" in r4.measure
 
 
 def test_live_beating_shadow_but_not_random_actions_does_not_hold(tmp_path):
@@ -317,6 +318,32 @@ def test_live_beating_shadow_but_not_random_actions_does_not_hold(tmp_path):
     assert (measured["shadow"]["low"], measured["shadow"]["high"]) == pytest.approx((0.10 - half, 0.10 + half))
     assert measured["explore"]["mean"] == pytest.approx(-0.10) and measured["explore"]["high"] < 0
     assert claim.verdict == "does not hold"
+
+
+def test_random_anchors_count_in_r4_once_two_were_drawn(tmp_path):
+    """live 0.10, 0.11 beat shadow 0.00, 0.01 (+0.10 [+0.070, +0.130]); the random-anchor row's branches 0.20,
+    0.21 realise more (live minus random -0.10, Welch df 2: [-0.130, -0.070]): R4 does not hold. With random
+    anchors 0.00, 0.02 (live minus random +0.095, interval above 0) it holds; with one random anchor that
+    comparison is too small and is said so."""
+    from mintrl.analysis.agent_claims import claim_live_beats
+
+    rail = _decisions_row(tmp_path, {0: [("shadow", 0.1, 0.00), ("shadow", 0.1, 0.01), ("live", 0.1, 0.10)]})
+    rail.jobs.append(_decisions_row(tmp_path / "b", {1: [("live", 0.1, 0.11)]}).jobs[0])
+    random_row = "agent/random8_cpu"
+    better = _decisions_row(tmp_path, {0: [("random", None, 0.20), ("random", None, 0.21)]}, random_row)
+    claim, measured = claim_live_beats(rail, None, better)
+    half = student_t.ppf(0.975, 2) * math.sqrt(0.00005)
+    assert measured["random"]["mean"] == pytest.approx(-0.10)
+    assert (measured["random"]["low"], measured["random"]["high"]) == pytest.approx((-0.10 - half, -0.10 + half))
+    assert measured["counts"] == {"live": 2, "shadow": 2, "explore": 0, "random": 2, "entropy": 0}
+    assert claim.verdict == "does not hold" and "live minus random: -0.1000" in claim.measure
+    worse = _decisions_row(tmp_path / "c", {0: [("random", None, 0.00), ("random", None, 0.02)]}, random_row)
+    claim, measured = claim_live_beats(rail, None, worse)
+    assert measured["random"]["mean"] == pytest.approx(0.095) and measured["random"]["low"] > 0
+    assert claim.verdict == "holds"
+    one = _decisions_row(tmp_path / "d", {0: [("random", None, 0.90)]}, random_row)
+    claim, _ = claim_live_beats(rail, None, one)
+    assert claim.verdict == "holds" and "(random anchors too few to measure: 1)" in claim.measure
 
 
 def test_welch_edge_cases():

@@ -1,6 +1,6 @@
 """Rollout allocation (RAIL): where to branch extra rollouts, with what budget and temperature.
 
-``allocation=`` components (``uniform``, ``entropy``, ``rail``) get the step's scored rollouts, a
+``allocation=`` components (``uniform``, ``entropy``, ``random_anchor``, ``rail``) get the step's scored rollouts, a
 :class:`Brancher` and the per-step :class:`RolloutBudget`, and return extra scored rollouts that
 join their prompts' groups (single-turn rollouts, or episodes branched at turn anchors,
 :mod:`mintrl.rollout.episode_branches`). Underneath: the reward-variance gain (eq. 2), anchor state features,
@@ -22,6 +22,7 @@ from mintrl.allocation.features import (
 from mintrl.allocation.gain import realized_gain, reward_variance
 from mintrl.allocation.rail import RailAllocation
 from mintrl.allocation.rail_controller import BranchAction, RailController
+from mintrl.allocation.random_anchor import RandomAnchorAllocation
 from mintrl.allocation.turns import kind_sequence, turn_anchors, turn_at
 from mintrl.allocation.uniform import UniformAllocation
 
@@ -31,6 +32,7 @@ __all__ = [
     "Brancher",
     "EntropyAllocation",
     "RailAllocation",
+    "RandomAnchorAllocation",
     "UniformAllocation",
     "anchors",
     "GainController",

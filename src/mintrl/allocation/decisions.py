@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal
 
-DecisionKind = Literal["shadow", "live", "explore", "entropy"]
-DECISION_KINDS: tuple[str, ...] = ("shadow", "live", "explore", "entropy")
+DecisionKind = Literal["shadow", "live", "explore", "entropy", "random"]
+DECISION_KINDS: tuple[str, ...] = ("shadow", "live", "explore", "entropy", "random")
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,8 @@ class BranchDecision:
         kind: who chose it: ``"shadow"`` (RAIL's shadow phase: budgets tried in increasing order,
             accept-or-stop), ``"live"`` (the controller's best action past the gate, eq. 10),
             ``"explore"`` (a live decision that took a uniformly random action, probability
-            ``rho_t``), ``"entropy"`` (entropy branching: an anchor in the step's top entropy quantile).
+            ``rho_t``), ``"entropy"`` (entropy branching: an anchor in the step's top entropy quantile),
+            ``"random"`` (random-anchor branching: an anchor drawn uniformly at random).
         group: the prompt's index in the step's batch.
         action: the action's name (``m<budget>_t<temperature>`` or ``iv<tokens>``).
         budget: rollouts the branch generated (count).

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
-
+from mintrl.allocation.anchor_pool import branch_each, branch_stats, control_anchor_pool
 from mintrl.allocation.base import Allocation
 from mintrl.allocation.decisions import BranchDecision, DecisionLog
-from mintrl.allocation.gain import realized_gain
 
 
 class EntropyAllocation(Allocation):
@@ -47,38 +45,15 @@ class EntropyAllocation(Allocation):
         """Branches (scored rollouts) and stats ``allocation/branches`` and, when it branched,
         ``allocation/realized_gain`` (mean reward-variance gain of its branches, RAIL eq. 2: the
         quantity RAIL's controller predicts, logged here for comparison)."""
-        pool = [
-            (surprisal, r, k)
-            for r in rollouts
-            if r.is_control
-            for k, _, _, surprisal in brancher.anchors(r, delimiters)
-        ]
+        pool = control_anchor_pool(rollouts, brancher, delimiters)
         if not pool:
-            return [], {"allocation/branches": 0.0}
-        rewards = defaultdict(list)  # group -> rewards so far (branches join their group)
-        for r in rollouts:
-            rewards[r.group].append(r.reward)
+            return [], branch_stats([])
         values = sorted(s for s, _, _ in pool)
         threshold = values[min(int(self.percentile * len(values)), len(values) - 1)]
-        new, gains = [], []
-        for surprisal, r, k in sorted(pool, key=lambda x: -x[0]):
-            if surprisal < threshold:
-                break
-            m = budget.take(self.branch_budget)
-            if m == 0:
-                break
-            children = brancher.branch(r, k, m, self.temperature, items[r.group])
-            gains.append(realized_gain(rewards[r.group], [c.reward for c in children]))
-            name = f"m{self.branch_budget}_t{self.temperature:g}"
-            self.decisions.add(
-                BranchDecision("entropy", r.group, name, len(children), None, gains[-1], True, surprisal)
-            )
-            rewards[r.group] += [c.reward for c in children]
-            new += children
-        stats = {"allocation/branches": float(len(gains))}
-        if gains:
-            stats["allocation/realized_gain"] = sum(gains) / len(gains)
-        return new, stats
+        ordered = [a for a in sorted(pool, key=lambda a: -a[0]) if a[0] >= threshold]  # highest entropy first
+        args = (budget, self.branch_budget, self.temperature, "entropy", self.decisions)
+        new, gains = branch_each(ordered, rollouts, items, brancher, *args)
+        return new, branch_stats(gains)
 
     def take_decisions(self) -> list[BranchDecision]:
         """The branches executed since the last call (one per branched anchor)."""

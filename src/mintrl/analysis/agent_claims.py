@@ -7,8 +7,8 @@ R1  RAIL's held-out success is at least uniform GRPO-8's at equal or fewer episo
 R2  RAIL is at least entropy branching at equal budget, the same way (:func:`claim_success`);
 R3  the controller's predicted gain tracks the realised gain (RAIL eq. 2): Spearman rank correlation over RAIL's
     decisions with a prediction, pooled over seeds (:func:`claim_prediction_tracks`);
-R4  live decisions realise more gain than the shadow phase's decisions or random actions (RAIL section 3.2),
-    decisions as the unit (:func:`claim_live_beats`).
+R4  live decisions realise more gain than the shadow phase's decisions, random actions or random anchors (RAIL
+    section 3.2), decisions as the unit (:func:`claim_live_beats`).
 """
 
 from __future__ import annotations
@@ -36,10 +36,6 @@ AGENT_SCALE = (
     "configs/sweep/reproduce_agents.yaml: a few steps at 8 episodes per task); RAIL's scale "
     "(experiment=paper/agent_rail preset=paper_sql: Qwen3-1.7B, hundreds of steps, 16 episodes per task) would "
     "test it properly."
-)
-RANDOM_ANCHORS = (
-    "Random anchors were not run: the random comparison is RAIL's exploration, a uniformly random action at the "
-    "top-entropy anchor (kind explore)."
 )
 
 
@@ -184,31 +180,39 @@ def claim_prediction_tracks(rail: AgentRow | None) -> tuple[Claim, dict]:
     return Claim("R3", text, UNDECIDED, measure, step), extra
 
 
-def claim_live_beats(rail: AgentRow | None, entropy: AgentRow | None) -> tuple[Claim, dict]:
+def claim_live_beats(
+    rail: AgentRow | None, entropy: AgentRow | None, random_anchors: AgentRow | None = None
+) -> tuple[Claim, dict]:
     """R4 (RAIL section 3.2): live decisions realise more gain (reward^2, RAIL eq. 2) than the shadow phase's
-    decisions and than random actions. Decisions are the unit: the mean realised gain of the RAIL row's
-    ``live`` decisions minus that of its ``shadow`` ones, minus its ``explore`` ones (a uniformly random action
-    at the top-entropy anchor; random anchors were not run), and, as context outside the verdict, minus the
-    entropy row's ``entropy`` branches, each with Welch's 95% interval
+    decisions, than random actions and than random anchors. Decisions are the unit: the mean realised gain of
+    the RAIL row's ``live`` decisions minus that of its ``shadow`` ones, of its ``explore`` ones (a uniformly
+    random action at the top-entropy anchor) and of the random-anchor row's ``random`` branches (an anchor drawn
+    uniformly at random, entropy branching's action), and, as context outside the verdict, minus the entropy
+    row's ``entropy`` branches, each with Welch's 95% interval
     (:func:`mintrl.analysis.agent_stats.welch_difference`).
 
-    Rule: **holds** when live minus shadow has an interval above 0 and, with at least 2 explore decisions, so has
-    live minus explore (with fewer, random actions were too few to measure, which the measure says); **does not
-    hold** when live minus shadow or live minus explore has an interval below 0; **undecided** otherwise (fewer
-    than 2 live or shadow decisions included), with the seeds that would decide it at the measured means and
-    spreads (:func:`mintrl.analysis.agent_stats.welch_scale`). Shadow decisions come from the first steps and
-    live ones from later steps, so the difference also holds the policy's change over training.
+    Rule: **holds** when live minus shadow has an interval above 0 and so has each random comparison with at
+    least 2 decisions (with fewer, that comparison was too small to measure, which the measure says); **does not
+    hold** when one of them has an interval below 0; **undecided** otherwise (or fewer than 2 live or shadow
+    decisions), with the seeds that would decide it at the measured means and spreads
+    (:func:`mintrl.analysis.agent_stats.welch_scale`). Shadow decisions come from the first steps and live ones
+    from later steps, so live minus shadow also holds the policy's change over training.
 
     Returns:
-        The claim and ``{"shadow", "explore", "entropy"}``: the Welch differences (None when a side has fewer than
-        2 decisions), plus ``counts`` (decisions per kind).
+        The claim and ``{"shadow", "explore", "random", "entropy"}``: the Welch differences (None when a side has
+        fewer than 2 decisions), plus ``counts`` (decisions per kind, ``live`` included).
     """
-    text = "Live decisions realise more gain than the shadow phase's decisions or random actions (RAIL sec. 3.2)."
+    text = (
+        "Live decisions realise more gain than the shadow phase's decisions, random actions or random anchors "
+        "(RAIL sec. 3.2)."
+    )
     if rail is None:
         return Claim("R4", text, NOT_MEASURED, "the folders lack the RAIL row"), {}
     by_kind = {k: [d["realized"] for d in _decisions(rail, (k,))] for k in ("live", "shadow", "explore")}
+    by_kind["random"] = [d["realized"] for d in _decisions(random_anchors, ("random",))]
     by_kind["entropy"] = [d["realized"] for d in _decisions(entropy, ("entropy",))]
-    diffs = {k: welch_difference(by_kind["live"], by_kind[k]) for k in ("shadow", "explore", "entropy")}
+    others = ("shadow", "explore", "random", "entropy")
+    diffs = {k: welch_difference(by_kind["live"], by_kind[k]) for k in others}
     extra = {**diffs, "counts": {k: len(v) for k, v in by_kind.items()}}
 
     def said(k: str) -> str:
@@ -218,15 +222,16 @@ def claim_live_beats(rail: AgentRow | None, entropy: AgentRow | None) -> tuple[C
         ci = "no spread, no interval" if d["low"] is None else f"[{d['low']:+.4f}, {d['high']:+.4f}]"
         return f"live minus {k}: {d['mean']:+.4f} {ci} ({d['n_a']} live, {d['n_b']} {k})"
 
-    few_random = len(by_kind["explore"]) < 2
-    deciding = ["shadow"] + ([] if few_random else ["explore"])
+    too_few = [k for k in ("explore", "random") if len(by_kind[k]) < 2]
+    deciding = ["shadow"] + [k for k in ("explore", "random") if k not in too_few]
     verdicts = [verdict(diffs[k]) for k in deciding]
     v = FAILS if FAILS in verdicts else HOLDS if all(x == HOLDS for x in verdicts) else UNDECIDED
+    names = {"explore": "random actions", "random": "random anchors"}
     measure = (
         "mean realised gain (reward^2), Welch 95%: "
-        + "; ".join(said(k) for k in ("shadow", "explore"))
-        + (f" (random actions too few to measure: {len(by_kind['explore'])})" if few_random else "")
-        + f"; context, not in the verdict: {said('entropy')}. {RANDOM_ANCHORS}"
+        + "; ".join(said(k) for k in ("shadow", "explore", "random"))
+        + "".join(f" ({names[k]} too few to measure: {len(by_kind[k])})" for k in too_few)
+        + f"; context, not in the verdict: {said('entropy')}."
     )
     if v != UNDECIDED:
         return Claim("R4", text, v, measure, AGENT_SCALE if v == FAILS else ""), extra

@@ -26,6 +26,7 @@ from mintrl.analysis.agent_rows import (
     ENTROPY8,
     GRPO8,
     RAIL8,
+    RANDOM8,
     agent_rows,
     find_agent_row,
     level_of,
@@ -109,11 +110,11 @@ def build_agents_report(
         dirs, jobs = dirs + more_dirs, jobs + more_jobs
     rows = agent_rows(jobs)
     level = sql_levels.most_common(1)[0][0]
-    rail, grpo, entropy = (find_agent_row(rows, level, e) for e in (RAIL8, GRPO8, ENTROPY8))
+    rail, grpo, entropy, random_anchors = (find_agent_row(rows, level, e) for e in (RAIL8, GRPO8, ENTROPY8, RANDOM8))
     c1, m1 = claim_success(rail, grpo, "R1", "uniform GRPO-8")
     c2, m2 = claim_success(rail, entropy, "R2", "entropy branching")
     c3, m3 = claim_prediction_tracks(rail)
-    c4, m4 = claim_live_beats(rail, entropy)
+    c4, m4 = claim_live_beats(rail, entropy, random_anchors)
     summaries = [summarize_agent_row(r) for r in rows]
     points = [
         {

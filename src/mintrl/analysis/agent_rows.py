@@ -24,7 +24,13 @@ from mintrl.analysis.stats import mean_interval, seed_key
 from mintrl.analysis.tensorboard import tag_values
 
 GRPO8, ENTROPY8, RAIL8 = "agent/grpo8_cpu", "agent/entropy8_cpu", "agent/rail8_cpu"
-ROW_LABELS = {GRPO8: "uniform GRPO-8", ENTROPY8: "entropy branching", RAIL8: "RAIL"}  # in the report's order
+RANDOM8 = "agent/random8_cpu"
+ROW_LABELS = {  # in the report's order
+    GRPO8: "uniform GRPO-8",
+    ENTROPY8: "entropy branching",
+    RAIL8: "RAIL",
+    RANDOM8: "random anchors",
+}
 SQL_LEVEL, SHELL_LEVEL = "sql_schema", "shell_files"
 SUCCESS_TAG = "val/pass@1"
 GENERATED_TAG = "allocation/generated_per_prompt"

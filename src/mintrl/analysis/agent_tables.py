@@ -27,9 +27,9 @@ RULES = (
     "Verdicts. R1/R2: **holds** when the 95% interval over seeds of RAIL minus the other row lies above 0 and RAIL "
     "generated no more episodes per task (tolerance 0.01); **does not hold** when it lies below 0 or RAIL "
     "generated more; **undecided** otherwise. R3: **holds** when the Spearman interval's low end is above 0, **does "
-    "not hold** when its high end is below 0, **undecided** otherwise. R4: **holds** when live minus shadow and "
-    "(with 2+ explore decisions) live minus explore have Welch intervals above 0, **does not hold** when either "
-    "lies below 0, **undecided** otherwise."
+    "not hold** when its high end is below 0, **undecided** otherwise. R4: **holds** when live minus shadow and, "
+    "each with 2+ decisions, live minus explore and live minus random have Welch intervals above 0, **does not "
+    "hold** when one lies below 0, **undecided** otherwise."
 )
 
 
@@ -127,7 +127,7 @@ def live_table(report: dict) -> list[str]:
         "| difference [Welch 95%] |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
-    for kind in ("shadow", "explore", "entropy"):
+    for kind in ("shadow", "explore", "random", "entropy"):
         d = r4[kind]
         if d is None:
             out.append(f"| {kind} | {counts['live']} | {counts[kind]} | n/a | n/a | not measured (fewer than 2) |")
@@ -138,8 +138,9 @@ def live_table(report: dict) -> list[str]:
         )
     return out + [
         "",
-        "Realised gain per decision, reward^2 (RAIL eq. 2). explore: RAIL's random action at the top-entropy anchor "
-        "(random anchors were not run); entropy: entropy branching's branches (context, not in R4's verdict). "
+        "Realised gain per decision, reward^2 (RAIL eq. 2). explore: RAIL's random action at the top-entropy anchor; "
+        "random: the random-anchor row's branches (anchors drawn uniformly at random, 2 episodes at T = 1.0); "
+        "entropy: entropy branching's branches (context, not in R4's verdict). "
         "Shadow decisions come from the first steps and live ones from later steps, so live minus shadow also "
         "holds the policy's change over training.",
         "",
