@@ -197,8 +197,9 @@ def render_agents_section(report: dict, figure: str) -> str:
         f"scalar (per multirun folder, summed); {fmt_seconds(w['step_seconds'])} summed over the jobs' logged "
         f"`{STEP_SECONDS_TAG}`",
         "- **rows**: uniform GRPO-8 (8 on-policy episodes per task), entropy branching (4 + branches at the top-"
-        "quartile entropy turns + fresh top-up = 8) and RAIL (4 + the controller's branches, shadow then live, + "
-        f"fresh top-up = 8); {report['settings']}",
+        "quartile entropy turns + fresh top-up = 8), RAIL (4 + the controller's branches, shadow then live, + "
+        "fresh top-up = 8) and random anchors (4 + branches at uniformly random turns + fresh top-up = 8), those "
+        f"the folders hold; {report['settings']}",
         "",
         "### Rows",
         "",
