@@ -142,7 +142,8 @@ def live_table(report: dict) -> list[str]:
         "random: the random-anchor row's branches (anchors drawn uniformly at random, 2 episodes at T = 1.0); "
         "entropy: entropy branching's branches (context, not in R4's verdict). "
         "Shadow decisions come from the first steps and live ones from later steps, so live minus shadow also "
-        "holds the policy's change over training.",
+        "holds the policy's change over training; the random and entropy rows branch at every step, so their "
+        "comparisons mix all stages of training against the live phase's later ones.",
         "",
     ]
 
