@@ -123,7 +123,7 @@ def _rollout(batch, row: int):
 
 
 def test_random_anchor_allocation_branches_where_its_seed_says_and_its_state_resumes(embedded, tokenizer, items):
-    allocation = RandomAnchorAllocation(budget_per_step=12, branch_budget=2, seed=5)
+    allocation = RandomAnchorAllocation(budget_per_step=12, branch_budget=2, seed=1)
     state = allocation.state_dict()
     torch.manual_seed(3)  # the entropy test's draws: anchors in 48 tokens
     batch = _engine(embedded, tokenizer, allocation).generate(items[:2], step=0)
@@ -134,7 +134,7 @@ def test_random_anchor_allocation_branches_where_its_seed_says_and_its_state_res
     # the anchors are the seeded shuffle of the step's pool (control rollouts' anchors, in rollout order)
     pool = [(r, a) for r, t in enumerate(batch.traces[:8]) for a in anchors(_rollout(batch, r), tokenizer, DELIMITERS)]
     order = list(range(len(pool)))
-    random.Random(5).shuffle(order)
+    random.Random(1).shuffle(order)  # seed 1 never puts anchor 0 first in pools of 2-11 anchors
     want = [(pool[i][0], pool[i][1][0]) for i in order[: len(decisions)]]
     assert order[: len(decisions)] != list(range(len(decisions)))  # not the pool's own order
     got = [(t.branch.parent, t.branch.anchor) for t in batch.traces[8::2]]
@@ -142,7 +142,7 @@ def test_random_anchor_allocation_branches_where_its_seed_says_and_its_state_res
     # a resumed allocation draws the order an uninterrupted one would
     again = RandomAnchorAllocation(budget_per_step=12, branch_budget=2, seed=99)
     again.load_state_dict(state)
-    assert again.rng.random() == random.Random(5).random()
+    assert again.rng.random() == random.Random(1).random()
     with pytest.raises(ValueError, match="need positive budget_per_step"):
         RandomAnchorAllocation(budget_per_step=12, branch_budget=0)
 
