@@ -1,6 +1,6 @@
-"""RAIL and entropy allocation on the embedded model: branches share the prefix and are rescored at
-the training temperature, the budget holds, the intervene action reviews the chunk at the anchor, and
-``allocation=rail`` goes live in a run whose controller state survives a checkpoint."""
+"""RAIL, entropy and random-anchor allocation on the embedded model: branches share the prefix and are
+rescored at the training temperature, the budget holds, random anchors follow their seeded order, the
+intervene action reviews the chunk at the anchor, and ``allocation=rail`` goes live in a run whose controller state survives a checkpoint."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`make reproduce-agents-smoke`: the wiring of `make reproduce-agents` (the SQL and shell multiruns of the three
+"""`make reproduce-agents-smoke`: the wiring of `make reproduce-agents` (the SQL and shell multiruns of the four
 agent rows, then mintrl-reproduce-agents) with 1 optimizer step of 2 tasks, 1 seed and 2 held-out tasks on the
 embedded model, through the Makefile (slow: 8 jobs of about a minute each)."""
 
