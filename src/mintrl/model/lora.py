@@ -18,6 +18,8 @@ from typing import Iterator
 
 import torch
 
+from mintrl.model.logprobs import in_root_unit
+
 # peft's LoRA parameter names inside a wrapped layer (lora_A / lora_B of Linear layers; the others are
 # LoRA variants this module does not merge and refuses)
 _LORA_KEYS = (".lora_A.", ".lora_B.")
@@ -138,6 +140,7 @@ class AdapterOff:
     and ``get_output_embeddings()`` (both called with the adapter off), ``config``,
     ``generation_config``, ``device``, ``dtype``, ``parameters()``, ``modules()``,
     ``training``/``train()``/``eval()`` (a flag of its own: it never changes the policy's mode),
+    ``run_in_root_unit`` (the sharded policy's root unit around the trainer's forward: FSDP),
     ``to()`` (a no-op: the policy's device is the trainer's business) and ``requires_grad_()`` (a
     no-op: the base is frozen already).
 
@@ -161,6 +164,16 @@ class AdapterOff:
             return self._policy(*args, **kwargs)
 
     forward = __call__
+
+    def run_in_root_unit(self, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)`` as a forward of the policy's root shard unit when the policy is
+        sharded (the policy's own registered FSDP forward method, ``ROOT_UNIT_METHOD``: the root's
+        weights, a tied head among them, are gathered around the call), else a plain call.
+        :func:`mintrl.model.logprobs.token_logprobs` runs its body and head here; they are the
+        adapter-off modules of :meth:`get_decoder` and :meth:`get_output_embeddings`, so the
+        adapter is off inside. Without it the root's norm and tied head would stay sharded
+        ("mixed torch.Tensor and DTensor") under ``trainer=fsdp``."""
+        return in_root_unit(self._policy, fn, *args, **kwargs)
 
     def generate(self, *args, **kwargs):
         """``generate`` of the base weights (adapter off)."""
