@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 
 from mintrl.build.components import build_components
 from mintrl.core.manifest import write_manifest
+from mintrl.sft.stage import place_models
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,9 @@ def _run(cfg: DictConfig, c) -> dict:
     ckpt_path = resume_checkpoint(cfg)
     if ckpt_path is not None:
         log.info("resuming from %s (the SFT stage and the step-0 validation are not run again)", ckpt_path)
+    # every model on the trainer's device (its strategy's root device) before anything generates: the SFT
+    # stage and the step-0 validation run before fit would otherwise generate on the CPU
+    place_models(c, c.trainer.strategy.root_device)
     sft_summary = None
     if cfg.get("sft") and ckpt_path is None:  # SFT+GRPO: supervised stage first, RL continues from its weights
         logger = (

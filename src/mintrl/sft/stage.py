@@ -61,6 +61,27 @@ def collect_demonstrations(
     return out
 
 
+def stage_device(components, trainer_cfg) -> torch.device:
+    """The device the supervised stage runs on: the run trainer's root device (Lightning's strategy
+    chose it from ``trainer.accelerator``, ``trainer.devices`` and this process's local rank), or,
+    for components built without a trainer, the root device of a trainer built from ``trainer_cfg``;
+    never the device some tensor happens to be on."""
+    trainer = components.trainer
+    if trainer is None:
+        trainer = instantiate(trainer_cfg, logger=False, callbacks=[], enable_checkpointing=False)
+    return trainer.strategy.root_device
+
+
+def place_models(components, device: torch.device) -> None:
+    """Move the policy and every model that runs beside it (the frozen step-0 copy, teachers, judge
+    and intervention models: the run module's ``companion_models``) to ``device``, before anything
+    generates: the SFT stage's demonstrations, InT's rollouts and the step-0 validation would
+    otherwise run on the CPU (Lightning moves only a LightningModule's own submodules, and only
+    inside ``fit`` / ``validate``). Models already there are left as they are."""
+    components.context.policy.to(device)
+    components.module.move_companions(device)
+
+
 class _Demonstrations(IterableDataset):
     """Endless seeded shuffles of the kept demonstrations, ``rows`` per batch."""
 
@@ -172,7 +193,11 @@ class SFTStage:
         Returns:
             summary dict: the counts of :meth:`collect` (``kept`` among them), ``steps``,
             ``nll_first``, ``nll_last``, ``hf_folder``.
+
+        Every model is moved to the trainer's device (:func:`stage_device`, :func:`place_models`)
+        before :meth:`collect` generates anything.
         """
+        place_models(components, stage_device(components, trainer_cfg))
         dm = components.datamodule
         dm.setup("fit")
         kept, collected = self.collect(components, dm.train_items[: self.prompts])
