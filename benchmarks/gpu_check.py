@@ -18,7 +18,7 @@ gradients of a LoRA policy's frozen base) over ``update seconds x peak`` (the GP
 :func:`peak_tflops_for`, or ``--peak-tflops``); not reported for an unknown GPU or on CPU.
 
 Before any work, the installed torch, transformers, lightning and peft are checked against the
-floors of ``pyproject.toml``. Each part runs on its own: one that raises is recorded in the JSON
+floors of ``pyproject.toml``, and for every API of a recent release the code calls (:data:`API_FLOORS`). Each part runs on its own: one that raises is recorded in the JSON
 (``error``, ``traceback_tail``) and the others still run; the exit status is then 1. The JSON is
 rewritten after every part, so a run stopped by ``timeout`` keeps the parts it finished.
 """
@@ -120,6 +120,89 @@ PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
 # the packages whose floors (pyproject.toml [project] dependencies) main() checks before any work;
 # vLLM is not used by any part
 CHECKED_PACKAGES = ("torch", "transformers", "lightning", "peft")
+
+
+class ApiFloor(NamedTuple):
+    """An API of a recent release that mintrl calls, and the release that introduced it: the
+    package's floor in pyproject.toml must be at least ``release``.
+
+    Attributes:
+        package: the distribution (``torch``).
+        api: ``module:attribute`` (``torch.nn.utils:get_total_norm``), or ``module:callable(param)``
+            when the API is a keyword ``param`` of that callable's signature.
+        release: the first release with it (a version string).
+        source: where the release is stated (a pull request or release notes) and which code calls it.
+    """
+
+    package: str
+    api: str
+    release: str
+    source: str
+
+
+# every API of a recent release the code calls, with the release that introduced it (the pull
+# request that added it and the release it first shipped in); main() checks that the installed
+# packages have them, tests/unit/test_gpu_check.py that pyproject.toml's floors are not below them
+API_FLOORS: tuple[ApiFloor, ...] = (
+    ApiFloor(
+        "torch", "torch.nn.utils:get_total_norm", "2.6", "pytorch#139662; mintrl.training.module.global_grad_norm"
+    ),
+    ApiFloor(
+        "torch", "torch.distributed.fsdp:fully_shard", "2.6", "FSDP2 made public, pytorch#141868; training.distributed"
+    ),
+    ApiFloor(
+        "torch", "torch.distributed.fsdp:register_fsdp_forward_method", "2.6", "pytorch#141868; training.distributed"
+    ),
+    ApiFloor("torch", "torch.distributed.fsdp:FSDPModule", "2.6", "pytorch#141868; sampler.weights.is_sharded"),
+    ApiFloor("torch", "torch.distributed.fsdp:CPUOffloadPolicy", "2.6", "pytorch#141868; training.distributed"),
+    ApiFloor("torch", "torch.distributed.device_mesh:init_device_mesh", "2.2", "torch 2.2 release notes; tests"),
+    ApiFloor(
+        "lightning",
+        "lightning.pytorch.strategies:ModelParallelStrategy",
+        "2.4",
+        "Lightning 2.4.0 release notes (experimental ModelParallelStrategy); trainer=fsdp",
+    ),
+    ApiFloor(
+        "transformers",
+        "transformers.modeling_layers:GradientCheckpointingLayer",
+        "4.52",
+        "transformers#37223; model.shared_prompts",
+    ),
+    ApiFloor(
+        "transformers", "transformers.cache_utils:DynamicLayer", "4.54", "transformers#39106; model.shared_prompts"
+    ),
+    ApiFloor(
+        "transformers",
+        "transformers:DynamicCache(config)",
+        "4.56",
+        "one DynamicCache from the config, transformers#40276; model.shared_prompts",
+    ),
+)
+
+
+def api_failures(table: Sequence[ApiFloor] = API_FLOORS) -> list[str]:
+    """One line per API of ``table`` the installed packages lack (module missing, attribute
+    missing, or keyword not in the callable's signature); empty when all are there."""
+    import importlib
+    import inspect
+
+    lines = []
+    for entry in table:
+        module_name, _, attr = entry.api.partition(":")
+        attr, _, param = attr.partition("(")
+        param = param.rstrip(")")
+        try:
+            found = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as error:
+            lines.append(f"{entry.package} has no {entry.api} (since {entry.release}: {entry.source}): {error}")
+            continue
+        if param and param not in inspect.signature(found).parameters:
+            lines.append(
+                f"{entry.package}'s {module_name}.{attr} takes no {param}= (since {entry.release}: {entry.source})"
+            )
+    return lines
+
+
 PARTS = ("full", "lora", "fsdp", "fsdp-lora")
 # the main job's step at its own sizes: 8 prompts x 4 rollouts, 64-token responses (configs/train.yaml)
 # (no validation, no checkpoint / export / records written: the step alone is measured)
@@ -619,8 +702,8 @@ def main(argv=None) -> int:
     Returns:
         0 when every part ran; 1 when some part raised (its ``error`` and ``traceback_tail`` in the
         JSON, the other parts' results beside it); 2 before any work when a package of
-        :data:`CHECKED_PACKAGES` is below the project's floor or missing, or ``--device cuda`` sees
-        no GPU. Unknown ``--archs`` / ``--parts`` exit through argparse (status 2).
+        :data:`CHECKED_PACKAGES` is below the project's floor or missing, an API of
+        :data:`API_FLOORS` is missing, or ``--device cuda`` sees no GPU. Unknown ``--archs`` / ``--parts`` exit through argparse (status 2).
     """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
@@ -639,6 +722,7 @@ def main(argv=None) -> int:
     if args.peak_tflops is not None and args.peak_tflops <= 0:
         parser.error(f"--peak-tflops must be > 0, got {args.peak_tflops}")
     failures = version_failures(project_floors(ROOT / "pyproject.toml", CHECKED_PACKAGES))
+    failures += api_failures()
     for line in failures:
         print(f"gpu_check: {line} (pyproject.toml)", file=sys.stderr)
     if failures:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -168,7 +169,51 @@ def test_peak_flops_override_cpu_and_unknown(gc, capsys):
 
 def test_floors_from_pyproject(gc):
     floors = gc.project_floors(ROOT / "pyproject.toml", ("torch", "transformers", "lightning", "peft"))
-    assert floors == {"torch": "2.4", "transformers": "4.56", "lightning": "2.4", "peft": "0.17"}
+    assert floors == {"torch": "2.6", "transformers": "4.56", "lightning": "2.4", "peft": "0.17"}
+
+
+def test_floors_hold_every_api_the_code_calls(gc):
+    """pyproject.toml's floor of each package is at least the release that introduced every API of
+    it in the table (torch's get_total_norm and public FSDP2: 2.6, not 2.4), and the installed
+    releases have each of them."""
+    packages = sorted({entry.package for entry in gc.API_FLOORS})
+    floors = gc.project_floors(ROOT / "pyproject.toml", packages)
+    below = [
+        f"{e.package}>={floors.get(e.package)} < {e.release} ({e.api})"
+        for e in gc.API_FLOORS
+        if e.package not in floors or Version(floors[e.package]) < Version(e.release)
+    ]
+    assert below == []
+    assert gc.api_failures() == []
+    # the APIs that set today's floors
+    assert {e.api for e in gc.API_FLOORS if e.release == floors[e.package]} >= {
+        "torch.nn.utils:get_total_norm",
+        "torch.distributed.fsdp:register_fsdp_forward_method",
+        "transformers:DynamicCache(config)",
+        "lightning.pytorch.strategies:ModelParallelStrategy",
+    }
+
+
+def test_api_failures_name_a_missing_module_attribute_and_keyword(gc):
+    table = (
+        gc.ApiFloor("torch", "torch.nn.utils:no_such_norm", "9.0", "here"),
+        gc.ApiFloor("torch", "torch.no_such_module:x", "9.0", "here"),
+        gc.ApiFloor("torch", "torch.nn.utils:clip_grad_norm_(no_such_arg)", "9.0", "here"),
+        gc.ApiFloor("torch", "torch.nn.utils:clip_grad_norm_(max_norm)", "1.0", "here"),
+    )
+    fails = gc.api_failures(table)
+    assert len(fails) == 3
+    assert fails[0].startswith("torch has no torch.nn.utils:no_such_norm (since 9.0: here)")
+    assert fails[1].startswith("torch has no torch.no_such_module:x (since 9.0: here)")
+    assert fails[2] == "torch's torch.nn.utils.clip_grad_norm_ takes no no_such_arg= (since 9.0: here)"
+
+
+def test_main_stops_before_any_work_on_a_missing_api(gc, monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(gc, "api_failures", lambda: ["torch has no torch.nn.utils:get_total_norm"])
+    monkeypatch.setattr(gc, "build_random_model", lambda *a: pytest.fail("built a model"))
+    out = tmp_path / "r.json"
+    assert gc.main(["--device", "cpu", "--archs", "tiny", "--parts", "lora", "--json", str(out)]) == 2
+    assert "get_total_norm" in capsys.readouterr().err and not out.exists()
 
 
 def test_version_check_refuses_a_floor_above(gc):

@@ -33,7 +33,8 @@ def check_config(cfg: DictConfig) -> None:
             needs ``k <= n``); ``env=`` without ``rollout=episodes`` or the reverse (an environment
             is driven only by the multi-turn rollout, which needs one); a LoRA policy under FSDP
             with a self-privileged judge or intervention on the step-0 policy
-            (:func:`check_lora_step0_generation`); a sampler too short for prompt + response, or an
+            (:func:`check_lora_step0_generation`); FSDP with ``cpu_offload``
+            (:func:`check_no_cpu_offload`); a sampler too short for prompt + response, or an
             HF sampler over its KV budget (:func:`check_sampler_fits`).
     """
     top_p = (cfg.get("rollout") or {}).get("top_p", 1.0)
@@ -53,6 +54,7 @@ def check_config(cfg: DictConfig) -> None:
         )
     if "fsdp" in strategy.lower():
         check_lora_step0_generation(cfg)
+        check_no_cpu_offload(cfg)
     module = cfg.get("module") or {}
     updates = int(module.get("epochs", 1) or 1) * int(module.get("minibatches", 1) or 1)
     max_steps = (cfg.get("trainer") or {}).get("max_steps")
@@ -149,6 +151,28 @@ def check_lora_step0_generation(cfg: DictConfig) -> None:
                 "model/lora and trainer=fsdp is the sharded policy itself: use a teacher model "
                 f"({key}.teacher=embedded or a path), an API judge, or trainer=gpu / ddp"
             )
+
+
+def check_no_cpu_offload(cfg: DictConfig) -> None:
+    """``trainer.strategy.cpu_offload=true`` is refused: it cannot run on a GPU as built.
+
+    Lightning's ``ModelParallelStrategy.setup`` moves the whole module to the GPU right after
+    ``configure_model`` sharded it (``model_to_device``), so the offloaded shards leave host memory
+    and FSDP2 refuses them at its lazy init ("FSDP parameters should be materialized on CPU when
+    enabling CPU offloading"); and the NCCL process group cannot reduce host-memory shards (the
+    global gradient norm, the samplers' and the export's gathers). Neither can be run on the CPU
+    machines the tests use (there every shard is in host memory already).
+
+    Raises:
+        ValueError: ``trainer.strategy.cpu_offload`` is true.
+    """
+    if OmegaConf.select(cfg, "trainer.strategy.cpu_offload", default=False):
+        raise ValueError(
+            "trainer.strategy.cpu_offload=true is refused: Lightning moves the sharded policy to the GPU after "
+            "sharding (FSDP2 then refuses offloaded parameters off the CPU) and the NCCL group cannot reduce "
+            "host-memory shards; shrink the GPU memory instead with more ranks (trainer.devices), "
+            "model/lora=default, module.gradient_checkpointing=true or a smaller module.micro_batch_rows"
+        )
 
 
 def check_env_rollout(cfg: DictConfig) -> None:
