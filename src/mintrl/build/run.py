@@ -11,6 +11,8 @@ from hydra.utils import instantiate
 from omegaconf import DictConfig
 
 from mintrl.build.components import build_components
+from mintrl.build.config_checks import check_config
+from mintrl.build.memory_plan import plan_and_check
 from mintrl.core.manifest import write_manifest
 from mintrl.sft.stage import place_models
 
@@ -37,7 +39,9 @@ def resume_checkpoint(cfg: DictConfig) -> str | None:
 
 def run(cfg: DictConfig) -> dict:
     """Build, validate at step 0 (not when resuming), train (from :func:`resume_checkpoint` when
-    there is one), export; returns the run summary (see ``RunSummary``). First writes
+    there is one), export; returns the run summary (see ``RunSummary``). Before building, prints
+    the memory plan and refuses a GPU run over the device's memory
+    (:func:`mintrl.build.memory_plan.plan_and_check`, raises ``MemoryPlanError``). First writes
     the run manifest ``<paths.output_dir>/manifest.json`` (the commit of the imported code, the machine, the
     command line: :mod:`mintrl.core.manifest`)."""
     warnings.filterwarnings("ignore", ".*does not have many workers.*")
@@ -46,6 +50,8 @@ def run(cfg: DictConfig) -> dict:
     warnings.filterwarnings("ignore", ".*ModelCheckpoint with manual optimization.*")
     L.seed_everything(cfg.seed, workers=True)
     write_manifest(cfg.paths.output_dir)
+    check_config(cfg)  # the cross-field checks, then the memory plan: printed, and a GPU run over the device
+    plan_and_check(cfg)  # stops here, before any model loads (mintrl.build.memory_plan)
     c = build_components(cfg)
     try:
         return _run(cfg, c)

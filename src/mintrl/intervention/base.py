@@ -75,6 +75,13 @@ class Intervention(ABC):
         does). Read by the config checks before anything is built."""
         return False
 
+    @classmethod
+    def context_models(cls, config: Mapping) -> tuple[tuple[str | None, str], ...]:
+        """The models an intervention built from ``config`` takes from the run's model context, as
+        ``(path, dtype)`` pairs (path None: the frozen step-0 policy); default none. Read by the
+        memory plan (:mod:`mintrl.build.memory_plan`) before anything is built."""
+        return ()
+
     @abstractmethod
     def intervene(self, requests: Sequence[InterventionRequest], max_new_tokens: int) -> list[Correction]:
         """One correction per request: at most ``max_new_tokens`` tokens, no EOS (control returns

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping, Sequence
 
-from mintrl.core.checks import check_range
+from mintrl.core.checks import check_int, check_range
 from mintrl.intervention.base import Correction, Intervention, InterventionRequest
 from mintrl.model.tokens import chat_ids, same_vocabulary
 from mintrl.prompts.templates import load_prompt
@@ -34,6 +34,8 @@ class SelfPrivilegedIntervention(Intervention):
             its token ids and log-probs pass through; otherwise text is re-tokenised both ways and
             the behaviour log-probs of corrections are unknown (0.0, documented fallback).
         teacher_dtype: weights dtype of a loaded teacher.
+        max_batch_size: rows per generation batch (count; larger calls are split): bounds the
+            intervention model's KV cache, ``rows x tokens x`` :func:`mintrl.model.kv_cache.kv_bytes_per_token`.
         note: user-message template with ``{question}`` and ``{reference}``: a shipped prompt
             name (``privileged_note``) or a file path (see :mod:`mintrl.prompts.templates`).
     """
@@ -43,6 +45,11 @@ class SelfPrivilegedIntervention(Intervention):
         """True without a ``teacher``: the intervention then generates from the frozen step-0 policy."""
         return config.get("teacher") is None
 
+    @classmethod
+    def context_models(cls, config: Mapping) -> tuple[tuple[str | None, str], ...]:
+        """The teacher ``(teacher, teacher_dtype)``, or the frozen step-0 policy (path None) without one."""
+        return ((config.get("teacher"), str(config.get("teacher_dtype", "float32"))),)
+
     def __init__(
         self,
         context,
@@ -50,13 +57,15 @@ class SelfPrivilegedIntervention(Intervention):
         note: str = "privileged_note",
         teacher: str | None = None,
         teacher_dtype: str = "float32",
+        max_batch_size: int = 128,
     ):
         check_range("intervention.temperature", temperature, 0, low_open=True)
+        check_int("intervention.max_batch_size", max_batch_size)
         loaded = context.teacher(teacher, teacher_dtype)
         self.policy_tokenizer = context.tokenizer
         self.tokenizer = loaded.tokenizer
         self.shared_vocab = same_vocabulary(loaded.tokenizer, context.tokenizer)
-        self.sampler = HFSampler(loaded.model, loaded.tokenizer)
+        self.sampler = HFSampler(loaded.model, loaded.tokenizer, max_batch_size=max_batch_size)
         self.white_box = self.shared_vocab  # its log-probs are the behaviour log-probs of the policy's tokens
         self.temperature = temperature
         self.note = load_prompt(note, required=("{question}",))

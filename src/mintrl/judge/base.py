@@ -30,6 +30,13 @@ class Judge(ABC):
         does). Read by the config checks before anything is built."""
         return False
 
+    @classmethod
+    def context_models(cls, config: Mapping) -> tuple[tuple[str | None, str], ...]:
+        """The models a judge built from ``config`` takes from the run's model context, as
+        ``(path, dtype)`` pairs (path None: the frozen step-0 policy); default none. Read by the
+        memory plan (:mod:`mintrl.build.memory_plan`) before anything is built."""
+        return ()
+
     @abstractmethod
     def review(self, requests: Sequence[ReviewRequest]) -> list[Verdict]:
         """One verdict per request, in order."""

@@ -64,6 +64,8 @@ class SelfPrivilegedJudge(Judge):
             (``embedded``, HF folder or hub id; e.g. the paper's Qwen3-4B-Instruct-2507), loaded once
             per run through ``context.teacher`` and shared with a teacher intervention.
         teacher_dtype: weights dtype of a loaded teacher.
+        max_batch_size: rows per generation batch (count; larger calls are split): bounds the
+            judge model's KV cache, ``rows x tokens x`` :func:`mintrl.model.kv_cache.kv_bytes_per_token`.
         max_new_tokens: verdict length budget (tokens).
         temperature: judge sampling temperature.
         prompt: judge template, a shipped name (``judge_math``, ``judge_code``) or a file path
@@ -75,6 +77,11 @@ class SelfPrivilegedJudge(Judge):
         """True without a ``teacher``: the judge then generates from the frozen step-0 policy."""
         return config.get("teacher") is None
 
+    @classmethod
+    def context_models(cls, config: Mapping) -> tuple[tuple[str | None, str], ...]:
+        """The teacher ``(teacher, teacher_dtype)``, or the frozen step-0 policy (path None) without one."""
+        return ((config.get("teacher"), str(config.get("teacher_dtype", "float32"))),)
+
     def __init__(
         self,
         context,
@@ -83,11 +90,13 @@ class SelfPrivilegedJudge(Judge):
         prompt: str = "judge_math",
         teacher: str | None = None,
         teacher_dtype: str = "float32",
+        max_batch_size: int = 128,
     ):
         check_int("judge.max_new_tokens", max_new_tokens)
+        check_int("judge.max_batch_size", max_batch_size)
         loaded = context.teacher(teacher, teacher_dtype)
         self.tokenizer = loaded.tokenizer
-        self.sampler = HFSampler(loaded.model, loaded.tokenizer)
+        self.sampler = HFSampler(loaded.model, loaded.tokenizer, max_batch_size=max_batch_size)
         self.max_new_tokens, self.temperature = max_new_tokens, temperature
         self.prompt = load_prompt(prompt, required=("{steps}",))
 

@@ -14,7 +14,7 @@ An objective is used in three phases per rollout batch, so that several optimize
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Mapping
 
 import torch
 
@@ -82,6 +82,13 @@ class Objective:
 
     def __init__(self, mask_truncated: bool = False, uses_reward: bool = True):
         self.mask_truncated, self.uses_reward = mask_truncated, uses_reward
+
+    @classmethod
+    def context_models(cls, config: Mapping) -> tuple[tuple[str | None, str], ...]:
+        """The models an objective built from ``config`` takes from the run's model context, as
+        ``(path, dtype)`` pairs (path None: the frozen step-0 policy, e.g. a KL reference); default
+        none. Read by the memory plan (:mod:`mintrl.build.memory_plan`) before anything is built."""
+        return ()
 
     def setup(self, policy: torch.nn.Module) -> None:
         """Called once when training starts, with the policy being trained."""

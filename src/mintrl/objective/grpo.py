@@ -46,6 +46,11 @@ class GRPO(Objective):
         ValueError: a bad knob, naming the ``objective.*`` field.
     """
 
+    @classmethod
+    def context_models(cls, config):
+        """The frozen step-0 policy (the KL reference) when ``kl_coef > 0``, else none."""
+        return ((None, ""),) if float(config.get("kl_coef", 0.0) or 0.0) > 0 else ()
+
     def __init__(
         self,
         clip_low: float = 0.2,

@@ -39,6 +39,11 @@ class OnPolicyDistillation(Objective):
         ValueError: a teacher with a different vocabulary (both sources named), or a bad knob.
     """
 
+    @classmethod
+    def context_models(cls, config):
+        """The teacher: ``(teacher, teacher_dtype)``, or the frozen step-0 policy when ``teacher`` is null."""
+        return ((config.get("teacher"), str(config.get("teacher_dtype", "float32"))),)
+
     def __init__(
         self,
         context,
