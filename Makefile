@@ -141,13 +141,16 @@ test-vllm: $(VLLM_STAMP)
 
 # The offline GPU check's luggage (benchmarks/gpu_check.sh): wheels of the main job's dependencies
 # beyond torch/transformers/lightning/peft/torchmetrics/tensorboard (benchmarks/gpu_wheels.py picks
-# them), compiled ones for GPU_PYTHON (the GPU machine's python, major.minor) on x86_64 Linux,
+# them), compiled ones for GPU_PYTHON (the GPU machine's python, major.minor; default this machine's:
+# set it when they differ, e.g. `make gpu-wheels GPU_PYTHON=3.12`) on x86_64 Linux,
 # the source archive where no such wheel exists (pip builds it there: pycosat has no cp312 wheel),
 # and the embedded model's tokenizer
 GPU_PYTHON ?= $(shell $(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
 GPU_WHEELS := .gpu-wheels
 gpu-wheels: $(STAMP)
 	mkdir -p $(GPU_WHEELS)/tokenizer
+	# the Python the wheels are for: benchmarks/gpu_check.sh refuses to install them into another
+	echo $(GPU_PYTHON) > $(GPU_WHEELS)/python-version
 	$(BIN)/python benchmarks/gpu_wheels.py > $(GPU_WHEELS)/requirements.txt
 	while read -r req; do \
 	  $(BIN)/pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) \

@@ -579,22 +579,23 @@ def run_steps(folder: Path, lora: bool, steps: int, device: str, out: Path, dims
         "trainable": trainable,
         "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
     }
-    del c
-    if device == "cuda":
-        torch.cuda.empty_cache()
     return result
 
 
 def fsdp_step(folder: Path, lora: bool, device: str, out: Path) -> dict:
-    """One FSDP update (Lightning ``FSDPStrategy`` on one device, bf16-mixed) on a fixed batch of 32
-    rows (100 prompt + 64 response tokens) and the HF export it gathers; no generation (the HF
-    sampler cannot generate from sharded weights, and vLLM is not on this machine)."""
+    """One FSDP update (``trainer=fsdp``'s strategy, :func:`mintrl.training.distributed.fsdp_strategy`:
+    FSDP2 through Lightning's ``ModelParallelStrategy``, on one device; bf16-mixed on CUDA, fp32 on
+    CPU, where the rank's process group is gloo) on a fixed batch of 32 rows (100 prompt + 64
+    response tokens) and the HF export it gathers; no generation (vLLM is not on this machine).
+    Records the strategy's class and whether the policy was sharded; a process group this step
+    started is destroyed when it ends."""
     from torch.utils.data import DataLoader
 
     from mintrl.core.batch import RolloutBatch
     from mintrl.model.loading import load_policy
     from mintrl.model.lora import LoraSettings
     from mintrl.objective import GRPO
+    from mintrl.sampler.weights import is_sharded
     from mintrl.training.callbacks.export import HFExport
     from mintrl.training.distributed import fsdp_strategy
     from mintrl.training.module import PolicyModule
@@ -629,7 +630,8 @@ def fsdp_step(folder: Path, lora: bool, device: str, out: Path) -> dict:
         loaded.model, GRPO(), functools.partial(torch.optim.AdamW, lr=1e-5), micro_batch_rows=8, tokenizer=None
     )
     export = HFExport(str(out / "hf_policy"))
-    strategy = fsdp_strategy() if device == "cuda" else "auto"
+    strategy = fsdp_strategy()
+    had_group = torch.distributed.is_available() and torch.distributed.is_initialized()
     trainer = L.Trainer(
         max_steps=1,
         accelerator="gpu" if device == "cuda" else "cpu",
@@ -646,15 +648,32 @@ def fsdp_step(folder: Path, lora: bool, device: str, out: Path) -> dict:
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     start = time.perf_counter()
-    trainer.fit(module, datamodule=Fixed())
-    wall = time.perf_counter() - start
+    try:
+        trainer.fit(module, datamodule=Fixed())
+        wall = time.perf_counter() - start
+        sharded = is_sharded(module.policy)
+    finally:
+        if not had_group and torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
     return {
         "strategy": type(trainer.strategy).__name__,
+        "sharded": sharded,
         "wall_s": wall,
         "peak_gib": torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None,
         "exported": sorted(os.listdir(export.saved_to)),
         "adapter": sorted(os.listdir(export.adapter_saved_to)) if export.adapter_saved_to else None,
     }
+
+
+def free_memory(device: str) -> None:
+    """Free what a finished part left: its model, optimizer state and trainer are unreachable once
+    it returned or raised, but Lightning's trainer and module refer to each other, so only the cycle
+    collector frees them; then CUDA's cached blocks go back and the peak counter restarts, so the
+    next part's peak counts its own tensors only."""
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
 
 
 def report(r: dict) -> str:
@@ -759,9 +778,7 @@ def main(argv=None) -> int:
                         r = failure(e)
                 if "error" in r:
                     line = "FAILED " + r["error"].splitlines()[0][:300]
-                    gc.collect()  # the failed part's model and optimizer state, once the exception is gone
-                    if args.device == "cuda":
-                        torch.cuda.empty_cache()
+                free_memory(args.device)  # the part's model, before the next part measures its peak
                 record(name, r, line)
                 print(lines[-1], f"[{time.perf_counter() - t0:.0f} s]", flush=True)
     failed = [name for name, r in results.items() if "error" in r]

@@ -2,7 +2,9 @@
 # The offline single-GPU check (LoRA issue): on a machine with one NVIDIA GPU and torch, transformers,
 # lightning, peft, torchmetrics and tensorboard installed, no network, and only this repository plus
 # .gpu-wheels/ (about 30 MiB, made by `make gpu-wheels` on a machine with network) carried along:
-#   1. installs the main job's remaining small dependencies from .gpu-wheels/ (pip --no-index);
+#   1. installs the main job's remaining small dependencies from .gpu-wheels/ (pip --no-index), after
+#      checking that they were fetched for this machine's Python (.gpu-wheels/python-version, written
+#      by `make gpu-wheels GPU_PYTHON=<major.minor>`): otherwise it stops before installing anything;
 #   2. builds randomly initialised models of the embedded model's architecture (SmolLM2-135M) and of
 #      Qwen3-1.7B's from their configs (no weights are downloaded);
 #   3. runs trainer=gpu bf16 main-job steps with the HF sampler, full weights and LoRA, and one FSDP
@@ -11,15 +13,24 @@
 #      the update does, gpu_check.py's update_flops); each part on its own (one failing leaves the rest).
 # Under 8 minutes in all (each part is bounded; the whole python part by `timeout 420`).
 #   bash benchmarks/gpu_check.sh                      # PYTHON=/path/to/python to pick the interpreter
+#                                                     # (GPU_WHEELS=<folder>: the wheels elsewhere)
 #   bash benchmarks/gpu_check.sh --archs smollm2_135m --parts lora   # any gpu_check.py arguments
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-WHEELS=.gpu-wheels
+WHEELS=${GPU_WHEELS:-.gpu-wheels}
 start=$(date +%s)
 if ! "$PY" -c "import hydra, omegaconf, reasoning_gym, rich" 2>/dev/null; then
   if [ ! -f "$WHEELS/requirements.txt" ]; then
     echo "missing $WHEELS/requirements.txt: run 'make gpu-wheels' on a machine with network first" >&2
+    exit 2
+  fi
+  # compiled wheels only install into the Python they were fetched for (make gpu-wheels GPU_PYTHON=...)
+  have=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+  fetched=$(cat "$WHEELS/python-version" 2>/dev/null || echo "an unrecorded version")
+  if [ "$have" != "$fetched" ]; then
+    echo "$WHEELS holds wheels fetched for Python $fetched, but $PY is Python $have: nothing was installed." >&2
+    echo "On a machine with network run 'make gpu-wheels GPU_PYTHON=$have' and carry $WHEELS over again." >&2
     exit 2
   fi
   echo "== installing $(wc -l < "$WHEELS/requirements.txt") packages from $WHEELS (offline)"

@@ -1,6 +1,7 @@
 """The python part of the offline GPU check (benchmarks/gpu_check.py) on CPU: one LoRA main-job step
-on the tiny architecture with the embedded tokenizer, and one (unsharded, on CPU) update + export of
-the FSDP part. What it prints on a GPU is in benchmarks/README.md."""
+on the tiny architecture with the embedded tokenizer, and the FSDP part's update + export through
+``trainer=fsdp``'s own strategy (FSDP2 via Lightning's ModelParallelStrategy on one gloo rank, as on
+one GPU). What it prints on a GPU is in benchmarks/README.md."""
 
 from __future__ import annotations
 
@@ -18,11 +19,28 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY_ADAPTER = 2 * 16 * 1024
 
 
-@pytest.mark.slow
-def test_gpu_check_runs_on_cpu_with_the_tiny_architecture(tmp_path):
+def load_gpu_check():
     spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "benchmarks" / "gpu_check.py")
     gpu_check = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gpu_check)
+    return gpu_check
+
+
+def test_the_fsdp_part_runs_the_fsdp_strategy_on_cpu(tmp_path):
+    """The FSDP part shards the LoRA policy with trainer=fsdp's strategy (not Lightning's default
+    single-device one), updates it once and exports the merged model and the adapter (~25 s)."""
+    gpu_check = load_gpu_check()
+    out = tmp_path / "check.json"
+    args = ["--device", "cpu", "--archs", "tiny", "--parts", "fsdp-lora", "--json", str(out)]
+    assert gpu_check.main([*args, "--tokenizer", str(embedded_smollm2_folder())]) == 0
+    fsdp = json.loads(out.read_text())["tiny/fsdp-lora"]
+    assert fsdp["strategy"] == "FullyShardedStrategy" and fsdp["sharded"]
+    assert "model.safetensors" in fsdp["exported"] and "adapter_config.json" in fsdp["adapter"]
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_on_cpu_with_the_tiny_architecture(tmp_path):
+    gpu_check = load_gpu_check()
     out = tmp_path / "check.json"
     args = ["--device", "cpu", "--steps", "1", "--archs", "tiny", "--parts", "lora,fsdp-lora"]
     assert gpu_check.main([*args, "--tokenizer", str(embedded_smollm2_folder()), "--json", str(out)]) == 0
@@ -37,4 +55,5 @@ def test_gpu_check_runs_on_cpu_with_the_tiny_architecture(tmp_path):
     dims = gpu_check.ModelDims.from_config(gpu_check.ARCHS["tiny"])
     flops = gpu_check.update_flops(dims, micro["prompts"], micro["responses"], True, lora_params=TINY_ADAPTER)
     assert lora["update_flops"] == [flops] and lora["mfu"] is None
+    assert fsdp["strategy"] == "FullyShardedStrategy" and fsdp["sharded"]
     assert "model.safetensors" in fsdp["exported"] and "adapter_config.json" in fsdp["adapter"]

@@ -268,3 +268,108 @@ def test_a_failing_part_leaves_the_others(gc, monkeypatch, capsys, tmp_path):
     assert "fsdp went wrong" in failed["traceback_tail"] and "boom" in failed["traceback_tail"]
     printed = capsys.readouterr().out
     assert "tiny/fsdp-lora" in printed and "FAILED" in printed and "update MFU 50.0%" in printed
+
+
+def test_each_part_is_freed_before_the_next_measures_its_peak(gc, monkeypatch, tmp_path):
+    """A part's model is unreachable once the part returns, but Lightning's trainer and module refer
+    to each other: only the cycle collector frees them, and it must run before the next part starts
+    (its peak would count the previous model). Automatic collection is off here, so only the check's
+    own collection can free the cycle."""
+    import gc as collector
+    import weakref
+
+    class Model:  # stands for a part's trainer <-> module cycle
+        pass
+
+    previous = []
+
+    def part(*args, **kwargs):
+        assert all(ref() is None for ref in previous), "the previous part's model is still alive"
+        model = Model()
+        model.cycle = model
+        previous.append(weakref.ref(model))
+        return dict(FAKE_STEPS)
+
+    monkeypatch.setattr(gc, "build_random_model", lambda arch, folder, tokenizer, device: folder)
+    monkeypatch.setattr(gc, "run_steps", part)
+    out = tmp_path / "r.json"
+    collector.disable()
+    try:
+        code = gc.main(["--device", "cpu", "--archs", "tiny", "--parts", "full,lora", "--json", str(out)])
+    finally:
+        collector.enable()
+    results = json.loads(out.read_text())
+    assert [r.get("error") for r in results.values()] == [None, None] and code == 0
+    assert len(previous) == 2 and previous[0]() is None
+
+
+def fake_python(tmp_path: Path) -> Path:
+    """An interpreter for gpu_check.sh: the main job's packages missing (so it installs), ``-m pip``
+    recorded in ``pip-called`` instead of run, gpu_check.py not run, anything else the real Python."""
+    import sys
+
+    fake = tmp_path / "python"
+    fake.write_text(
+        "#!/usr/bin/env bash\n"
+        'case "$*" in\n'
+        '  *"import hydra"*) exit 1 ;;\n'
+        f'  *"-m pip"*) touch {tmp_path}/pip-called; exit 0 ;;\n'
+        '  *gpu_check.py*) echo "gpu_check.py ran"; exit 0 ;;\n'
+        f'  *) exec {sys.executable} "$@" ;;\n'
+        "esac\n"
+    )
+    fake.chmod(0o755)
+    return fake
+
+
+@pytest.mark.parametrize("fetched_for", ["3.99", None])
+def test_wheels_for_another_python_stop_the_script_before_installing(tmp_path, fetched_for):
+    import subprocess
+    import sys
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "requirements.txt").write_text("rich==13.0\n")
+    if fetched_for:
+        (wheels / "python-version").write_text(f"{fetched_for}\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(fake_python(tmp_path)), "GPU_WHEELS": str(wheels)}
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh")], env=env, capture_output=True, text=True, timeout=60
+    )
+    here = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"wheels fetched for Python {fetched_for or 'an unrecorded version'}" in done.stderr
+    assert f"is Python {here}: nothing was installed" in done.stderr
+    assert f"make gpu-wheels GPU_PYTHON={here}" in done.stderr
+    assert not (tmp_path / "pip-called").exists() and "gpu_check.py ran" not in done.stdout
+
+
+def test_wheels_for_this_python_are_installed(tmp_path):
+    import subprocess
+    import sys
+
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "requirements.txt").write_text("rich==13.0\n")
+    (wheels / "python-version").write_text(f"{sys.version_info[0]}.{sys.version_info[1]}\n")
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": str(fake_python(tmp_path)), "GPU_WHEELS": str(wheels)}
+    done = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh")], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "pip-called").exists() and "gpu_check.py ran" in done.stdout
+
+
+def test_make_gpu_wheels_fetches_for_the_target_python():
+    import subprocess
+
+    done = subprocess.run(
+        ["make", "-n", "-W", "pyproject.toml", "gpu-wheels", "GPU_PYTHON=3.12"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "echo 3.12 > .gpu-wheels/python-version" in done.stdout
+    assert "--only-binary=:all: --python-version 3.12" in done.stdout
