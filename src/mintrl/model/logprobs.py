@@ -24,21 +24,24 @@ def _head_and_body(model):
     return model.get_output_embeddings(), body
 
 
-def head_logits(head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+def head_logits(head: torch.nn.Module, hidden: torch.Tensor, own_unit: bool = False) -> torch.Tensor:
     """``[M, V]`` float32 logits of ``[M, H]`` hidden states. An fp32 head runs in fp32 with
     autocast off (under bf16-mixed the logits would otherwise be rounded to bf16: spacing 0.125
     between 16 and 32, so summed log-probs would drift with length); a head stored in bf16 (a bf16
-    model) runs as it is, its output cast to fp32."""
+    model) runs as it is, its output cast to fp32. ``own_unit``: the call runs inside a forward of
+    the head's own shard unit (its weights gathered around all blocks), so the head's ``forward``
+    runs without the module's hooks, which would gather and free the weights again per block."""
+    call = head.forward if own_unit else head
     weight = getattr(head, "weight", None)
     if weight is not None and weight.dtype == torch.float32:
         with torch.autocast(hidden.device.type, enabled=False):
-            return head(hidden.float())
-    return head(hidden).float()
+            return call(hidden.float())
+    return call(hidden).float()
 
 
-def _chunk_logprob_entropy(head, hidden, targets, temperature: float, with_entropy: bool = True):
+def _chunk_logprob_entropy(head, hidden, targets, temperature: float, with_entropy: bool = True, own_unit=False):
     # hidden [M, H], targets [M] -> logprob [M], entropy [M] (entropy detached; zeros when not wanted)
-    logits = head_logits(head, hidden)  # [M, V] float32: the only full-vocabulary block
+    logits = head_logits(head, hidden, own_unit)  # [M, V] float32: the only full-vocabulary block
     if temperature != 1.0:
         logits = logits / temperature
     logz = torch.logsumexp(logits, dim=-1)  # [M]
@@ -50,19 +53,19 @@ def _chunk_logprob_entropy(head, hidden, targets, temperature: float, with_entro
     return logprob, entropy
 
 
-def _checkpointed_block(head, hidden, targets, temperature: float):
+def _checkpointed_block(head, hidden, targets, temperature: float, own_unit: bool = False):
     # the LM-head block under activation checkpointing: only hidden and targets are kept for the
     # backward, which recomputes the logits; the recomputation skips the (detached) entropy
     calls = []
 
     def block(h, t):
         calls.append(1)
-        return _chunk_logprob_entropy(head, h, t, temperature, with_entropy=len(calls) == 1)
+        return _chunk_logprob_entropy(head, h, t, temperature, with_entropy=len(calls) == 1, own_unit=own_unit)
 
     return checkpoint(block, hidden, targets, use_reentrant=False)
 
 
-ROOT_UNIT_METHOD = "run_in_root_unit"  # set by a sharding strategy on the policy it shards
+ROOT_UNIT_METHOD = "run_in_root_unit"  # set by a sharding strategy on the root unit and on an untied head's unit
 
 
 def in_root_unit(model, fn, *args, **kwargs):
@@ -73,6 +76,36 @@ def in_root_unit(model, fn, *args, **kwargs):
     as for ``model(...)``; otherwise a plain call."""
     method = getattr(model, ROOT_UNIT_METHOD, None)
     return fn(*args, **kwargs) if method is None else method(fn, *args, **kwargs)
+
+
+def head_blocks(head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, chunk_tokens: int):
+    """Log-probs and entropies of ``targets`` ``[M]`` from ``hidden`` ``[M, H]``, at most
+    ``chunk_tokens`` positions through the LM head at a time (under activation checkpointing when
+    grad is enabled). Returns ``([M], [M])`` float32, the entropy detached.
+
+    An untied head that is its own shard unit (FSDP: the strategy gave it a ``run_in_root_unit``
+    method) runs every block inside one forward of that unit: its weights are gathered once per
+    call, and once for its backward, whatever the number of blocks (a per-rank count, since response
+    lengths differ across ranks; a per-block gather would also move the whole head once per block).
+    """
+    own_unit = getattr(head, ROOT_UNIT_METHOD, None) is not None
+    return in_root_unit(head, _head_blocks, head, hidden, targets, temperature, chunk_tokens, own_unit)
+
+
+def _head_blocks(head, hidden, targets, temperature, chunk_tokens, own_unit):
+    parts_lp, parts_ent = [], []
+    for s in range(0, targets.numel(), chunk_tokens):
+        h, t = hidden[s : s + chunk_tokens], targets[s : s + chunk_tokens]  # [m, H], [m]
+        if torch.is_grad_enabled():
+            lp, ent = _checkpointed_block(head, h, t, temperature, own_unit)
+        else:
+            lp, ent = _chunk_logprob_entropy(head, h, t, temperature, own_unit=own_unit)
+        parts_lp.append(lp)
+        parts_ent.append(ent)
+    if not parts_lp:
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, empty
+    return torch.cat(parts_lp), torch.cat(parts_ent)
 
 
 def token_logprobs(
@@ -135,18 +168,10 @@ def _token_logprobs(model, input_ids, attention_mask, target_mask, temperature, 
     rows, cols = mask.nonzero(as_tuple=True)  # target positions, [M] each
     logprobs = torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
     entropy = torch.zeros_like(logprobs)
-    parts_lp, parts_ent = [], []
-    for s in range(0, rows.numel(), chunk_tokens):
-        r, c = rows[s : s + chunk_tokens], cols[s : s + chunk_tokens]
-        h = hidden[r, c - 1]  # [m, H]: the state that predicts token c
-        t = input_ids[r, c]  # [m]
-        if torch.is_grad_enabled():
-            lp, ent = _checkpointed_block(head, h, t, temperature)
-        else:
-            lp, ent = _chunk_logprob_entropy(head, h, t, temperature)
-        parts_lp.append(lp)
-        parts_ent.append(ent)
-    if parts_lp:
-        logprobs = logprobs.index_put((rows, cols), torch.cat(parts_lp))
-        entropy[rows, cols] = torch.cat(parts_ent)
+    # hidden[rows, cols - 1]: the states that predict the targets, [M, H]; the head's unit runs even
+    # for M = 0, so that every rank gathers a sharded head as often
+    lp, ent = head_blocks(head, hidden[rows, cols - 1], input_ids[rows, cols], temperature, chunk_tokens)
+    if rows.numel():
+        logprobs = logprobs.index_put((rows, cols), lp)
+        entropy[rows, cols] = ent
     return logprobs, entropy

@@ -124,9 +124,13 @@ class FullyShardedStrategy(ModelParallelStrategy):
             kwargs = {"offload_policy": offload} if offload is not None else {}
             fully_shard(unit, mesh=mesh, reshard_after_forward=self.reshard_after_forward, **kwargs)
         # the trainer's forward calls the body and the LM head (in blocks) itself, not policy.forward:
-        # a registered forward method gathers the root unit's weights around it and its backward
-        setattr(policy, ROOT_UNIT_METHOD, types.MethodType(_run_in_root_unit, policy))
-        register_fsdp_forward_method(policy, ROOT_UNIT_METHOD)
+        # a registered forward method gathers the root unit's weights around it and its backward; an
+        # untied head (its own unit) gets one too, so its blocks gather it once, not once per block
+        base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+        head = base.get_output_embeddings()
+        for unit in (policy, head) if isinstance(head, FSDPModule) else (policy,):
+            setattr(unit, ROOT_UNIT_METHOD, types.MethodType(_run_in_root_unit, unit))
+            register_fsdp_forward_method(unit, ROOT_UNIT_METHOD)
 
 
 def _run_in_root_unit(policy, fn, *args, **kwargs):

@@ -33,17 +33,42 @@ from mintrl.training.step_logging import log_step
 log = logging.getLogger(__name__)
 
 
-def minibatch_rows(n: int, minibatches: int, generator: torch.Generator | None) -> list[torch.Tensor]:
+def minibatch_rows(
+    n: int, minibatches: int, generator: torch.Generator | None, all_ranks_rows: int | None = None
+) -> list[torch.Tensor]:
     """Row indices of ``minibatches`` near-equal mini-batches of ``n`` rows, shuffled when a
-    ``generator`` is given (contiguous otherwise).
+    ``generator`` is given (contiguous otherwise): always ``minibatches`` of them, so every
+    data-parallel rank makes as many updates. ``all_ranks_rows``: the rows of the batch over all
+    ranks (default ``n``); a rank with fewer than ``minibatches`` rows gets empty mini-batches (its
+    updates are zero-loss padding, :meth:`PolicyModule.accumulate`).
 
     Raises:
-        ValueError: more mini-batches than rows.
+        ValueError: more mini-batches than the rows of all ranks (on every rank alike).
     """
-    if minibatches > n:
-        raise ValueError(f"module.minibatches={minibatches} exceeds the {n} rollouts of the batch")
+    total = n if all_ranks_rows is None else all_ranks_rows
+    if minibatches > total:
+        raise ValueError(f"module.minibatches={minibatches} exceeds the {total} rollouts of the batch")
     order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
     return list(torch.tensor_split(order, minibatches))
+
+
+def ranks_max(count: int, world_size: int, device: torch.device | str = "cpu") -> int:
+    """``count`` maximised over the ``world_size`` data-parallel ranks (an all-reduce of one integer
+    on ``device`` when ``world_size > 1``; ``count`` itself otherwise)."""
+    if world_size <= 1:
+        return count
+    value = torch.tensor([count], dtype=torch.long, device=device)
+    torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+    return int(value)
+
+
+def padding_row(device: torch.device | str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(input_ids, attention_mask, target_mask)`` ``[1, 2]`` of a zero-loss padding micro-batch:
+    the smallest forward that runs every unit of the policy (the body, and the LM head on its one
+    target position), so its collectives (DDP's gradient all-reduce, FSDP's gathers and
+    reduce-scatters) are those of a real micro-batch."""
+    ids = torch.zeros((1, 2), dtype=torch.long, device=device)
+    return ids, torch.ones_like(ids), torch.tensor([[False, True]], device=device)
 
 
 def global_grad_norm(parameters) -> float:
@@ -220,8 +245,17 @@ class PolicyModule(L.LightningModule):
     @torch.no_grad()
     def frozen_logprobs(self, model, input_ids, attention_mask, target_mask, temperature) -> torch.Tensor:
         """``[N, L]`` log-probs of ``model`` without gradients, ``micro_batch_rows`` rows at a time
-        (the ``logprob_fn`` given to ``Objective.prepare``)."""
-        step = self.micro_batch_rows or input_ids.shape[0]
+        (the ``logprob_fn`` given to ``Objective.prepare``). A sharded ``model`` (FSDP: each forward
+        gathers its weights, a collective) runs as many forwards on every rank: a rank with fewer
+        micro-batches than the busiest one adds forwards of :func:`padding_row`."""
+        step = self.micro_batch_rows or max(input_ids.shape[0], 1)
+        if is_sharded(model):
+            world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+            count = len(range(0, input_ids.shape[0], step))
+            for _ in range(ranks_max(count, world, input_ids.device) - count):
+                token_logprobs(
+                    model, *padding_row(input_ids.device), temperature, self.logprob_chunk_tokens, self._share(model)
+                )
         parts = [
             token_logprobs(
                 model,
@@ -274,7 +308,11 @@ class PolicyModule(L.LightningModule):
             mini: the update's rows (``extras`` filled by ``Objective.prepare``).
             totals: loss-mask counts of the whole update over all ranks.
             world_size: data-parallel ranks; each micro loss is multiplied by it because DDP/FSDP
-                average gradients over ranks.
+                average gradients over ranks. With several ranks, every rank runs as many
+                micro-batch backwards (each a gradient all-reduce or reduce-scatter) as the rank with
+                the most micro-batches in this update: the others add zero-loss backwards of
+                :func:`padding_row` (gradients unchanged), so ranks holding different numbers of
+                rows (RAIL, entropy branching, guided rollouts) never wait on each other.
             backward: ``loss -> None`` (default ``loss.backward``; Lightning passes ``manual_backward``).
             adopt_logprobs: the weights are still those that generated the rollouts (the batch's
                 only update): each micro-batch's own forward gives the trainer's rollout-time
@@ -291,8 +329,10 @@ class PolicyModule(L.LightningModule):
             recomputed), with ``adopt_logprobs`` also ``train/sampler_mismatch_abs`` and ``_kl``.
         """
         backward = backward or (lambda loss: loss.backward())
-        step = self.micro_batch_rows or len(mini)
-        total = torch.zeros((), device=mini.input_ids.device)
+        step = self.micro_batch_rows or max(len(mini), 1)
+        device = mini.input_ids.device
+        padding = ranks_max(len(range(0, len(mini), step)), world_size, device) - len(range(0, len(mini), step))
+        total = torch.zeros((), device=device)
         sums: dict[str, float] = defaultdict(float)
         parts = 0
         entropy_sum, entropy_tokens, gap_sum = 0.0, 0, 0.0
@@ -322,6 +362,11 @@ class PolicyModule(L.LightningModule):
             entropy_sum += float((entropy * policy_tokens).sum())
             entropy_tokens += int(policy_tokens.sum())
             gap_sum += float(torch.where(policy_tokens, (logprobs.detach() - micro.rollout_logprobs).abs(), 0.0).sum())
+        for _ in range(padding):  # zero-loss micro-batches: as many backwards (collectives) as the busiest rank
+            logprobs, _ = token_logprobs(
+                self.policy, *padding_row(device), mini.temperature, self.logprob_chunk_tokens, self._share(self.policy)
+            )
+            backward(logprobs.sum() * 0.0)
         metrics = {k: v / max(parts, 1) for k, v in sums.items()}
         metrics["train/policy_entropy"] = entropy_sum / max(entropy_tokens, 1)
         metrics["train/sampler_logprob_gap"] = gap_sum / max(entropy_tokens, 1)
@@ -402,7 +447,13 @@ class PolicyModule(L.LightningModule):
         optimizer = self.optimizers()
         scheduler = self.lr_schedulers()
         generator = torch.Generator().manual_seed(int(self.global_step)) if self.minibatches > 1 else None
-        plan = [rows for _ in range(self.epochs) for rows in minibatch_rows(len(batch), self.minibatches, generator)]
+        world = self.trainer.world_size if self._trainer is not None else 1
+        everywhere = int(self._all_ranks_sum(torch.tensor(len(batch), device=self.device))) if world > 1 else None
+        plan = [  # the same number of updates on every rank (empty mini-batches where a rank has too few rows)
+            rows
+            for _ in range(self.epochs)
+            for rows in minibatch_rows(len(batch), self.minibatches, generator, everywhere)
+        ]
         precision = self.trainer.precision if self._trainer is not None else "32-true"
         recompute = needs_recompute(self.recompute_rollout_logprobs, batch.sampler_exact, precision)
         # one update on the whole batch runs on the weights that generated it: its own forward is the recomputation
