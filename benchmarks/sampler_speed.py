@@ -34,6 +34,7 @@ from mintrl.data.base import DEFAULT_INSTRUCTION, prompt_ids
 from mintrl.model import embedded_smollm2
 from mintrl.sampler import HFSampler
 from mintrl.sampler import decode as decode_module
+from mintrl.sampler.weights import weights_generation
 
 RECORDS = "/tmp/runs/*/rollouts/train/step_*.jsonl.gz"
 # policy tokens of the 16 control rollouts of step 0 of a `make train` run (commit 2011b49), used
@@ -176,7 +177,7 @@ def main() -> None:
     for name in engines:  # every engine sampled exactly the drawn lengths
         assert tokens[name] == [sum(ls) for _, ls in batches[1:]], (name, tokens[name])
     bf16 = engines["loop bf16"].copy
-    bf16._version = None  # as after an optimizer step
+    weights_generation(bf16.policy).advance()  # as after an optimizer step
     start = time.perf_counter()
     bf16.current()
     refresh = time.perf_counter() - start

@@ -24,6 +24,7 @@ import torch
 from mintrl.model.lora import LoraSettings, apply_lora
 from mintrl.sampler import HFSampler, VLLMSampler
 from mintrl.sampler.hf import score_sequences
+from mintrl.sampler.weights import weights_generation
 
 LORA_BACKENDS = ["hf-lora", pytest.param("vllm-lora", marks=pytest.mark.vllm)]
 BACKENDS = ["hf", "hf-loop", pytest.param("vllm", marks=pytest.mark.vllm), *LORA_BACKENDS]
@@ -249,6 +250,7 @@ def test_next_call_after_an_optimizer_step_uses_the_new_weights(kind, embedded, 
         loss = -policy(input_ids=ids, labels=ids).loss  # push the sampled text away: log-probs move
         loss.backward()
         optimizer.step()
+        weights_generation(policy).advance()  # what the training module does after every optimizer step
         optimizer.zero_grad()
         new = score_sequences(policy, [sequence], [len(prompt[0])], 1.0)[0]
         assert (new - old).abs().mean().item() > 0.02, (

@@ -23,6 +23,7 @@ from mintrl.build.run import run
 from mintrl.sampler import VLLMSampler
 from mintrl.sampler.hf import score_sequences
 from mintrl.sampler.vllm import VLLM_MIN_VERSION
+from mintrl.sampler.weights import weights_generation
 
 pytestmark = pytest.mark.vllm
 
@@ -43,6 +44,7 @@ def _step(policy, sequence):
     ids = torch.tensor([sequence])
     (-policy(input_ids=ids, labels=ids).loss).backward()
     optimizer.step()
+    weights_generation(policy).advance()  # what the training module does after every optimizer step
     optimizer.zero_grad()
 
 
@@ -167,7 +169,8 @@ def test_an_older_vllm_is_refused_before_the_engine_starts(embedded, tokenizer, 
 def test_wake_up_order_and_unseeded_requests(embedded, tokenizer, monkeypatch):
     """After ``release()`` (sleep mode), the next call empties torch's CUDA cache, wakes the weights
     only, pushes the new weights (the KV cache still asleep: the engine's own record of its sleeping
-    parts says so at the push), resets the prefix cache, then wakes the KV cache, then generates:
+    parts says so at the push), resets the prefix cache, empties the cache again, then wakes the KV
+    cache, then generates:
     TRL's order, which keeps the KV cache from taking GPU memory while the weights arrive.
     Requests carry no seed of their own (vLLM samples seeded requests one by one); the in-process
     engine samples from the run's torch generator, so the same seed gives the same samples.
@@ -218,6 +221,7 @@ def test_wake_up_order_and_unseeded_requests(embedded, tokenizer, monkeypatch):
             ("wake_up", ["weights"]),
             ("rpc", ("reload_weights", ["kv_cache"])),
             ("reset_prefix_cache", None),
+            ("empty_cache", None),  # what the push gathered goes back to the device before the KV cache wakes
             ("wake_up", ["kv_cache"]),
             ("generate", [None]),
         ]

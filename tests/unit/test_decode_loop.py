@@ -20,6 +20,7 @@ from mintrl.core.precision import cpu_has_fast_bf16
 from mintrl.model.lora import LoraSettings, apply_lora
 from mintrl.sampler.decode import decode, distinct_rows, generation_positions, inverse_cdf_draw, left_pad
 from mintrl.sampler.hf import HFSampler, score_sequences
+from mintrl.sampler.weights import weights_generation
 
 TOKENIZER = SimpleNamespace(pad_token_id=0, eos_token_id=2)
 EOS = (2, 3, 4)  # ~8% of the mass per step: rows end at many different lengths
@@ -231,6 +232,7 @@ def test_bf16_copy_follows_the_policy_weights(engine):
     ids = torch.tensor([PREFIXES[2]])
     policy(input_ids=ids, labels=ids).loss.backward()
     optimizer.step()
+    weights_generation(policy).advance()  # what the training module does after every optimizer step
     sampler.generate(PREFIXES, 2)
     assert sampler.copy.refreshes == 2
     for copied, live in zip(sampler.sampling_model().parameters(), policy.parameters()):
@@ -314,6 +316,7 @@ def test_bf16_copy_made_under_inference_mode_can_be_refreshed():
     with torch.no_grad():
         for p in policy.parameters():
             p.add_(0.01)
+    weights_generation(policy).advance()
     sampler.generate(PREFIXES, 2)
     assert sampler.copy.refreshes == 2
     for copied, live in zip(sampler.sampling_model().parameters(), policy.parameters()):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import copy
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterable, Iterator
 
 import torch
 
@@ -258,7 +258,9 @@ def lora_scalings(policy) -> dict[str, float]:
 
 def merge_lora_weights(tensors: dict[str, torch.Tensor], scalings: dict[str, float]) -> dict[str, torch.Tensor]:
     """Hugging Face weights of the adapted model from a peft state dict: ``W + (alpha / r) B A`` for
-    every LoRA layer (Hu et al. 2021, eq. 3), adapter tensors dropped, peft's prefixes removed.
+    every LoRA layer (Hu et al. 2021, eq. 3), adapter tensors dropped, peft's prefixes removed
+    (:func:`merge_lora_stream` over the dict; a base weight whose layer has no adapter tensor in
+    ``tensors`` passes unmerged).
 
     Args:
         tensors: ``{name: tensor}`` with peft names (``base_model.model.<hf name>``, a LoRA layer's
@@ -274,26 +276,54 @@ def merge_lora_weights(tensors: dict[str, torch.Tensor], scalings: dict[str, flo
         ValueError: a LoRA variant this merge does not handle (embedding LoRA, DoRA,
             ``modules_to_save``), or an adapter tensor without its base weight.
     """
-    lora_a: dict[str, torch.Tensor] = {}
-    lora_b: dict[str, torch.Tensor] = {}
-    base: dict[str, torch.Tensor] = {}
-    for name, tensor in tensors.items():
+    adapted = {name.split(key)[0] for name in tensors for key in _LORA_KEYS if key in name}
+    return dict(merge_lora_stream(tensors.items(), scalings, adapted))
+
+
+def merge_lora_stream(
+    tensors: Iterable[tuple[str, torch.Tensor]], scalings: dict[str, float], adapted: set[str] | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """:func:`merge_lora_weights` over a stream of ``(peft name, tensor)`` (a gathered state dict,
+    one tensor at a time): each tensor is yielded under its Hugging Face name as soon as it is
+    complete, a LoRA layer's merged weight once its base weight, ``A`` and ``B`` have all passed
+    (peft's state dict keeps them together, so about one base weight is held at a time).
+
+    Args:
+        tensors: ``(name, tensor)`` pairs named as in :func:`merge_lora_weights`.
+        scalings: ``{<peft module name>: alpha / r}`` of every LoRA layer (:func:`lora_scalings`).
+        adapted: the layers whose base weight is merged (default: every layer of ``scalings``).
+
+    Raises:
+        ValueError: a LoRA variant this merge does not handle, an adapter tensor without its base
+            weight, or a base weight of an adapted layer without its adapter (at the stream's end).
+    """
+    adapted = set(scalings) if adapted is None else adapted
+    pending: dict[str, list] = {}  # layer -> [base weight, A [r, in], B [out, r]] (None until seen)
+    for name, tensor in tensors:
         if any(k in name for k in _UNSUPPORTED_KEYS):
             raise ValueError(f"cannot merge {name}: only LoRA on linear layers (lora_A / lora_B) is supported")
-        for key, bucket in ((".lora_A.", lora_a), (".lora_B.", lora_b)):
+        layer, slot = None, 0
+        for slot_of, key in enumerate(_LORA_KEYS, start=1):
             if key in name:
-                bucket[name.split(key)[0]] = tensor
+                layer, slot = name.split(key)[0], slot_of
                 break
         else:
-            base[name] = tensor
-    out = {}
-    for name, tensor in base.items():
-        layer = name.removesuffix(".base_layer.weight") if name.endswith(".base_layer.weight") else None
-        if layer is not None and layer in lora_a:
-            a, b = lora_a.pop(layer), lora_b.pop(layer)  # [r, in], [out, r]
+            if name.endswith(".base_layer.weight") and name.removesuffix(".base_layer.weight") in adapted:
+                layer = name.removesuffix(".base_layer.weight")
+        if layer is None:
+            yield _hf_name(name), tensor
+            continue
+        parts = pending.setdefault(layer, [None, None, None])
+        parts[slot] = (name, tensor) if slot == 0 else tensor
+        if all(part is not None for part in parts):
+            del pending[layer]
+            (base_name, weight), a, b = parts
             delta = (b.float() @ a.float()) * scalings[layer]  # [out, in]
-            tensor = (tensor.float() + delta).to(tensor.dtype)
-        out[name.replace(".base_layer.", ".").removeprefix(PEFT_PREFIX)] = tensor
-    if lora_a or lora_b:
-        raise ValueError(f"LoRA weights without a base weight: {sorted(set(lora_a) | set(lora_b))[:3]}")
-    return out
+            yield _hf_name(base_name), (weight.float() + delta).to(weight.dtype)
+    if pending:
+        raise ValueError(f"LoRA weights without a base weight or adapter: {sorted(pending)[:3]}")
+
+
+def _hf_name(peft_name: str) -> str:
+    """A peft state-dict name as the plain model's: ``base_layer.`` and peft's prefix removed."""
+    return peft_name.replace(".base_layer.", ".").removeprefix(PEFT_PREFIX)

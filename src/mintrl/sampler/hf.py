@@ -16,7 +16,7 @@ from mintrl.model.shared_prompts import CACHE_ARG
 from mintrl.sampler.base import Generation, Sampler, eos_ids_of, pad_id_of
 from mintrl.sampler.decode import decode, left_pad, sampling_logprobs
 from mintrl.sampler.sampling_copy import SamplingCopy
-from mintrl.sampler.weights import is_sharded, weights_version
+from mintrl.sampler.weights import is_sharded, weights_generation
 
 ENGINES = ("generate", "loop")
 DTYPES = ("auto", "fp32", "bf16")
@@ -66,8 +66,8 @@ class HFSampler(Sampler):
     without kept KV of its own takes the longest shared prefix of another kept row, e.g. a group's
     prompt). The rows
     of a call share one left-padded cache, so every row re-encodes the same number of trailing
-    tokens, the largest number any row needs. Kept KV is dropped when the weights change
-    (:func:`mintrl.sampler.weights.weights_version`) and at :meth:`release` (end of a rollout
+    tokens, the largest number any row needs. Kept KV is dropped when the weights change (the
+    policy's :func:`mintrl.sampler.weights.weights_generation` moved) and at :meth:`release` (end of a rollout
     batch); rows that ended with EOS are not kept, nor rows past ``continuation_cache_mib``.
     Samples equal the uncached ones up to float rounding of the reused KV.
 
@@ -136,7 +136,7 @@ class HFSampler(Sampler):
         self._kept: dict[
             int, tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]
         ] = {}  # key -> (tokens, per-layer K, V [kvh, n, d])
-        self._kept_version = None
+        self._kept_generation: int | None = None  # the policy's weights generation the kept KV was computed at
         self.reused_tokens = 0  # prefix tokens served from kept KV instead of re-encoded (perf/prefix_reused_tokens)
 
     def sampling_model(self) -> torch.nn.Module:
@@ -170,10 +170,10 @@ class HFSampler(Sampler):
         and cuts the others after.
         """
         keys = list(cache_keys) if cache_keys is not None and self.cache_bytes > 0 else None
-        version = weights_version(self.model)
-        if version != self._kept_version:  # KV computed with other weights must not be reused
+        generation = weights_generation(self.model).value
+        if generation != self._kept_generation:  # KV computed with other weights must not be reused
             self.release()
-            self._kept_version = version
+            self._kept_generation = generation
         model = self.sampling_model()
         out = Generation([], [], [])
         for start in range(0, len(prefixes), self.max_batch_size):

@@ -4,10 +4,11 @@
 from __future__ import annotations
 
 import torch
+from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM
 
 from mintrl.model.lora import is_lora
-from mintrl.sampler.weights import full_state_dict, hf_state_dict, weights_version
+from mintrl.sampler.weights import hf_weights, weights_generation
 
 
 class SamplingCopy:
@@ -15,14 +16,14 @@ class SamplingCopy:
     whenever its weights changed.
 
     The copy is built once from the policy's config (its base model's for a LoRA policy) and loaded
-    with :func:`mintrl.sampler.weights.hf_state_dict`: a LoRA adapter is merged into the base
-    weights, so sampling runs no adapter layers (``W + (alpha / r) B A`` rounded to ``dtype`` once
-    per refresh instead of two extra products per layer per token). A sharded policy's weights are
-    gathered one tensor at a time and copied in (:func:`mintrl.sampler.weights.full_state_dict`): the
-    copy decodes with no collective, so ranks may generate different numbers of tokens. After that,
-    :meth:`current` copies the weights again (in place, no new module) when
-    :func:`mintrl.sampler.weights.weights_version` of the policy differs from the last refresh
-    (under FSDP2 every rank refreshes at the same point: its first sampling call after an update).
+    from :func:`mintrl.sampler.weights.hf_weights`, one tensor at a time (a sharded policy's gathered
+    one at a time): a LoRA adapter is merged into the base weights, so sampling runs no adapter
+    layers (``W + (alpha / r) B A`` rounded to ``dtype`` once per refresh instead of two extra
+    products per layer per token); the copy decodes with no collective, so ranks may generate
+    different numbers of tokens. After that, :meth:`current` copies the weights again (in place, no
+    new module) when the policy's :func:`mintrl.sampler.weights.weights_generation` differs from the
+    one of the last refresh (under FSDP2 every rank refreshes at the same point: its first sampling
+    call after an update), and follows the policy to its device when it moved.
     Buffers the state dict does not hold (rotary frequencies) are the config's, in fp32. Costs
     ``bytes(dtype) x parameters`` of memory per rank (270 MB for SmolLM2-135M in bf16).
 
@@ -36,47 +37,52 @@ class SamplingCopy:
         self.policy = policy
         self.dtype = dtype
         self.module: torch.nn.Module | None = None  # built at the first current()
-        self._version = None
+        self._generation: int | None = None  # the policy's weights generation the copy holds
         self.refreshes = 0  # times the weights were copied (the first copy included)
 
     def current(self) -> torch.nn.Module:
-        """The copy, equal (after rounding to ``dtype``) to the policy's weights now. Made and
-        refreshed outside inference mode (validation runs under it, and a copy made there could
-        never be written again)."""
+        """The copy, equal (after rounding to ``dtype``) to the policy's weights now, on the policy's
+        device. Made and refreshed outside inference mode (validation runs under it, and a copy made
+        there could never be written again)."""
         with torch.inference_mode(False), torch.no_grad():
             return self._current()
 
     def _current(self) -> torch.nn.Module:
-        version = weights_version(self.policy)
-        if self.module is not None and version == self._version:
+        generation = weights_generation(self.policy).value
+        if self.module is not None and generation == self._generation:
+            device = _device_of(self.policy)
+            if next(self.module.parameters()).device != device:  # the policy moved (to the trainer's device)
+                self.module.to(device)
             return self.module
-        # LoRA: merged once per refresh (a dict of the adapted weights); else tensor by tensor
-        weights = hf_state_dict(self.policy) if is_lora(self.policy) else full_state_dict(self.policy)
         copied = set()
         state = None
-        for name, tensor in weights.items() if isinstance(weights, dict) else weights:
+        for name, tensor in hf_weights(self.policy):  # one gathered tensor at a time; LoRA merged as it passes
             if self.module is None:
                 self.module = self._build()
             if state is None:
                 state = self.module.state_dict()
             if name in state:
-                state[name].copy_(tensor)  # cast to the copy's dtype in the copy
+                state[name].copy_(tensor)  # cast to the copy's dtype (and moved to its device) in the copy
                 copied.add(name)
         if state is None:  # pragma: no cover - a policy without weights
             raise ValueError("the sampling copy found no weight in the policy")
         missing = set(state) - copied - {"lm_head.weight"}  # a tied head is the embedding's tensor
         if self.refreshes == 0 and missing:
             raise ValueError(f"the sampling copy finds no policy weight for {sorted(missing)[:5]}")
-        self._version = version
+        self._generation = generation
         self.refreshes += 1
         return self.module
 
     def _build(self) -> torch.nn.Module:
         """The plain model of the policy's (base) config in :attr:`dtype` on the policy's device."""
         base = self.policy.get_base_model() if is_lora(self.policy) else self.policy
-        param = next(self.policy.parameters())
-        device = param.device if not hasattr(param, "to_local") else param.to_local().device
-        module = AutoModelForCausalLM.from_config(base.config, dtype=self.dtype).to(device).eval()
+        module = AutoModelForCausalLM.from_config(base.config, dtype=self.dtype).to(_device_of(self.policy)).eval()
         # requires_grad stays True: on CPU, bf16 linear layers whose weight does not require grad take
         # a ~2.4x slower kernel path (torch 2.13, AVX512-BF16); the copy only runs under no_grad
         return module
+
+
+def _device_of(policy: torch.nn.Module) -> torch.device:
+    """The device of ``policy``'s first parameter (its local shard's under FSDP2)."""
+    param = next(policy.parameters())
+    return param.to_local().device if isinstance(param, DTensor) else param.device

@@ -13,16 +13,30 @@ The same contract as :class:`mintrl.sampler.HFSampler` (see :mod:`mintrl.sampler
 - Continuation from given ids (a chunk, or a truncated + corrected prefix) reuses the engine's
   prefix cache for the unchanged blocks of the prefix.
 
-Weight sync. Before every ``generate`` the sampler compares :func:`weights_version` of the policy
-with the version it last pushed; when any weight changed (an optimizer step, a checkpoint restore,
-an SFT stage), it pushes the full state dict into the engine (``reload_weights`` on the worker,
-in-process tensors; a safetensors file in ``/dev/shm`` when the engine runs in its own process) and
-resets the prefix cache, so KV computed with old weights never reaches a new rollout. The worker's
-``reload_weights`` takes weights since vLLM 0.16.0 (:data:`VLLM_MIN_VERSION`, checked when the
-engine starts). ``release()`` (called by the data module after each rollout batch) puts the engine
-to sleep in sleep mode; the next call wakes it in TRL's order (:meth:`VLLMSampler._wake_and_sync`):
-torch's CUDA cache emptied, the weights woken, the weights pushed, the KV cache woken, so the KV
-cache takes no memory while the weights arrive and generation after a wake-up uses the synced weights.
+Weight sync. Before every ``generate`` the sampler compares the policy's
+:func:`~mintrl.sampler.weights.weights_generation` with the one it last pushed; when the weights
+changed (an optimizer step, a checkpoint restore, an SFT stage: whoever writes them advances it), it
+pushes the full weights into the engine (``reload_weights`` on the worker fed by an iterator that
+gathers one tensor at a time, so one full tensor beyond the shards is alive under FSDP; a
+safetensors file in ``/dev/shm`` when the engine runs in its own process) and resets the prefix
+cache, so KV computed with old weights never reaches a new rollout. The worker's ``reload_weights``
+takes weights since vLLM 0.16.0 (:data:`VLLM_MIN_VERSION`, checked when the engine starts).
+``release()`` (called by the data module after each rollout batch) puts the engine to sleep in sleep
+mode; the next call wakes it in TRL's order (:meth:`VLLMSampler._wake_and_sync`): torch's CUDA cache
+emptied, the weights woken, the weights pushed, the cache emptied again (what the push gathered),
+the KV cache woken, so the KV cache takes no memory while the weights arrive and generation after a
+wake-up uses the synced weights.
+
+Device and launcher. The engine runs on the GPU or the CPU as the trainer's accelerator says
+(``accelerator``, the config passes ``${trainer.accelerator}``), not as the policy's tensors happen
+to be placed when it starts (an SFT stage may generate before the policy reaches the GPU). On
+several GPUs each rank's engine joins the trainer's process group through vLLM's
+``external_launcher`` executor, which reads ``RANK`` and ``LOCAL_RANK`` from the environment:
+Lightning's launcher sets ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT`` but not
+``RANK`` (only torchrun does), so the sampler sets ``RANK``, ``WORLD_SIZE`` (and ``LOCAL_RANK`` where
+missing) from the process group before the engine starts (:func:`external_launcher_env`). A policy
+loaded from a hub id has no folder for the engine to read: each rank writes its own
+(:func:`mintrl.sampler.weights.save_rank_local_folder`; ``save_pretrained`` writes on rank 0 only).
 
 Randomness. Requests carry no seed of their own (vLLM samples seeded requests one at a time): the
 in-process engine samples from this process's torch generator (CPU, or the device's CUDA one),
@@ -65,7 +79,7 @@ from transformers import PreTrainedModel
 from mintrl.core.checks import check_choice, check_int, check_range
 from mintrl.sampler.base import Generation, Sampler, eos_ids_of, pad_id_of
 from mintrl.sampler.hf import score_sequences
-from mintrl.sampler.weights import hf_state_dict, is_sharded, save_hf_folder, weights_version
+from mintrl.sampler.weights import hf_weights, is_sharded, save_rank_local_folder, untie, weights_generation
 
 # The CPU build refuses to start without a KV-cache size (GiB) or takes ~16 GiB; by default it keeps
 # one core for its front end. In-process mode starts in seconds and lets weights move as tensors.
@@ -75,6 +89,8 @@ _CPU_ENV = {"VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "VLLM_ENABLE_V1_MULTIPROCESSING
 # (0.11.0 to 0.15.1 define ``reload_weights(self)``, which re-reads the model folder only): the
 # weight push needs it. pyproject's ``vllm`` extra pins the same floor.
 VLLM_MIN_VERSION = "0.16.0"
+
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda")  # sampler.accelerator: Lightning's names for the two backends
 
 
 def check_vllm_version(installed: str) -> None:
@@ -118,9 +134,37 @@ def _global_rngs_kept() -> Iterator[None]:
 
 
 def _rank_and_world() -> tuple[int, int]:
+    """``(global rank, world size)`` of the trainer's process group (the one Lightning's strategy
+    initialized); the environment's, else ``(0, 1)``, without one."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         return torch.distributed.get_rank(), torch.distributed.get_world_size()
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+
+
+def external_launcher_env(rank: int, world: int, environ: dict[str, str], device_index: int | None) -> dict[str, str]:
+    """The variables vLLM's ``external_launcher`` executor reads, for this rank: ``RANK`` (the global
+    rank; Lightning's launcher does not set it), ``WORLD_SIZE`` and ``LOCAL_RANK`` (kept when the
+    launcher set it, else ``device_index``: the rank's GPU, which vLLM opens as ``cuda:<LOCAL_RANK>``).
+
+    Args:
+        rank, world: the trainer's global rank and world size (processes).
+        environ: the current environment (read only).
+        device_index: this rank's CUDA device index, used when ``LOCAL_RANK`` is missing.
+
+    Returns:
+        ``{name: value}`` to set in ``os.environ`` before the engine starts.
+
+    Raises:
+        RuntimeError: ``LOCAL_RANK`` is missing and no device index is known.
+    """
+    local = environ.get("LOCAL_RANK")
+    if local is None:
+        if device_index is None:
+            raise RuntimeError(
+                "vLLM's external_launcher executor needs LOCAL_RANK: it is not set and no CUDA device is current"
+            )
+        local = str(device_index)
+    return {"RANK": str(rank), "LOCAL_RANK": local, "WORLD_SIZE": str(world)}
 
 
 class VLLMSampler(Sampler):
@@ -158,6 +202,9 @@ class VLLMSampler(Sampler):
             tensor-parallel engine would start). More GPUs: more data-parallel ranks.
         score_with: how tokens the policy did not sample are scored (:meth:`score`): ``auto``
             (the trainer's forward; the engine under FSDP), ``trainer`` or ``engine``.
+        accelerator: where the engine runs, the trainer's accelerator (``trainer.accelerator``):
+            ``gpu`` / ``cuda``, ``cpu``, or ``auto`` (the GPU when CUDA is available). Decides the
+            GPU or CPU backend, not the policy's tensors' device at engine start.
         seed: the engine's seed (an integer; ``seed + rank`` on data-parallel rank ``rank``), given
             once at engine construction. It fixes the samples of an engine in its own process; the
             in-process engine samples from this process's torch generator, which the run's seed
@@ -168,8 +215,8 @@ class VLLMSampler(Sampler):
         ImportError: vLLM is not installed (``pip install -e '.[vllm]'``, or ``make setup-vllm``
             for the CPU build), or is older than :data:`VLLM_MIN_VERSION` (when the engine starts;
             both versions named).
-        ValueError: bad sizes (named), or ``tensor_parallel_size`` other than 1 (names
-            ``sampler.tensor_parallel_size``).
+        ValueError: bad sizes (named), ``tensor_parallel_size`` other than 1 (names
+            ``sampler.tensor_parallel_size``), or an unknown ``accelerator``.
     """
 
     runs_sharded = True  # its engine holds its own weights, refreshed from the (possibly FSDP-sharded) policy
@@ -192,6 +239,7 @@ class VLLMSampler(Sampler):
         score_with: str = "auto",
         seed: int = 0,
         engine_kwargs: dict[str, Any] | None = None,
+        accelerator: str = "auto",
     ):
         check_int("sampler.tensor_parallel_size", tensor_parallel_size)  # GPUs
         if tensor_parallel_size != 1:
@@ -207,6 +255,8 @@ class VLLMSampler(Sampler):
         check_int("sampler.block_size", block_size, none_ok=True)  # tokens
         check_choice("sampler.score_with", score_with, ("auto", "trainer", "engine"))
         check_choice("sampler.sleep_level", sleep_level, (1, 2))
+        check_choice("sampler.accelerator", accelerator, ACCELERATORS)
+        self.accelerator = accelerator
         self.model, self.tokenizer = model, tokenizer
         self.dtype, self.max_model_len = dtype, max_model_len
         self.gpu_memory_utilization, self.cpu_kv_cache_gib = gpu_memory_utilization, cpu_kv_cache_gib
@@ -219,20 +269,30 @@ class VLLMSampler(Sampler):
         self.pad_token_id = pad_id_of(tokenizer, self.eos_token_ids)
         self.llm = None
         self.asleep = False
-        self.synced_version: tuple | None = None
+        self.synced_generation: int | None = None  # the policy's weights generation the engine holds
         self.syncs = 0  # weight pushes so far
         self.sync_seconds = 0.0  # wall time spent pushing weights (s)
         self._tmpdir: str | None = None
 
     # ------------------------------------------------------------------ engine
-    def _model_path(self) -> str:
+    def _model_path(self, dtype: str | None = None) -> str:
+        """The policy's own folder, or (a hub id, a model built in memory) a complete folder this rank
+        writes for itself, weights in ``dtype`` (a ``torch`` dtype name; None: the policy's), a LoRA
+        policy merged (a collective under FSDP)."""
         name = str(getattr(self.model, "name_or_path", "") or "")
         if name and (Path(name) / "config.json").is_file():
             return name
         self._tmpdir = tempfile.mkdtemp(prefix="mintrl-vllm-model-")
-        save_hf_folder(self.model, self._tmpdir)  # a LoRA policy: its merged weights
+        save_rank_local_folder(self.model, self._tmpdir, dtype=getattr(torch, dtype) if dtype else None)
         self.tokenizer.save_pretrained(self._tmpdir)
         return self._tmpdir
+
+    @property
+    def on_gpu(self) -> bool:
+        """Whether the engine runs on the GPU: the trainer's ``accelerator`` (``auto``: CUDA is available)."""
+        if self.accelerator == "auto":
+            return torch.cuda.is_available()
+        return self.accelerator in ("gpu", "cuda")
 
     @property
     def in_process(self) -> bool:
@@ -249,7 +309,7 @@ class VLLMSampler(Sampler):
         """
         if self.llm is not None:
             return self.llm
-        on_gpu = next(self.model.parameters()).is_cuda
+        on_gpu = self.on_gpu
         if not on_gpu:
             # OMP_NUM_THREADS: otherwise the in-process engine cuts this process (the trainer) to one thread
             cpu_env = {
@@ -272,7 +332,7 @@ class VLLMSampler(Sampler):
         check_vllm_version(str(vllm.__version__))
         dtype = self.dtype or str(next(self.model.parameters()).dtype).removeprefix("torch.")
         kwargs: dict[str, Any] = dict(
-            model=self._model_path(),
+            model=self._model_path(dtype),
             dtype=dtype,
             max_model_len=self.max_model_len,
             seed=self.seed,
@@ -289,6 +349,8 @@ class VLLMSampler(Sampler):
             kwargs["gpu_memory_utilization"] = self.gpu_memory_utilization
             rank, world = _rank_and_world()
             if world > 1:  # one engine per data-parallel rank, on the rank's own device
+                device = torch.cuda.current_device() if torch.cuda.is_available() else None
+                os.environ.update(external_launcher_env(rank, world, dict(os.environ), device))
                 kwargs.update(distributed_executor_backend="external_launcher", seed=self.seed + rank)
         kwargs.update(self.engine_kwargs)
         with _global_rngs_kept():
@@ -299,28 +361,33 @@ class VLLMSampler(Sampler):
         """Push the policy's weights into the engine if they changed since the last push (or
         ``force``), then reset the prefix cache. Returns whether a push happened."""
         llm = self.engine()
-        version = weights_version(self.model)
-        if not force and version == self.synced_version:
+        generation = weights_generation(self.model).value
+        if not force and generation == self.synced_generation:
             return False
         start = time.perf_counter()
-        with torch.inference_mode():  # engines started under Lightning's validation own inference tensors
+        # engines started under Lightning's validation own inference tensors, written only in inference
+        # mode; the gathers feeding them leave it per tensor (mintrl.sampler.weights.full_state_dict)
+        with torch.inference_mode():
             self._push(llm)
         llm.reset_prefix_cache()
-        self.synced_version = version
+        self.synced_generation = generation
         self.syncs += 1
         self.sync_seconds += time.perf_counter() - start
         return True
 
     def _push(self, llm) -> None:
+        """The policy's weights into the engine: in process, an iterator the worker's ``load_weights``
+        consumes (each tensor gathered as it is asked for, nothing kept here); otherwise every tensor
+        moved to host memory as it is gathered and written to a safetensors file."""
         if self.in_process:
-            llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=list(hf_state_dict(self.model).items())))
+            llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=hf_weights(self.model)))
         else:  # tensors cannot cross into the engine process: a safetensors file in shared memory
             from safetensors.torch import save_file
 
             folder = tempfile.mkdtemp(prefix="mintrl-weights-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
             try:
-                tensors = {name: t.contiguous().cpu() for name, t in hf_state_dict(self.model).items()}
-                save_file(_untie(tensors), os.path.join(folder, "model.safetensors"))
+                tensors = {name: t.contiguous().cpu() for name, t in hf_weights(self.model)}
+                save_file(untie(tensors), os.path.join(folder, "model.safetensors"))
                 llm.collective_rpc("reload_weights", kwargs=dict(weights_path=folder))
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
@@ -336,7 +403,7 @@ class VLLMSampler(Sampler):
             self.llm.sleep(level=self.sleep_level)
             self.asleep = True
             if self.sleep_level == 2:
-                self.synced_version = None  # level 2 drops the weights: push again on wake-up
+                self.synced_generation = None  # level 2 drops the weights: push again on wake-up
 
     def _ready(self):
         """The started, awake engine holding the policy's current weights."""
@@ -351,11 +418,13 @@ class VLLMSampler(Sampler):
         """Wake a sleeping engine in TRL's order: empty torch's CUDA cache (what the update freed
         goes back to the device), wake the weights only, push the policy's weights if they changed
         (always after level 2, which dropped them; :meth:`sync_weights` also resets the prefix
-        cache), then wake the KV cache, so that the KV cache takes no memory while the weights
-        arrive. A no-op engine-side on the CPU backend, where sleep mode is off."""
-        torch.cuda.empty_cache()  # no-op without CUDA
+        cache), empty the cache again (what the push gathered), then wake the KV cache, so that the
+        KV cache takes no memory while the weights arrive and finds the memory they used. A no-op
+        engine-side on the CPU backend, where sleep mode is off."""
+        _free_device_cache()
         llm.wake_up(tags=["weights"])
         self.sync_weights()
+        _free_device_cache()
         llm.wake_up(tags=["kv_cache"])
         self.asleep = False
 
@@ -452,7 +521,7 @@ class VLLMSampler(Sampler):
         owns no other engine. A later ``generate`` starts a new engine and pushes the policy's
         weights into it."""
         llm, self.llm = self.llm, None
-        self.asleep, self.synced_version = False, None  # a new engine loads the folder: push on its first call
+        self.asleep, self.synced_generation = False, None  # a new engine loads the folder: push on its first call
         if llm is not None:
             shutdown = getattr(getattr(getattr(llm, "llm_engine", None), "engine_core", None), "shutdown", None)
             if callable(shutdown):
@@ -473,12 +542,8 @@ class VLLMSampler(Sampler):
             pass
 
 
-def _untie(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """safetensors refuses shared storage: clone tensors that share memory with an earlier one."""
-    seen: set[int] = set()
-    out = {}
-    for name, t in tensors.items():
-        ptr = t.untyped_storage().data_ptr()
-        out[name] = t.clone() if ptr in seen else t
-        seen.add(ptr)
-    return out
+def _free_device_cache() -> None:
+    """Collect unreachable Python objects (the tensors they hold return to torch's caching
+    allocator), then hand torch's cached CUDA blocks back to the device (a no-op without CUDA)."""
+    gc.collect()
+    torch.cuda.empty_cache()

@@ -1,38 +1,77 @@
 """Keeping a generation engine's copy of the weights in lock-step with the policy being trained.
 
-Two small helpers shared by engine-backed samplers (:class:`mintrl.sampler.VLLMSampler`):
+Helpers shared by the samplers (:class:`mintrl.sampler.HFSampler`, its
+:class:`~mintrl.sampler.sampling_copy.SamplingCopy`, :class:`mintrl.sampler.VLLMSampler`) and the
+Hugging Face export:
 
-- :func:`weights_version` tells, without reading any weight, whether the policy changed since the
-  engine last received it. Every in-place write to a tensor (``optimizer.step``,
-  ``load_state_dict``'s ``copy_``, a checkpoint restore, an SFT stage) bumps the tensor's version
-  counter, the one autograd uses to detect in-place modification; replacing a parameter object
-  changes its ``id``. So the engine is synced exactly when the weights changed, whoever changed them.
+- :class:`WeightsGeneration` (one per policy module, :func:`weights_generation`) tells, without
+  reading any weight, whether the policy changed since a copy was last refreshed: whoever writes the
+  policy's weights advances it (the training module after every optimizer step and checkpoint load,
+  the SFT stage at its end), and every sampler, cache and copy compares the value it last saw. The
+  tensors' own version counters cannot be used: an optimizer's ``foreach`` path on FSDP2's
+  ``DTensor`` parameters (the CUDA default) and its ``fused`` path on plain tensors move the weights
+  without bumping them.
 - :func:`full_state_dict` yields the full, unsharded weights on every rank, one tensor at a time
-  (gathered under FSDP2).
-- :func:`hf_state_dict` is that with Hugging Face names: for a LoRA policy (``model/lora=default``)
-  the adapter merged into the base weights (:func:`mintrl.model.lora.merge_lora_weights`), what
-  vLLM and ``from_pretrained`` load; :func:`save_hf_folder` writes it as a Hugging Face folder.
+  (gathered under FSDP2, outside inference mode).
+- :func:`hf_weights` is that stream with Hugging Face names: for a LoRA policy
+  (``model/lora=default``) the adapter merged into the base weights
+  (:func:`mintrl.model.lora.merge_lora_stream`), what vLLM and ``from_pretrained`` load;
+  :func:`hf_state_dict` collects it into a dict; :func:`save_hf_folder` writes a Hugging Face
+  folder.
 """
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import Iterator
 
 import torch
+from torch.distributed.tensor import DTensor
 
-from mintrl.model.lora import is_lora, lora_scalings, merge_lora_weights
+from mintrl.model.lora import is_lora, lora_scalings, merge_lora_stream
 
 _FSDP_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
 
 
-def weights_version(model: torch.nn.Module) -> tuple[tuple[int, int], ...]:
-    """``(id, version counter)`` of every parameter: changes whenever any weight was written.
+class WeightsGeneration:
+    """A counter of the writes to one policy's weights: 0 when the policy is built, advanced by one
+    after every write (an optimizer step, a checkpoint load, the SFT stage, an in-place adapter
+    merge). A copy of the weights made at generation ``g`` is current while :attr:`value` is ``g``.
 
-    Returns:
-        a tuple comparable with ``==``; cheap (no tensor data is read).
+    The counter is the policy's, whatever holds it (:func:`weights_generation` returns the same
+    object for the same module): the training module advances it, the samplers read it.
     """
-    return tuple((id(p), p._version) for p in model.parameters())
+
+    def __init__(self) -> None:
+        self._value = 0
+
+    @property
+    def value(self) -> int:
+        """The number of writes so far (a count)."""
+        return self._value
+
+    def advance(self) -> int:
+        """Record a write to the weights; returns the new value."""
+        self._value += 1
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"WeightsGeneration({self._value})"
+
+
+_GENERATIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> WeightsGeneration
+
+
+def weights_generation(model) -> WeightsGeneration:
+    """The :class:`WeightsGeneration` of ``model`` (a policy module, or any object that samples,
+    such as :class:`mintrl.model.lora.AdapterOff`), created at 0 on the first call; the same object
+    on every later call for the same ``model``, dropped with it. A deep copy is another model with
+    its own counter."""
+    generation = _GENERATIONS.get(model)
+    if generation is None:
+        generation = _GENERATIONS[model] = WeightsGeneration()
+    return generation
 
 
 def strip_wrapper_prefixes(name: str) -> str:
@@ -52,47 +91,76 @@ def is_sharded(model: torch.nn.Module) -> bool:
     return any(isinstance(module, FSDPModule) for module in model.modules())
 
 
-def full_state_dict(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+def _full(tensor: torch.Tensor, sharded: bool) -> torch.Tensor:
+    """``tensor`` detached; a ``DTensor`` shard all-gathered into a new full tensor. Runs outside
+    inference mode (``DTensor.detach`` cannot set the version counter of an inference tensor, so a
+    gather inside ``torch.inference_mode()`` raises) and without autograd."""
+    with torch.inference_mode(False), torch.no_grad():
+        tensor = tensor.detach()
+        if sharded and isinstance(tensor, DTensor):
+            tensor = tensor.full_tensor()
+    return tensor
+
+
+def full_state_dict(model: torch.nn.Module, tied_once: bool = False) -> Iterator[tuple[str, torch.Tensor]]:
     """Yield ``(name, tensor)`` of every parameter and buffer of ``model`` with Hugging Face names.
 
     Under FSDP2 (``trainer=fsdp``) each sharded parameter is gathered on its own
-    (``DTensor.full_tensor``, an all-gather) just before it is yielded, so at most one full tensor
-    beyond the shards is alive when the caller consumes the iterator tensor by tensor (the vLLM
-    sync, the sampling copy); every rank must iterate to the end, in the same order, at the same
-    point of the run (a collective per tensor — the rollout loop and the export do). Wrapper prefixes
-    (activation checkpointing, ``torch.compile``) are stripped; a tied head (one tensor under two
-    names) is yielded under both names, as ``state_dict`` does. Without sharding the live tensors are
-    yielded (no copy).
+    (``DTensor.full_tensor``, an all-gather) just before it is yielded and nothing here keeps it, so
+    at most one full tensor beyond the shards is alive when the caller consumes the iterator tensor
+    by tensor (the vLLM push, the sampling copy, the export); every rank must iterate to the end,
+    in the same order, at the same point of the run (a collective per tensor: the rollout loop and
+    the export do). Gathers run outside inference mode, so a caller inside
+    ``torch.inference_mode()`` may consume the iterator. Wrapper prefixes (activation
+    checkpointing, ``torch.compile``) are stripped. Without sharding the live tensors are yielded
+    (no copy).
+
+    Args:
+        tied_once: a tensor that appears under several names (a tied LM head is the embedding's
+            tensor) is yielded under its first name only, so it is gathered once (the consumers that
+            pass True, vLLM's ``load_weights``, ``save_pretrained`` and the sampling copy, re-tie
+            it themselves); False: under every name, as ``state_dict`` does (gathered once per name).
 
     Yields:
         parameter and buffer tensors, detached, on their own device (new tensors under FSDP2).
     """
     sharded = is_sharded(model)
+    seen: set[int] = set()
     for name, tensor in model.state_dict(keep_vars=True).items():
-        tensor = tensor.detach()
-        if sharded and hasattr(tensor, "full_tensor"):
-            tensor = tensor.full_tensor()
-        yield strip_wrapper_prefixes(name), tensor
+        if tied_once:
+            if id(tensor) in seen:
+                continue
+            seen.add(id(tensor))
+        yield strip_wrapper_prefixes(name), _full(tensor, sharded)
+
+
+def hf_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """The policy's full weights under Hugging Face names, one tensor at a time (a collective per
+    tensor under FSDP, like :func:`full_state_dict`), a tied head under the embedding's name only.
+
+    A LoRA policy's adapter is merged as the stream passes (:func:`mintrl.model.lora.merge_lora_stream`):
+    every adapted layer's weight becomes ``W + (alpha / r) B A``, a new tensor; otherwise the tensors
+    of :func:`full_state_dict` are yielded as they are.
+    """
+    tensors = full_state_dict(model, tied_once=True)
+    if not is_lora(model):
+        return tensors
+    scalings = {strip_wrapper_prefixes(name): s for name, s in lora_scalings(model).items()}
+    return merge_lora_stream(tensors, scalings)
 
 
 def hf_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The policy's full weights under Hugging Face names (a collective under FSDP, like
-    :func:`full_state_dict`).
-
-    A LoRA policy's adapter is merged: every adapted layer's weight becomes ``W + (alpha / r) B A``,
-    a new tensor (transiently about one more copy of the adapted layers' weights); otherwise the
-    tensors of :func:`full_state_dict` are returned as they are.
-    """
-    tensors = dict(full_state_dict(model))
-    if not is_lora(model):
-        return tensors
-    return merge_lora_weights(tensors, {strip_wrapper_prefixes(name): s for name, s in lora_scalings(model).items()})
+    """:func:`hf_weights` collected into a dict (every full tensor alive at once: for tests and small
+    models; the vLLM push and the export consume the stream)."""
+    return dict(hf_weights(model))
 
 
 def save_hf_folder(model: torch.nn.Module, folder: str | Path, state_dict: dict | None = None) -> None:
     """``save_pretrained`` of the policy as a plain Hugging Face folder (config, generation config,
     safetensors weights): a LoRA policy's merged weights (:func:`hf_state_dict`) under its base
-    model's config, so ``from_pretrained`` and vLLM load it without peft.
+    model's config, so ``from_pretrained`` and vLLM load it without peft. Writes on the main
+    process only when ``torch.distributed`` is initialized (transformers 5 writes on rank 0 only):
+    a folder every rank needs is :func:`save_rank_local_folder`'s.
 
     Args:
         state_dict: Hugging Face-named weights to write (gathered under FSDP; cast by the caller);
@@ -103,3 +171,42 @@ def save_hf_folder(model: torch.nn.Module, folder: str | Path, state_dict: dict 
         base.save_pretrained(folder, safe_serialization=True, state_dict=state_dict or hf_state_dict(model))
     else:
         model.save_pretrained(folder, safe_serialization=True, state_dict=state_dict)
+
+
+def save_rank_local_folder(model: torch.nn.Module, folder: str | Path, dtype: torch.dtype | None = None) -> list[str]:
+    """Write the policy as a Hugging Face folder on *this* rank, whatever its rank (a collective
+    under FSDP: every rank calls it at the same point): ``config.json``, ``generation_config.json``
+    and ``model.safetensors`` holding :func:`hf_weights` (a LoRA policy merged, under its base
+    model's config), each tensor moved to the CPU (cast to ``dtype`` when given) as it is gathered,
+    so the device holds one full tensor beyond the shards at a time. ``save_pretrained`` cannot be
+    used: transformers 5 writes its files on rank 0 only, leaving other ranks' folders empty.
+
+    Returns:
+        the names written, in order.
+    """
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    base = model.get_base_model() if is_lora(model) else model
+    tensors = {}
+    for name, tensor in hf_weights(model):
+        if dtype is not None and tensor.is_floating_point():
+            tensor = tensor.to(dtype)
+        tensors[name] = tensor.contiguous().cpu()
+    base.config.save_pretrained(folder)  # no rank check in config or generation-config saves
+    if base.generation_config is not None:
+        base.generation_config.save_pretrained(folder)
+    save_file(untie(tensors), str(folder / "model.safetensors"), metadata={"format": "pt"})
+    return list(tensors)
+
+
+def untie(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """safetensors refuses shared storage: clone tensors that share memory with an earlier one."""
+    seen: set[int] = set()
+    out = {}
+    for name, t in tensors.items():
+        ptr = t.untyped_storage().data_ptr()
+        out[name] = t.clone() if ptr in seen else t
+        seen.add(ptr)
+    return out

@@ -22,6 +22,7 @@ from mintrl.core.checks import check_int
 from mintrl.intervention.base import InterventionRequest
 from mintrl.objective.sft import SupervisedNLL
 from mintrl.reward.base import score_rewards
+from mintrl.sampler.weights import weights_generation
 from mintrl.training.callbacks.export import HFExport
 from mintrl.training.module import PolicyModule
 
@@ -225,6 +226,7 @@ class SFTStage:
             default_root_dir=str(Path(self.export_dir or ".").parent),
         )
         trainer.fit(module, train_dataloaders=data)
+        weights_generation(components.context.policy).advance()  # the RL stage's samplers start from these weights
         nll = [h.get("objective/nll") for h in module.history]
         self.summary = {
             **collected,

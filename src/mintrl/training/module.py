@@ -25,7 +25,7 @@ from mintrl.model.dropout import disable_dropout
 from mintrl.model.logprobs import token_logprobs
 from mintrl.model.lora import is_lora
 from mintrl.objective.aggregation import StepTotals, step_totals
-from mintrl.sampler.weights import is_sharded, strip_wrapper_prefixes
+from mintrl.sampler.weights import is_sharded, strip_wrapper_prefixes, weights_generation
 from mintrl.training.rollout_logprobs import MODES as RECOMPUTE_MODES
 from mintrl.training.rollout_logprobs import adopt_trainer_logprobs, needs_recompute
 from mintrl.training.step_logging import log_step
@@ -408,6 +408,7 @@ class PolicyModule(L.LightningModule):
                 (``model/lora`` differs between the run that saved it and this one).
         """
         self._updates_done_at_resume = int(checkpoint.get("mintrl_updates_into_batch", 0))
+        weights_generation(self.policy).advance()  # the restored weights: samplers refresh (nothing samples in between)
         if checkpoint.get("mintrl_frozen_base_omitted"):
             if not is_lora(self.policy):
                 raise ValueError(
@@ -499,6 +500,7 @@ class PolicyModule(L.LightningModule):
             if self.max_grad_norm is not None:
                 self.clip_gradients(optimizer, gradient_clip_val=self.max_grad_norm, gradient_clip_algorithm="norm")
             optimizer.step()
+            weights_generation(self.policy).advance()  # samplers and copies refresh (tensor versions may not move)
             optimizer.zero_grad(set_to_none=True)
             if scheduler is not None:
                 scheduler.step()

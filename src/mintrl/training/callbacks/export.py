@@ -91,10 +91,28 @@ class HFExport(L.Callback):
 
     def on_train_end(self, trainer: L.Trainer, module: PolicyModule) -> None:
         state_dict = None
-        if is_sharded(module.policy):  # a collective: every rank gathers, rank 0 writes
-            state_dict = dict(full_state_dict(module.policy))
+        if is_sharded(module.policy):  # a collective: every rank gathers, rank 0 keeps and writes
+            state_dict = gather_to_host(module.policy, keep=trainer.is_global_zero)
         if trainer.is_global_zero:
             self.export(trainer, module, state_dict)
+
+
+def gather_to_host(policy: torch.nn.Module, keep: bool) -> dict[str, torch.Tensor] | None:
+    """The full weights of a sharded policy (raw names, as :func:`full_state_dict` yields them),
+    gathered one tensor at a time (a collective per tensor: every rank calls this at the same point)
+    and each moved to host memory at once, so the device holds one full tensor beyond the shards at a
+    time; a tied head is gathered once (under the embedding's name: ``save_pretrained`` drops the
+    tied name anyway).
+
+    Args:
+        keep: this rank writes the export (rank 0): return the tensors; other ranks drop each one
+            as soon as it is gathered and get None.
+    """
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in full_state_dict(policy, tied_once=True):
+        if keep:
+            out[name] = tensor.cpu()
+    return out if keep else None
 
 
 def cast_state_dict(state_dict: dict, dtype: str) -> dict:
