@@ -34,7 +34,8 @@ def check_config(cfg: DictConfig) -> None:
             is driven only by the multi-turn rollout, which needs one); a LoRA policy under FSDP
             with a self-privileged judge or intervention on the step-0 policy
             (:func:`check_lora_step0_generation`); FSDP with ``cpu_offload``
-            (:func:`check_no_cpu_offload`); a sampler too short for prompt + response, or an
+            (:func:`check_no_cpu_offload`) or ``sampler.score_with=trainer``
+            (:func:`check_no_trainer_scoring`); a sampler too short for prompt + response, or an
             HF sampler over its KV budget (:func:`check_sampler_fits`).
     """
     top_p = (cfg.get("rollout") or {}).get("top_p", 1.0)
@@ -55,6 +56,7 @@ def check_config(cfg: DictConfig) -> None:
     if "fsdp" in strategy.lower():
         check_lora_step0_generation(cfg)
         check_no_cpu_offload(cfg)
+        check_no_trainer_scoring(cfg)
     module = cfg.get("module") or {}
     updates = int(module.get("epochs", 1) or 1) * int(module.get("minibatches", 1) or 1)
     max_steps = (cfg.get("trainer") or {}).get("max_steps")
@@ -172,6 +174,25 @@ def check_no_cpu_offload(cfg: DictConfig) -> None:
             "sharding (FSDP2 then refuses offloaded parameters off the CPU) and the NCCL group cannot reduce "
             "host-memory shards; shrink the GPU memory instead with more ranks (trainer.devices), "
             "model/lora=default, module.gradient_checkpointing=true or a smaller module.micro_batch_rows"
+        )
+
+
+def check_no_trainer_scoring(cfg: DictConfig) -> None:
+    """Under FSDP, ``sampler.score_with=trainer`` is refused: the sampler would score each rank's
+    intervention tokens with forwards of the sharded policy (each a gather of its weights, a
+    collective), as many as that rank has interventions to score, outside the training step, so
+    ranks with different interventions wait on each other forever. ``auto`` scores with the engine
+    under FSDP (no collective).
+
+    Raises:
+        ValueError: ``sampler.score_with`` is ``trainer``.
+    """
+    if OmegaConf.select(cfg, "sampler.score_with", default=None) == "trainer":
+        raise ValueError(
+            "sampler.score_with=trainer is refused under trainer=fsdp: scoring intervention tokens would run a "
+            "per-rank number of forwards of the sharded policy (each gathers its weights, a collective every rank "
+            "must join), so ranks with different interventions deadlock; use score_with=auto (the engine under "
+            "FSDP) or engine"
         )
 
 

@@ -106,17 +106,17 @@ class OnPolicyDistillation(Objective):
             raise ValueError("objective.privileged_note needs the batch's prompts (RolloutBatch.prompts)")
         teacher_lp = torch.zeros_like(batch.rollout_logprobs)
         idx, sequences, starts = self._teacher_inputs(batch)
-        if sequences:
-            width = max(len(s) for s in sequences)
-            ids = torch.zeros(len(sequences), width, dtype=torch.long, device=batch.input_ids.device)
-            attn, target = torch.zeros_like(ids), torch.zeros_like(ids, dtype=torch.bool)
-            for k, (seq, start) in enumerate(zip(sequences, starts)):
-                ids[k, : len(seq)] = torch.tensor(seq)
-                attn[k, : len(seq)] = 1
-                target[k, start : len(seq)] = True
-            lp = logprob_fn(self.teacher, ids, attn, target, temperature)  # [R, W]
-            for k, i in enumerate(idx):
-                teacher_lp[i, batch.response_mask[i]] = lp[k, target[k]]
+        # called even with no sequence (R = 0): a sharded teacher's forwards are collectives of every rank
+        width = max((len(s) for s in sequences), default=1)
+        ids = torch.zeros(len(sequences), width, dtype=torch.long, device=batch.input_ids.device)
+        attn, target = torch.zeros_like(ids), torch.zeros_like(ids, dtype=torch.bool)
+        for k, (seq, start) in enumerate(zip(sequences, starts)):
+            ids[k, : len(seq)] = torch.tensor(seq)
+            attn[k, : len(seq)] = 1
+            target[k, start : len(seq)] = True
+        lp = logprob_fn(self.teacher, ids, attn, target, temperature)  # [R, W]
+        for k, i in enumerate(idx):
+            teacher_lp[i, batch.response_mask[i]] = lp[k, target[k]]
         return Prepared({"teacher_logprobs": teacher_lp})
 
     def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:

@@ -54,8 +54,9 @@ def minibatch_rows(
 
 def ranks_max(count: int, world_size: int, device: torch.device | str = "cpu") -> int:
     """``count`` maximised over the ``world_size`` data-parallel ranks (an all-reduce of one integer
-    on ``device`` when ``world_size > 1``; ``count`` itself otherwise)."""
-    if world_size <= 1:
+    on ``device`` when ``world_size > 1`` and a process group runs; ``count`` itself otherwise: with
+    no process group there is no collective to match, e.g. ranks simulated in one process)."""
+    if world_size <= 1 or not torch.distributed.is_initialized():
         return count
     value = torch.tensor([count], dtype=torch.long, device=device)
     torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
