@@ -1,7 +1,9 @@
-"""Presets that fit (issue 38 item 4): the paper presets sample with vLLM and a context that holds
-prompt + response (no silent truncation), check_config refuses a vLLM ``max_model_len`` below it,
-and an HF sampler whose KV cache for one batch exceeds ``sampler.max_kv_gb`` is refused, from the
-model's config (:mod:`mintrl.model.kv_cache`) at check time or at the sampler's construction."""
+"""Presets that fit: the paper presets sample with vLLM and a context that holds prompt + response
+(no silent truncation), check_config refuses a vLLM ``max_model_len`` below it, and an HF sampler
+whose KV cache for one batch exceeds ``sampler.max_kv_gb`` is refused, from the model's config
+(:mod:`mintrl.model.kv_cache`) at check time or at the sampler's construction. Every paper preset
+and paper experiment fits one 80 GiB GPU by the memory plan (:mod:`mintrl.build.memory_plan`), with a
+bf16 vLLM engine that sleeps during the update and activation checkpointing."""
 
 from __future__ import annotations
 
@@ -17,11 +19,19 @@ from hydra.utils import instantiate
 
 from mintrl.build.config import CONFIG_DIR, sequence_limits
 from mintrl.build.config_checks import check_config
+from mintrl.build.memory_plan import GIB, memory_plan
 from mintrl.model.kv_cache import check_kv_budget, dtype_bytes, kv_bytes_per_token
 from mintrl.model.loading import embedded_smollm2_folder
 from mintrl.sampler.hf import HFSampler
 
 PAPER_PRESETS = sorted(p.stem for p in (Path(CONFIG_DIR) / "preset").glob("paper_*.yaml"))
+PAPER_EXPERIMENTS = sorted(p.stem for p in (Path(CONFIG_DIR) / "experiment" / "paper").glob("*.yaml"))
+PAPER_ROWS = (
+    [f"+preset={p}" for p in PAPER_PRESETS]
+    + [f"experiment=paper/{e}" for e in PAPER_EXPERIMENTS]
+    + [f"experiment=paper/{e} preset=paper_math_lora_1gpu" for e in ("mintrl_const", "grpo")]
+    + [f"experiment=paper/{e} preset=paper_code" for e in ("grpo", "opd", "sft_grpo", "mintrl_proxy")]
+)
 TOKENIZER = SimpleNamespace(pad_token_id=0, eos_token_id=2)
 # Qwen3-1.7B's config.json (the fields the KV cache depends on, as published on the hub)
 QWEN3_1_7B = {
@@ -159,3 +169,32 @@ def test_check_config_refuses_an_hf_sampler_over_budget_for_a_local_model(tmp_pa
         assert field in message
     check_config(_compose(*paper_on_hf, "sampler.max_batch_size=8"))  # 8 x 18,432 x 229,376 = 33.8 GB
     check_config(_compose(*paper_on_hf, "sampler.max_kv_gb=600"))
+
+
+@pytest.mark.parametrize("row", PAPER_ROWS)
+def test_every_paper_row_fits_one_80_gib_gpu_by_the_memory_plan(row):
+    cfg = _compose(*row.split())
+    check_config(cfg)
+    plan = memory_plan(cfg, device_bytes=80 * GIB)
+    assert plan.fits, plan.render()
+    assert plan.peak_bytes + plan.reserve_bytes <= 80 * GIB and not plan.problems
+    assert cfg.sampler.dtype == "bfloat16" and cfg.sampler.sleep_mode is True, (
+        row
+    )  # the engine: bf16, asleep in updates
+    assert cfg.module.gradient_checkpointing is True, row
+
+
+@pytest.mark.parametrize(
+    "row,knob",
+    [
+        ("experiment=paper/mintrl_const", "module.gradient_checkpointing=false"),  # 178 GiB of activations
+        ("experiment=paper/mintrl_const", "sampler.sleep_mode=false"),  # the engine's 24 GiB in the update
+        ("experiment=paper/grpo", "sampler.sleep_mode=false"),
+        ("+preset=paper_agent", "module.gradient_checkpointing=false"),  # 4 rows x 6,144 tokens: 59 GiB
+        ("experiment=paper/int", "judge.max_batch_size=128"),  # 128 rows of the fp32 step-0 copy's KV
+        ("experiment=paper/mintrl_const", "teacher_model.max_batch_size=128"),  # the 4B judge's KV: 111 GiB
+    ],
+)
+def test_the_presets_knobs_are_what_makes_them_fit(row, knob):
+    assert memory_plan(_compose(*row.split()), device_bytes=80 * GIB).fits
+    assert not memory_plan(_compose(*row.split(), knob), device_bytes=80 * GIB).fits
