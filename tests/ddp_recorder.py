@@ -1,5 +1,6 @@
 """A callback for tests/integration/test_ddp.py and test_fsdp.py: each rank saves the rollout batch
-it trained on and a few weight tensors after training, gathered in full under FSDP (importable by the
+it trained on, and after training a few weight tensors (gathered in full under FSDP) and its
+per-step scalars (``module.history``, the logged values) (importable by the
 child processes through PYTHONPATH); with ``trainable=True`` it also saves every trainable parameter
 at the start and the end of training (a LoRA policy's adapter, after DDP's initial broadcast from
 rank 0); with ``gathered=True`` every weight as gathered at the start of training."""
@@ -46,7 +47,11 @@ class Recorder(L.Callback):
 
     def on_train_end(self, trainer, module):
         state = dict(full_state_dict(module.policy))  # a collective under FSDP
-        final = {"weights": {k: state[k].detach().clone() for k in self.keys}, "world_size": trainer.world_size}
+        final = {
+            "weights": {k: state[k].detach().clone() for k in self.keys},
+            "world_size": trainer.world_size,
+            "history": list(module.history),  # the scalars of each training step as this rank holds them
+        }
         if self.trainable:
             final["trainable"] = trainable_state(module.policy)
         torch.save(final, self.out / f"final_rank{trainer.global_rank}.pt")

@@ -1,7 +1,8 @@
 """Lightning DDP on CPU (2 processes, gloo) through the real entry point (``trainer=ddp``): each
-rank generates rollouts for its own prompts, gradients are averaged, and one step equals the
-single-process step on the union of the two ranks' batches; rank 0 alone writes logs, checkpoints
-and the exported policy."""
+rank generates rollouts for its half of the step's prompts (``data.prompts_per_step`` is the
+global batch), gradients are averaged, and one step equals the single-process step on the union of
+the two ranks' batches; the logged loss, rewards and rollout statistics are those of both ranks'
+rollouts; rank 0 alone writes logs, checkpoints and the exported policy."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from distributed_helpers import COMMON, CONFIG_DIR, distributed_run
 from hydra import compose, initialize_config_dir
 
 from mintrl.analysis.rollouts import read_records
+from mintrl.analysis.tensorboard import load_scalars
 from mintrl.build.components import build_components
 from mintrl.core.batch import concat_batches
 from mintrl.objective.aggregation import step_totals
@@ -30,7 +32,8 @@ def test_ddp_step_equals_the_single_process_step_on_the_union(tmp_path, embedded
     batches = [torch.load(record / f"batch_rank{r}_step0.pt", weights_only=False) for r in (0, 1)]
     finals = [torch.load(record / f"final_rank{r}.pt", weights_only=False) for r in (0, 1)]
     assert [f["world_size"] for f in finals] == [2, 2]
-    # each rank rolled out its own prompts (no duplicates, no Lightning sampler reshuffling them)
+    # each rank rolled out its own half of the step's 4 prompts (no duplicates, no Lightning
+    # sampler reshuffling them)
     questions = [{p.question for p in b.prompts} for b in batches]
     assert len(questions[0]) == len(questions[1]) == 2 and not questions[0] & questions[1]
     # both ranks hold the same weights after the step
@@ -45,7 +48,7 @@ def test_ddp_step_equals_the_single_process_step_on_the_union(tmp_path, embedded
     module.objective.setup(policy)
     union = concat_batches(batches)
     module.objective.prepare(union, module.frozen_logprobs)
-    module.accumulate(union, step_totals(union.loss_mask))
+    loss, _ = module.accumulate(union, step_totals(union.loss_mask))
     initial = {k: v.detach().clone() for k, v in policy.state_dict().items() if k in KEYS}
     torch.optim.SGD(policy.parameters(), lr=0.5).step()
     state = policy.state_dict()
@@ -57,8 +60,25 @@ def test_ddp_step_equals_the_single_process_step_on_the_union(tmp_path, embedded
             f"{k}: DDP vs single-process update differ by {diff:.2e} (update {moved:.2e})"
         )
 
-    # rank 0 alone wrote logs, checkpoints and the exported policy
+    # the logged scalars (rank 0's TensorBoard, and every rank's history) are those of both ranks'
+    # rollouts: by hand from the two recorded batches, and the single-process loss on their union
     run = tmp_path / "run"
+    rewards, scored = union.rewards.double(), ~torch.isnan(union.rewards)
+    expected = {
+        "reward/all": float(rewards[scored].mean()),
+        "reward/control": float(rewards[scored & union.is_control].mean()),
+        "rollout/truncated": float((~union.finished).sum()),
+        "train/loss": float(loss),
+    }
+    if (scored & ~union.is_control).any():
+        expected["reward/semi"] = float(rewards[scored & ~union.is_control].mean())
+    scalars = load_scalars(run / "tensorboard")
+    logged = {k: scalars[k][0][1] for k in expected}
+    assert logged == {k: pytest.approx(v, rel=1e-5, abs=1e-6) for k, v in expected.items()}
+    for f in finals:
+        assert {k: f["history"][0][k] for k in expected} == {k: pytest.approx(v, rel=1e-5) for k, v in expected.items()}
+
+    # rank 0 alone wrote logs, checkpoints and the exported policy
     assert (run / "checkpoints" / "last.ckpt").is_file() and (run / "hf_policy" / "config.json").is_file()
     assert len(list((run / "tensorboard").glob("events.out.tfevents.*"))) == 1
     # rank 0 wrote the rollout records of both ranks: rank 0's rows first, groups kept apart

@@ -145,7 +145,7 @@ def test_rollout_rejects_non_positive_sizes(embedded, tokenizer, field, kwargs):
         SemiOnPolicyRollout(None, None, None, None, tokenizer, **kwargs)
 
 
-def test_prompt_stream_is_seeded_and_shards_across_ranks(items):
+def test_prompt_stream_is_seeded_and_splits_each_global_batch_across_ranks(items):
     from itertools import islice
 
     from mintrl.data import PromptStream
@@ -153,11 +153,20 @@ def test_prompt_stream_is_seeded_and_shards_across_ranks(items):
     one = [[p.index for p in b] for b in islice(iter(PromptStream(items, 4, seed=3)), 6)]
     assert one == [[p.index for p in b] for b in islice(iter(PromptStream(items, 4, seed=3)), 6)]
     assert sorted(i for b in one[:4] for i in b) == list(range(16)), "an epoch covers every prompt once"
-    r0 = [[p.index for p in b] for b in islice(iter(PromptStream(items, 4, seed=3, rank=0, world_size=2)), 3)]
-    r1 = [[p.index for p in b] for b in islice(iter(PromptStream(items, 4, seed=3, rank=1, world_size=2)), 3)]
-    assert r0 == one[0:6:2] and r1 == one[1:6:2]
+    # data.prompts_per_step is the global batch: 2 ranks take 2 of each step's 4 prompts, the
+    # single process's batch split in two (the same prompts per optimizer step, each rank its own)
+    r0 = [[p.index for p in b] for b in islice(iter(PromptStream(items, 4, seed=3, rank=0, world_size=2)), 6)]
+    r1 = [[p.index for p in b] for b in islice(iter(PromptStream(items, 4, seed=3, rank=1, world_size=2)), 6)]
+    assert [a + b for a, b in zip(r0, r1)] == one and all(len(b) == 2 for b in r0 + r1)
+    # a resumed run (start = batches trained) continues with the same step's share
+    resumed = [
+        [p.index for p in b] for b in islice(iter(PromptStream(items, 4, seed=3, rank=1, world_size=2, start=4)), 2)
+    ]
+    assert resumed == r1[4:6]
     with pytest.raises(ValueError, match="prompts_per_step"):
         PromptStream(items, 17, seed=0)
+    with pytest.raises(ValueError, match=r"data.prompts_per_step=6 .* multiple of the 4 data-parallel ranks"):
+        PromptStream(items, 6, seed=0, rank=1, world_size=4)
 
 
 def test_collate_refuses_unscored_intervention_tokens(items):

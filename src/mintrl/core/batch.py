@@ -300,6 +300,9 @@ class RolloutBatch:
         num_groups: ``G``, prompts in the step. temperature: sampling temperature of the rollouts
         (the trainer's log-probs use the same ``log_softmax(logits / T)``).
         stats: scalar rollout statistics for logging (floats).
+        stat_weights: for the keys of ``stats`` that are means, the count each is a mean over
+            (rollouts, tokens), which combines the means of data-parallel ranks
+            (:func:`mintrl.rollout.stats.rollout_stat_weights`).
         step: the optimizer step whose weights generated the batch.
         traces: per row, a :class:`RolloutTrace` (the judge's reviews, the allocation's branch),
             or None (a batch built without them); sliced with the batch, read by the rollout
@@ -330,6 +333,7 @@ class RolloutBatch:
     prompts: list | None = None
     temperature: float = 1.0
     stats: dict[str, float] = field(default_factory=dict)
+    stat_weights: dict[str, float] = field(default_factory=dict)
     step: int = -1
     train_rows: torch.Tensor | None = None
     loss_mask: torch.Tensor | None = None

@@ -54,9 +54,15 @@ def set_rng_states(states: dict) -> None:
 
 class PromptStream(IterableDataset):
     """Endless stream of prompt batches: each epoch is a seeded permutation of ``items`` cut into
-    batches of ``prompts_per_step`` (the incomplete tail of an epoch is dropped). With
-    ``world_size > 1`` rank ``r`` takes batches ``r, r + world_size, ...``, so data-parallel ranks
-    train on different prompts."""
+    global batches of ``prompts_per_step`` (the incomplete tail of an epoch is dropped), one per
+    optimizer step. With ``world_size > 1`` data-parallel ranks share each global batch: rank ``r``
+    takes its ``r``-th slice of ``prompts_per_step / world_size`` prompts, so the ranks together
+    train on the same prompts per step as one process, each on different ones.
+
+    Raises:
+        ValueError: ``prompts_per_step`` is not a multiple of ``world_size``, or exceeds the prompts
+            (names the field).
+    """
 
     def __init__(
         self,
@@ -67,23 +73,28 @@ class PromptStream(IterableDataset):
         world_size: int = 1,
         start: int = 0,
     ):
-        if len(items) < prompts_per_step * world_size:
+        if prompts_per_step % world_size:
             raise ValueError(
-                f"data.prompts_per_step={prompts_per_step} x {world_size} ranks exceeds the {len(items)} training prompts"
+                f"data.prompts_per_step={prompts_per_step} is the prompts of one optimizer step on all ranks "
+                f"together, split evenly over them: it must be a multiple of the {world_size} data-parallel "
+                "ranks (trainer.devices x trainer.num_nodes)"
             )
+        if len(items) < prompts_per_step:
+            raise ValueError(f"data.prompts_per_step={prompts_per_step} exceeds the {len(items)} training prompts")
         self.items, self.prompts_per_step, self.seed = items, prompts_per_step, seed
         self.rank, self.world_size, self.start = rank, world_size, start
 
     def __iter__(self) -> Iterator[list[PromptItem]]:
-        """This rank's batches, from its ``start``-th on (the data position of a resumed run)."""
-        epoch, index, mine = 0, 0, 0
+        """This rank's share of every global batch, from the ``start``-th batch on (the data
+        position of a resumed run)."""
+        epoch, index = 0, 0
+        share = self.prompts_per_step // self.world_size
         while True:
             order = torch.randperm(len(self.items), generator=torch.Generator().manual_seed(self.seed + epoch)).tolist()
             for s in range(0, len(order) - self.prompts_per_step + 1, self.prompts_per_step):
-                if index % self.world_size == self.rank:
-                    if mine >= self.start:
-                        yield [self.items[i] for i in order[s : s + self.prompts_per_step]]
-                    mine += 1
+                if index >= self.start:
+                    mine = s + self.rank * share
+                    yield [self.items[i] for i in order[mine : mine + share]]
                 index += 1
             epoch += 1
 
@@ -96,7 +107,8 @@ class RolloutDataModule(L.LightningDataModule):
         rollout: the rollout engine (:class:`mintrl.rollout.engine.RolloutEngine`, e.g.
             ``SemiOnPolicyRollout`` or ``EpisodeRollout``).
         tokenizer: the policy tokenizer.
-        prompts_per_step: prompts per optimizer step (positive).
+        prompts_per_step: prompts per optimizer step, all data-parallel ranks together (positive;
+            a multiple of the ranks, each of which rolls out ``prompts_per_step / ranks`` of them).
         val_samples_per_prompt: rollouts per validation prompt (positive).
         val_prompts_per_batch: validation prompts per generation batch (positive).
         val_seed: seed of the validation sampling; the same seed at every validation makes

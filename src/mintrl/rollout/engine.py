@@ -12,6 +12,7 @@ then feeds the schedule and stamps the batch (:meth:`RolloutEngine._end_step`).
 
 from __future__ import annotations
 
+import math
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict
@@ -25,11 +26,12 @@ from mintrl.allocation.budget import RolloutBudget
 from mintrl.allocation.top_up import spend_remaining
 from mintrl.core.batch import Provenance, Rollout, RolloutBatch
 from mintrl.core.checks import check_int, check_range
+from mintrl.core.ranks import data_parallel_size, rank_share
 from mintrl.data.base import PromptItem
 from mintrl.intervention.base import Intervention
 from mintrl.judge.base import Judge
 from mintrl.rollout.guards import Guarded, GuardedJudge
-from mintrl.rollout.schedule import InterventionSchedule
+from mintrl.rollout.schedule import InterventionSchedule, all_ranks_gap
 from mintrl.rollout.stats import rollout_counts
 from mintrl.sampler.base import Sampler
 
@@ -188,13 +190,16 @@ class RolloutEngine(ABC):
         return rollouts, intervene
 
     def _end_step(self, batch: RolloutBatch, step: int, intervene: bool) -> None:
-        """Log the intervention phase, feed the step's reward gap to the adaptive stop and stamp
-        the batch with its step."""
+        """Log the intervention phase, feed the step's reward gap of all data-parallel ranks to the
+        adaptive stop (:func:`mintrl.rollout.schedule.all_ranks_gap`, a collective with several
+        ranks: every rank's schedule decides alike) and stamp the batch with its step."""
         batch.stats["rollout/intervention_phase"] = float(intervene)
-        if intervene and "reward/gap" in batch.stats:
-            if self.schedule.update(step, batch.stats["reward/gap"]):
-                batch.stats["rollout/adaptive_stop"] = float(step)
-            batch.stats["rollout/gap_smoothed"] = self.schedule.smoothed_gap
+        if intervene:
+            gap = all_ranks_gap(batch.stats, batch.stat_weights)
+            if not math.isnan(gap):
+                if self.schedule.update(step, gap):
+                    batch.stats["rollout/adaptive_stop"] = float(step)
+                batch.stats["rollout/gap_smoothed"] = self.schedule.smoothed_gap
         batch.step = step
 
     # ------------------------------------------------------------------ writing
@@ -268,7 +273,8 @@ class RolloutEngine(ABC):
         return stats
 
     def _allocate(self, rollouts: list[Rollout], items: list[PromptItem]) -> tuple[list[Rollout], dict]:
-        """Branch extra rollouts within ``allocation.budget_per_step`` (RAIL): the new scored
+        """Branch extra rollouts within ``allocation.budget_per_step`` (RAIL; the budget of all
+        data-parallel ranks together, of which each rank spends its even share): the new scored
         rollouts and the allocation stats. Every training step logs its rollout count, branching or
         not (RAIL's performance-vs-rollouts axis): ``allocation/rollouts_per_prompt`` (the batch's
         rollouts / prompts), ``allocation/budget_used`` (rollouts generated, discarded shadow
@@ -276,16 +282,19 @@ class RolloutEngine(ABC):
         ``allocation.spend_all`` also ``allocation/top_up`` (fresh rollouts that spent the rest).
 
         Raises:
-            ValueError: ``allocation.budget_per_step`` below the step's initial rollouts.
+            ValueError: ``allocation.budget_per_step`` below the step's initial rollouts, or not a
+                multiple of the data-parallel ranks.
         """
         total = self.allocation.budget_per_step if self.allocation is not None else None
         if not total:
             return [], rollout_counts(len(rollouts), len(rollouts), len(items))
-        budget = RolloutBudget(total)
+        ranks = data_parallel_size()
+        budget = RolloutBudget(rank_share(total, ranks, "allocation.budget_per_step"))
         if budget.take(len(rollouts)) < len(rollouts):
             raise ValueError(
                 f"allocation.budget_per_step={total} is below this step's {len(rollouts)} initial rollouts "
                 "(data.prompts_per_step x (rollout.n_control + rollout.n_semi))"
+                + (f" ({budget.total} and {len(rollouts)} per rank, of {ranks} ranks)" if ranks > 1 else "")
             )
         brancher = self._brancher()
         extra, stats = self.allocation.allocate(rollouts, items, brancher, budget, self.step_delimiters)

@@ -45,7 +45,7 @@ from mintrl.core.verdict import ReviewRequest
 from mintrl.data.base import PromptItem
 from mintrl.env.base import Environment, StepResult
 from mintrl.rollout.engine import RolloutEngine
-from mintrl.rollout.stats import rollout_stats
+from mintrl.rollout.stats import rollout_stat_weights, rollout_stats
 from mintrl.rollout.verdicts import apply_verdict
 from mintrl.text.steps import split_steps
 
@@ -410,6 +410,7 @@ class EpisodeRollout(RolloutEngine):
         batch = collate_rollouts(rollouts, len(items), self.pad_token_id, self.temperature, prompts=list(items))
         batch.sampler_exact = self.sampler.exact_logprobs
         batch.stats = rollout_stats(rollouts, gen_seconds - tally.env_seconds, white_box=self.intervention.white_box)
+        batch.stat_weights = rollout_stat_weights(rollouts, len(items))  # the means' denominators, to combine ranks
         batch.stats.update(
             episode_stats(
                 rollouts, tally.kinds, tally.invalid, tally.errors, tally.env_seconds, type(self.env).action_kinds

@@ -5,11 +5,47 @@ on-policy rollouts. The adaptive stop (the paper's future-work item, driven by i
 signal) ends the phase earlier, for good, once the exponentially smoothed reward gap between
 semi-on-policy and control rollouts has stayed below ``gap_threshold`` for ``patience``
 consecutive steps: the interventions no longer lift reward, so they only add off-policy tokens.
+
+With data-parallel ranks the gap is that of every rank's rollouts together (:func:`all_ranks_gap`),
+so every rank's schedule takes the same decision at the same step.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Mapping
+
+from mintrl.core.ranks import all_ranks_sum, data_parallel_size
+
+
+def gap_evidence(stats: Mapping[str, float], weights: Mapping[str, float]) -> list[float]:
+    """One rank's evidence for the reward gap: ``[semi reward sum, semi rollouts with a reward,
+    control reward sum, control rollouts with a reward]`` (reward units, counts), from a step's
+    rollout statistics (``reward/semi``, ``reward/control``) and their denominators
+    (:func:`mintrl.rollout.stats.rollout_stat_weights`); zeros for an absent mean."""
+    out = []
+    for key in ("reward/semi", "reward/control"):
+        n = float(weights.get(key, 0.0)) if key in stats else 0.0
+        out += [float(stats[key]) * n if n else 0.0, n]
+    return out
+
+
+def pooled_gap(evidence: list[float]) -> float:
+    """``semi mean - control mean`` of summed :func:`gap_evidence`; NaN when either has no reward."""
+    semi_sum, semi_n, control_sum, control_n = evidence
+    if semi_n <= 0 or control_n <= 0:
+        return float("nan")
+    return semi_sum / semi_n - control_sum / control_n
+
+
+def all_ranks_gap(stats: Mapping[str, float], weights: Mapping[str, float]) -> float:
+    """The step's reward gap (semi minus control, reward units) over every data-parallel rank's
+    rollouts: this rank's ``reward/gap`` (NaN when absent) with one rank; otherwise the pooled
+    :func:`gap_evidence` of all ranks (an ``all_reduce``: every rank calls it at every intervened
+    training step, whatever its own rollouts)."""
+    if data_parallel_size() == 1:
+        return float(stats.get("reward/gap", float("nan")))
+    return pooled_gap(all_ranks_sum(gap_evidence(stats, weights)))
 
 
 class InterventionSchedule:

@@ -25,7 +25,7 @@ from mintrl.reward.base import Reward, score_rewards
 from mintrl.rollout.engine import RolloutEngine
 from mintrl.rollout.error_location import is_failed, locate_first_errors
 from mintrl.rollout.guards import Guarded, GuardedReward
-from mintrl.rollout.stats import guide_stats, rollout_stats
+from mintrl.rollout.stats import guide_stat_weights, guide_stats, rollout_stat_weights, rollout_stats
 from mintrl.rollout.verdicts import apply_verdict
 from mintrl.text.steps import split_steps
 
@@ -287,8 +287,10 @@ class SemiOnPolicyRollout(RolloutEngine):
         )
         batch.sampler_exact = self.sampler.exact_logprobs
         batch.stats = rollout_stats(rollouts, gen_seconds, white_box=self.intervention.white_box)
+        batch.stat_weights = rollout_stat_weights(rollouts, len(items))  # the means' denominators, to combine ranks
         if self.guide is not None and guide:
             batch.stats.update(guide_stats(rollouts, guided))
+            batch.stat_weights.update(guide_stat_weights(rollouts, guided))
             batch.stats.update(self.guide.metrics())
         batch.stats.update(self.reward.metrics())  # reward/{failed,timeout}; code/{passed,failed,timeout,crashed}
         batch.stats.update(self.judge.metrics())  # judge/{errors,timeouts,garbage}

@@ -70,6 +70,47 @@ def rollout_stats(rollouts: list[Rollout], gen_seconds: float, white_box: bool =
     return {k: float(v) for k, v in stats.items() if not math.isnan(v)}
 
 
+def _count(values) -> float:
+    """How many of ``values`` are not NaN (the denominator of :func:`_mean`)."""
+    return float(sum(not math.isnan(v) for v in values))
+
+
+def rollout_stat_weights(rollouts: list[Rollout], prompts: int | None = None) -> dict[str, float]:
+    """The denominator of each mean :func:`rollout_stats` reports for ``rollouts`` (rollouts,
+    tokens or steps that the mean is over, as counts), under the same key, so that data-parallel
+    ranks' means combine into the mean over all their rollouts
+    (:func:`mintrl.training.step_logging.combine_ranks`). With ``prompts`` (the step's prompt
+    count) also the denominators of :func:`rollout_counts`' per-prompt keys. Keys of counts and of
+    quantities that are not means are absent."""
+    control = [r for r in rollouts if r.is_control]
+    semi = [r for r in rollouts if not r.is_control]
+    tokens = float(sum(r.agent_tokens for r in rollouts))
+    weights = {
+        "reward/all": _count(r.reward for r in rollouts),
+        "reward/control": _count(r.reward for r in control),
+        "rollout/response_len": float(len(rollouts)),
+        "rollout/offpolicy_frac": tokens,
+        "rollout/finished_frac": float(len(rollouts)),
+    }
+    if semi:
+        weights["reward/semi"] = _count(r.reward for r in semi)
+        weights["judge/reviews_per_rollout"] = float(len(semi))
+        weights["judge/interventions_per_rollout"] = float(len(semi))
+        weights["judge/revision_step_index"] = float(sum(len(r.revision_steps) for r in semi))
+        weights["rollout/offpolicy_frac_semi"] = float(sum(r.agent_tokens for r in semi))
+        iv = [lp for r in semi for lp, f in zip(r.logprobs, r.intervention) if f and math.isfinite(lp)]
+        weights["rollout/intervention_logprob"] = _count(iv)
+        weights["rollout/intervention_self_logprob"] = _count(
+            b for r in semi for b, f in zip(r.behaviour, r.intervention) if f
+        )
+        weights["judge/forward_kl"] = _count(
+            b - lp for r in semi for b, lp, f in zip(r.behaviour, r.logprobs, r.intervention) if f
+        )
+    if prompts is not None:
+        weights["allocation/rollouts_per_prompt"] = weights["allocation/generated_per_prompt"] = float(prompts)
+    return weights
+
+
 def rollout_counts(kept: int, generated: int, prompts: int) -> dict[str, float]:
     """A step's rollout counts: ``allocation/rollouts_per_prompt`` (rollouts in the batch / prompts),
     ``allocation/budget_used`` (rollouts generated, count) and ``allocation/generated_per_prompt``
@@ -112,4 +153,15 @@ def guide_stats(rollouts, guided) -> dict[str, float]:
         "guide/rollouts": float(len(guided)),
         "guide/token_fraction": guide_tokens / max(tokens, 1),
         "guide/reward": sum(rewards) / len(rewards) if rewards else 0.0,
+    }
+
+
+def guide_stat_weights(rollouts, guided) -> dict[str, float]:
+    """The denominators of :func:`guide_stats`' means, as :func:`rollout_stat_weights`:
+    ``guide/token_fraction`` over the step's response tokens, ``guide/reward`` over the guided
+    rollouts with a reward (counts)."""
+    everything = list(rollouts) + list(guided)
+    return {
+        "guide/token_fraction": float(sum(r.agent_tokens for r in everything)),
+        "guide/reward": float(sum(math.isfinite(r.reward) for r in guided)),
     }

@@ -28,7 +28,7 @@ from mintrl.objective.aggregation import StepTotals, step_totals
 from mintrl.sampler.weights import is_sharded, strip_wrapper_prefixes, weights_generation
 from mintrl.training.rollout_logprobs import MODES as RECOMPUTE_MODES
 from mintrl.training.rollout_logprobs import adopt_trainer_logprobs, needs_recompute
-from mintrl.training.step_logging import log_step
+from mintrl.training.step_logging import log_step, step_weights
 
 log = logging.getLogger(__name__)
 
@@ -471,7 +471,7 @@ class PolicyModule(L.LightningModule):
                 "step %d: no usable rollout in the batch (every reward missing or failed): not trained on",
                 self.global_step,
             )
-            log_step(self, {**batch.stats, "train/skipped_batches": float(self.skipped_batches)})
+            log_step(self, {**batch.stats, "train/skipped_batches": float(self.skipped_batches)}, step_weights(batch))
             self._stop_if_too_many_bad("a rollout batch without a usable rollout")
             return None
         first_gap = None
@@ -515,18 +515,18 @@ class PolicyModule(L.LightningModule):
         metrics["train/skipped_updates"] = float(self.skipped_updates)
         metrics["train/skipped_batches"] = float(self.skipped_batches)
         if not applied:  # every update of the batch was skipped
-            log_step(self, {**batch.stats, **metrics})
+            log_step(self, {**batch.stats, **metrics}, step_weights(batch))
             self._stop_if_too_many_bad("an update with a non-finite loss or gradient")
             return None
         if first_gap is not None:
             metrics["train/sampler_logprob_gap"] = first_gap
         metrics["rollout/generated_at_step"] = float(batch.step)
         metrics.update(batch.stats)
-        log_step(self, metrics)  # only this step's keys (see training/step_logging.py)
-        if "reward/control" in batch.stats:
+        metrics = log_step(self, metrics, step_weights(batch))  # this step's keys, of all ranks (step_logging.py)
+        if "reward/control" in metrics:
             self.log(
                 "reward",
-                batch.stats["reward/control"],
+                metrics["reward/control"],
                 prog_bar=True,
                 on_step=True,
                 batch_size=len(batch),
@@ -534,7 +534,7 @@ class PolicyModule(L.LightningModule):
             )
         self.log(
             "gen_tok/s",
-            batch.stats.get("perf/gen_tokens_per_s", 0.0),
+            metrics.get("perf/gen_tokens_per_s", 0.0),
             prog_bar=True,
             on_step=True,
             batch_size=len(batch),

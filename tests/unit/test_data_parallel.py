@@ -1,0 +1,178 @@
+"""Data-parallel semantics: the logged scalars of several ranks combine into the values of all
+their rollouts together (``training/step_logging.py``), and the adaptive intervention stop takes
+one decision for all ranks (``rollout/schedule.py``), checked on two real gloo ranks."""
+
+from __future__ import annotations
+
+import math
+import socket
+import traceback
+from types import SimpleNamespace
+
+import pytest
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from mintrl.core.batch import Rollout
+from mintrl.core.ranks import rank_share
+from mintrl.rollout.engine import RolloutEngine
+from mintrl.rollout.schedule import InterventionSchedule
+from mintrl.rollout.stats import rollout_stat_weights, rollout_stats
+from mintrl.training.step_logging import combine_ranks, reduction
+
+
+def _rollout(control: bool, reward: float, policy: int, iv: int = 0, finished=True, revisions=0, steps=()):
+    r = Rollout(group=0, is_control=control, prompt_ids=[1])
+    r.append([5] * policy, [-0.5 - 0.1 * k for k in range(policy)], intervention=False)
+    if iv:
+        r.append([6] * iv, [-2.0 - k for k in range(iv)], intervention=True, behaviour=[-0.25] * iv)
+    r.finished, r.reward, r.reviews, r.revisions = finished, reward, 0 if control else 2, revisions
+    r.revision_steps = list(steps)
+    return r
+
+
+RANK_A = [  # 3 control, 2 semi; one reward missing
+    _rollout(True, 1.0, 4),
+    _rollout(True, 0.0, 7, finished=False),
+    _rollout(True, float("nan"), 3),
+    _rollout(False, 1.0, 2, iv=3, revisions=1, steps=[0]),
+    _rollout(False, 0.0, 5),
+]
+RANK_B = [  # 1 control, 4 semi: the ranks' means are over different counts
+    _rollout(True, 0.0, 6),
+    _rollout(False, 1.0, 1, iv=2, revisions=1, steps=[2]),
+    _rollout(False, 1.0, 3, iv=1, revisions=2, steps=[1, 3]),
+    _rollout(False, 0.0, 8, finished=False),
+    _rollout(False, 1.0, 2),
+]
+
+
+def test_two_ranks_rollout_statistics_combine_into_those_of_all_their_rollouts():
+    union = rollout_stats(RANK_A + RANK_B, 1.0, white_box=True)
+    parts = [(rollout_stats(r, 1.0, white_box=True), rollout_stat_weights(r)) for r in (RANK_A, RANK_B)]
+    combined = combine_ranks(parts)
+    keys = {k for k in union if not k.startswith("perf/")}
+    assert keys <= set(combined) and len(keys) == 21  # every key rollout_stats has but the timings
+    for k in sorted(keys):
+        assert combined[k] == pytest.approx(union[k], rel=1e-12, abs=1e-12), k
+    # hand-computed: control rewards 1, 0, 0 of 3 scored (one missing); semi 1, 0, 1, 1, 0, 1 of 6
+    assert combined["reward/control"] == pytest.approx(1 / 3)
+    assert combined["reward/semi"] == pytest.approx(4 / 6)
+    assert combined["reward/gap"] == pytest.approx(4 / 6 - 1 / 3)
+    assert combined["rollout/truncated"] == 2.0 and combined["judge/revise"] == 4.0
+    # a plain mean of the ranks' means would differ: control 0.5 and 0.0 -> 0.25
+    assert parts[0][0]["reward/control"] == 0.5 and parts[1][0]["reward/control"] == 0.0
+
+
+def test_combine_ranks_sums_counts_and_losses_keeps_shared_values_and_weights_means():
+    parts = [
+        (
+            {
+                "train/loss": 0.25,
+                "train/grad_norm": 3.0,
+                "perf/gen_seconds": 2.0,
+                "objective/kl": 0.5,
+                "env/queries": 4,
+            },
+            {"*": 6.0},
+        ),
+        ({"train/loss": -0.5, "train/grad_norm": 3.0, "perf/gen_seconds": 5.0, "objective/kl": 0.1}, {"*": 2.0}),
+    ]
+    out = combine_ranks(parts)
+    assert out == {
+        "train/loss": -0.25,  # each rank's share of a loss normalised by counts of both ranks
+        "train/grad_norm": 3.0,  # reduced gradients: equal on both
+        "perf/gen_seconds": 5.0,  # the slower rank
+        "objective/kl": pytest.approx((0.5 * 6 + 0.1 * 2) / 8),  # rows-weighted
+        "env/queries": 4.0,  # a count only rank 0 had
+    }
+    assert [reduction(k) for k in ("judge/keep", "code/passed", "reward/gap", "rollout/gap_smoothed")] == [
+        "sum",
+        "sum",
+        "gap",
+        "shared",
+    ]
+    # a mean whose ranks all have weight 0 (no tokens): the ranks' values, averaged
+    assert combine_ranks([({"rollout/offpolicy_frac": 0.0}, {"rollout/offpolicy_frac": 0.0})] * 2) == {
+        "rollout/offpolicy_frac": 0.0
+    }
+
+
+def test_rank_share_refuses_a_global_count_not_divisible_by_the_ranks():
+    assert rank_share(32, 8, "allocation.budget_per_step") == 4
+    with pytest.raises(ValueError, match=r"allocation.budget_per_step=30 .* multiple of 8"):
+        rank_share(30, 8, "allocation.budget_per_step")
+
+
+# ---------------------------------------------------------------- two real ranks (gloo)
+STEPS = 4
+# per rank and step: rollout statistics of its own rollouts. Rank 0: 6 semi rollouts without a
+# lift (gap 0); rank 1: 2 semi rollouts that all succeed over 6 failed controls (gap 1). Together:
+# semi 2 / 8 = 0.25, control 0 / 8 = 0: gap 0.25 (a plain mean of the two ranks' gaps: 0.5)
+EVIDENCE = [
+    ({"reward/semi": 0.0, "reward/control": 0.0, "reward/gap": 0.0}, {"reward/semi": 6.0, "reward/control": 2.0}),
+    ({"reward/semi": 1.0, "reward/control": 0.0, "reward/gap": 1.0}, {"reward/semi": 2.0, "reward/control": 6.0}),
+]
+
+
+def _adaptive_stop_rank(rank: int, port: int, queue) -> None:
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+        # threshold 0.3: the pooled gap (0.25) is under it, rank 1's own gap (1.0) and the plain mean (0.5) are not
+        engine = SimpleNamespace(
+            schedule=InterventionSchedule(100, adaptive=True, gap_threshold=0.3, patience=2, smoothing=0.0)
+        )
+        logged = []
+        for step in range(STEPS):
+            stats, weights = EVIDENCE[rank]
+            batch = SimpleNamespace(stats=dict(stats), stat_weights=dict(weights), step=-1)
+            intervene = engine.schedule.active(step)
+            RolloutEngine._end_step(engine, batch, step, intervene)  # the all-reduce inside, when intervened
+            logged.append(batch.stats)
+        queue.put((rank, (engine.schedule.stopped_at, logged)))
+        dist.destroy_process_group()
+    except BaseException:
+        queue.put((rank, traceback.format_exc()))
+
+
+def _two_ranks(target, what: str, timeout: float = 120.0) -> dict:
+    """Run ``target(rank, port, queue)`` on two spawned gloo ranks; each puts ``(rank, result)``.
+    A rank that reports nothing within ``timeout`` seconds fails the test naming it and ``what``
+    (the collective it would be stuck in); a rank's exception fails it with its traceback."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=target, args=(r, port, queue)) for r in range(2)]
+    for p in procs:
+        p.start()
+    results = {}
+    try:
+        for _ in procs:
+            try:
+                rank, result = queue.get(timeout=timeout)
+            except Exception:
+                missing = sorted({0, 1} - set(results))
+                pytest.fail(f"rank(s) {missing} hung for {timeout:.0f} s in {what}")
+            if isinstance(result, str):
+                pytest.fail(f"rank {rank} raised:\n{result}")
+            results[rank] = result
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    return results
+
+
+def test_the_adaptive_stop_takes_one_decision_for_all_ranks_from_their_pooled_gap():
+    results = _two_ranks(_adaptive_stop_rank, "the adaptive stop's all_reduce of the reward-gap evidence")
+    stops = {rank: stopped for rank, (stopped, _) in results.items()}
+    # the pooled gap 0.25 < 0.3 at steps 0 and 1 (smoothing 0, patience 2): both stop at step 1
+    assert stops == {0: 1, 1: 1}, f"per-rank decisions {stops}"
+    for rank, (_, logged) in results.items():
+        assert [s["rollout/intervention_phase"] for s in logged] == [1.0, 1.0, 0.0, 0.0], rank
+        assert [s.get("rollout/gap_smoothed") for s in logged[:2]] == [pytest.approx(0.25)] * 2, rank
+        assert logged[1]["rollout/adaptive_stop"] == 1.0 and "rollout/gap_smoothed" not in logged[2], rank
+    assert not math.isnan(results[0][1][0]["reward/gap"])  # this rank's own statistics are left as they were
