@@ -763,6 +763,7 @@ def main(argv=None) -> int:
             try:
                 folder = build_random_model(arch, Path(tmp) / arch, Path(args.tokenizer), args.device)
                 built = None
+                free_memory(args.device)  # the model written to the folder, before the first part's peak
             except Exception as e:  # every part of this architecture fails the same way
                 built = failure(e)
             for part in parts:
