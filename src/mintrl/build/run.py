@@ -15,26 +15,32 @@ from mintrl.build.config_checks import check_config
 from mintrl.build.memory_plan import plan_and_check
 from mintrl.core.manifest import write_manifest
 from mintrl.sft.stage import place_models
+from mintrl.training.checkpointing import checkpoint_to_resume, is_checkpoint
 
 log = logging.getLogger(__name__)
 
 
 def resume_checkpoint(cfg: DictConfig) -> str | None:
     """The checkpoint a run resumes from: ``ckpt_path`` when given (``last`` = the output folder's
-    ``checkpoints/last.ckpt``), else that file when it exists (a preempted job restarted with the
-    same ``paths.output_dir`` continues where it stopped), else None.
+    ``checkpoints/last.ckpt``), else that checkpoint when it exists (a preempted job restarted with the
+    same ``paths.output_dir`` continues where it stopped), else None. A checkpoint is a file or a
+    sharded folder (``trainer=fsdp``); a sharded save killed between its two renames left the
+    previous ``last.ckpt`` aside, which is taken instead
+    (:func:`mintrl.training.checkpointing.checkpoint_to_resume`).
 
     Raises:
-        FileNotFoundError: ``ckpt_path`` names a missing file, or ``last`` when there is none.
+        FileNotFoundError: ``ckpt_path`` names a missing file or folder (or an incomplete sharded
+            folder), or ``last`` when there is none.
     """
     last = Path(cfg.paths.output_dir) / "checkpoints" / "last.ckpt"
     wanted = cfg.get("ckpt_path")
     if wanted in (None, "auto"):
-        return str(last) if last.is_file() and cfg.get("train", True) else None
-    path = last if wanted == "last" else Path(str(wanted))
-    if not path.is_file():
-        raise FileNotFoundError(f"ckpt_path={wanted}: no checkpoint at {path}")
-    return str(path)
+        found = checkpoint_to_resume(last) if cfg.get("train", True) else None
+        return str(found) if found is not None else None
+    found = checkpoint_to_resume(last) if wanted == "last" else Path(str(wanted))
+    if found is None or not is_checkpoint(found):
+        raise FileNotFoundError(f"ckpt_path={wanted}: no checkpoint at {last if found is None else found}")
+    return str(found)
 
 
 def run(cfg: DictConfig) -> dict:

@@ -42,6 +42,26 @@ def rng_states() -> dict:
     return states
 
 
+def seed_generators(seed: int) -> None:
+    """Seed every random generator rollouts draw from (torch CPU and every CUDA device, Python, NumPy)
+    with ``seed``, as ``lightning.seed_everything`` does but without its environment variable."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+
+
+def gather_rank_states(state: dict, world_size: int) -> list[dict]:
+    """Every data-parallel rank's ``state``, in rank order (a collective: every rank calls it, as
+    every rank writes a checkpoint); ``[state]`` without a process group or with one rank."""
+    import torch.distributed as dist
+
+    if world_size <= 1 or not (dist.is_available() and dist.is_initialized()):
+        return [state]
+    states: list = [None] * dist.get_world_size()
+    dist.all_gather_object(states, state)
+    return states
+
+
 def set_rng_states(states: dict) -> None:
     """Restore :func:`rng_states`."""
     torch.set_rng_state(states["torch"])
@@ -146,6 +166,7 @@ class RolloutDataModule(L.LightningDataModule):
         self.val_items: list[PromptItem] | None = None
         self.batches_trained = 0  # training rollout batches generated so far (the data position)
         self._resume_rng: dict | None = None  # RNG states to restore right before the next rollout
+        self._noise_set = False  # the first training rollout of this fit has set this rank's generators
 
     def setup(self, stage: str | None = None) -> None:
         """Build the train and validation prompts once.
@@ -210,6 +231,9 @@ class RolloutDataModule(L.LightningDataModule):
                 if self._resume_rng is not None:  # here, not at load time: Lightning draws from the RNG in between
                     set_rng_states(self._resume_rng)
                     self._resume_rng = None
+                    self._noise_set = True
+                elif not self._noise_set:
+                    self._seed_rank_noise()
                 out = self.rollout.generate(batch, step=trainer.global_step)
                 self.batches_trained += 1
                 return out
@@ -234,17 +258,52 @@ class RolloutDataModule(L.LightningDataModule):
         as :meth:`teardown` does at the end of a fit. A later rollout would start a new engine."""
         self.rollout.sampler.close()
 
+    def _rank_world(self) -> tuple[int, int]:
+        """``(global rank, world size)`` of the trainer; ``(0, 1)`` without one."""
+        return (self.trainer.global_rank, self.trainer.world_size) if self.trainer is not None else (0, 1)
+
+    def _seed_rank_noise(self) -> None:
+        """Before the first training rollout of a fresh fit on several ranks: seed the generators
+        with ``seed + rank``, so that ranks draw different sampling noise (every rank starts from
+        the same ``seed_everything(seed)``, which the model's initialisation needs). One process
+        keeps the generators as they are (its numbers unchanged)."""
+        rank, world = self._rank_world()
+        if world > 1:
+            seed_generators(self.seed + rank)
+        self._noise_set = True
+
     def state_dict(self) -> dict:
         """What a resumed run needs to continue as if it never stopped; Lightning stores it in every
         checkpoint: the rollout engine's state (intervention schedule and adaptive stop, allocation
         controller), the data position (training batches generated) and the random generators
         that sampling draws from (torch CPU and CUDA, Python, NumPy), as they are now, i.e. as the
-        next rollout batch will find them."""
-        return {"batches_trained": self.batches_trained, "rng": rng_states(), "rollout": self.rollout.state_dict()}
+        next rollout batch will find them.
+
+        With several ranks each rank's own state is kept: ``{"batches_trained", "ranks": [state of
+        rank 0, rank 1, ...]}``, gathered from every rank (a collective; Lightning builds the
+        checkpoint on every rank), so rank 0's file or the sharded folder's ``meta.pt`` holds them all."""
+        own = {"batches_trained": self.batches_trained, "rng": rng_states(), "rollout": self.rollout.state_dict()}
+        rank, world = self._rank_world()
+        if world == 1:
+            return own
+        return {"batches_trained": self.batches_trained, "ranks": gather_rank_states(own, world)}
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restore :meth:`state_dict`; the RNG states are applied right before the next training
-        rollout batch."""
+        """Restore :meth:`state_dict` (with several ranks, this rank's entry); the RNG states are
+        applied right before the next training rollout batch.
+
+        Raises:
+            ValueError: the checkpoint holds the states of a different number of ranks than this run has.
+        """
+        if "ranks" in state_dict:
+            rank, world = self._rank_world()
+            ranks = state_dict["ranks"]
+            if len(ranks) != world:
+                raise ValueError(
+                    f"the checkpoint holds the data-module state (random generators, allocation, schedule) of "
+                    f"{len(ranks)} ranks, this run has {world}: resume on {len(ranks)} devices (trainer.devices)"
+                )
+            state_dict = ranks[rank]
         if state_dict.get("rollout"):
             self.rollout.load_state_dict(state_dict["rollout"])
         self.batches_trained = int(state_dict.get("batches_trained", 0))

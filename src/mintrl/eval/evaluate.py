@@ -30,6 +30,7 @@ from tqdm.auto import tqdm
 from mintrl.build.components import build_components
 from mintrl.core.batch import RolloutBatch
 from mintrl.rollout.records import batch_records
+from mintrl.training.checkpointing import is_sharded_checkpoint, load_sharded_policy
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +39,9 @@ def use_checkpoint(cfg: DictConfig) -> str:
     """Point ``cfg.model`` at ``cfg.ckpt_path`` when it is a Hugging Face folder; returns its kind.
 
     Returns:
-        ``"hf"`` (a folder: loaded by ``model=hf``), ``"lightning"`` (a ``.ckpt`` file: its policy
-        weights are loaded after the model config builds the architecture) or ``"base"``.
+        ``"hf"`` (a folder: loaded by ``model=hf``), ``"lightning"`` (a ``.ckpt`` file, or the
+        sharded ``.ckpt`` folder of a ``trainer=fsdp`` run: its policy weights are loaded after the
+        model config builds the architecture) or ``"base"``.
 
     Raises:
         FileNotFoundError: ``ckpt_path`` is neither ``base`` nor an existing file or folder.
@@ -47,6 +49,8 @@ def use_checkpoint(cfg: DictConfig) -> str:
     path = str(cfg.ckpt_path)
     if path == "base":
         return "base"
+    if is_sharded_checkpoint(path):
+        return "lightning"
     if os.path.isdir(path):
         with open_dict(cfg):
             cfg.model = OmegaConf.create(
@@ -61,13 +65,18 @@ def use_checkpoint(cfg: DictConfig) -> str:
 
 
 def load_lightning_policy(policy: torch.nn.Module, path: str) -> None:
-    """Load the ``policy.*`` weights of a mintrl Lightning checkpoint into ``policy``. A LoRA run's
-    checkpoint holds the adapter only (``mintrl_frozen_base_omitted``): ``policy`` must then carry the
-    same adapter (``model/lora=default`` with the run's settings) and keeps its own base weights.
+    """Load the ``policy.*`` weights of a mintrl Lightning checkpoint into ``policy``: a file, or a
+    sharded folder (read in this process, every rank's shards:
+    :func:`mintrl.training.checkpointing.load_sharded_policy`). A LoRA run's checkpoint file holds
+    the adapter only (``mintrl_frozen_base_omitted``): ``policy`` must then carry the same adapter
+    (``model/lora=default`` with the run's settings) and keeps its own base weights.
 
     Raises:
         ValueError: the checkpoint has no ``policy.*`` weights or they do not fit (names listed).
     """
+    if is_sharded_checkpoint(path):
+        load_sharded_policy(policy, path)
+        return
     ckpt = torch.load(path, map_location="cpu", weights_only=False)
     state = ckpt["state_dict"]
     weights = {k[len("policy.") :]: v for k, v in state.items() if k.startswith("policy.")}

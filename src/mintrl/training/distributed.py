@@ -18,13 +18,18 @@ Data parallelism itself is Lightning's (``trainer=ddp`` / ``trainer=fsdp``); wha
 
 from __future__ import annotations
 
+import os
+import shutil
 import types
+from pathlib import Path
+from typing import Any
 
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.distributed.fsdp import register_fsdp_forward_method
 
 from mintrl.model.logprobs import ROOT_UNIT_METHOD
+from mintrl.training.checkpointing import SHARDED_METADATA, fsync_file, put_in_place, temporary_path
 
 RESHARD = (True, False)
 
@@ -105,6 +110,31 @@ class FullyShardedStrategy(ModelParallelStrategy):
         self.layer_class_suffixes = suffixes
         self.reshard_after_forward = bool(reshard_after_forward)
         self.cpu_offload = bool(cpu_offload)
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath, storage_options: Any | None = None) -> None:
+        """Write a checkpoint; a sharded one atomically: every rank writes its shards (and rank 0
+        ``meta.pt``) into ``.<name>.tmp-<pid of rank 0>`` beside ``filepath``, then rank 0 renames it
+        into place (:func:`mintrl.training.checkpointing.put_in_place`). A kill mid-save leaves the
+        previous checkpoint and a temporary folder that resume ignores and the next save removes.
+        A full checkpoint goes through the trainer's checkpoint IO (``AtomicCheckpointIO``).
+
+        Raises:
+            TypeError: ``storage_options`` given with a sharded checkpoint (as Lightning's).
+        """
+        if not self._save_distributed_checkpoint:
+            return super().save_checkpoint(checkpoint, filepath, storage_options)
+        target = Path(self.broadcast(str(filepath)))
+        tmp = Path(self.broadcast(str(temporary_path(target, os.getpid()))))  # rank 0's name on every rank
+        if self.is_global_zero:
+            shutil.rmtree(tmp, ignore_errors=True)  # a killed run's of the same pid
+            tmp.parent.mkdir(parents=True, exist_ok=True)
+        self.barrier("sharded checkpoint: temporary folder")
+        super().save_checkpoint(checkpoint, tmp, storage_options)  # shards on every rank, meta.pt on rank 0
+        self.barrier("sharded checkpoint: every shard written")
+        if self.is_global_zero:
+            fsync_file(tmp / SHARDED_METADATA)  # the shards and .metadata are synced by the writer
+            put_in_place(tmp, target)
+        self.barrier("sharded checkpoint: in place")
 
     def setup_environment(self) -> None:
         """Processes and the device mesh: one data-parallel dimension over every rank."""
