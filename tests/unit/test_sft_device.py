@@ -112,3 +112,18 @@ def test_the_step0_validation_sees_every_model_on_the_trainers_device(tiny_llama
     cfg = OmegaConf.create({"paths": {"output_dir": str(tmp_path)}, "train": False, "sft": None})
     assert _run(cfg, c)["val_reward_first"] == 0.25
     assert events == [("validate", ["meta", "meta"])]
+
+
+def test_a_process_that_only_starts_the_ranks_moves_nothing(tiny_llama_factory):
+    """Under ddp_spawn / ddp_fork the ranks are created from this process (CUDA must not be
+    initialised before a fork): no device, and the models stay where they are."""
+    from mintrl.sft.stage import models_device, place_models
+
+    for strategy, expected in (("ddp_spawn", None), ("ddp", torch.device("cpu")), ("auto", torch.device("cpu"))):
+        trainer = Trainer(strategy=strategy, accelerator="cpu", devices=2 if strategy != "auto" else 1, logger=False)
+        assert models_device(trainer) == expected, strategy
+    c = components(tiny_llama_factory, [], with_trainer=False)
+    place_models(c, None)
+    assert devices([c.context.policy, c.module.companion_models()[0]]) == ["cpu", "cpu"]
+    place_models(c, META)
+    assert devices([c.context.policy, c.module.companion_models()[0]]) == ["meta", "meta"]

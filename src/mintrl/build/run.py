@@ -14,7 +14,7 @@ from mintrl.build.components import build_components
 from mintrl.build.config_checks import check_config
 from mintrl.build.memory_plan import plan_and_check
 from mintrl.core.manifest import write_manifest
-from mintrl.sft.stage import place_models
+from mintrl.sft.stage import models_device, place_models
 from mintrl.training.checkpointing import checkpoint_to_resume, is_checkpoint
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def _run(cfg: DictConfig, c) -> dict:
         log.info("resuming from %s (the SFT stage and the step-0 validation are not run again)", ckpt_path)
     # every model on the trainer's device (its strategy's root device) before anything generates: the SFT
     # stage and the step-0 validation run before fit would otherwise generate on the CPU
-    place_models(c, c.trainer.strategy.root_device)
+    place_models(c, models_device(c.trainer))
     sft_summary = None
     if cfg.get("sft") and ckpt_path is None:  # SFT+GRPO: supervised stage first, RL continues from its weights
         logger = (

@@ -62,23 +62,37 @@ def collect_demonstrations(
     return out
 
 
-def stage_device(components, trainer_cfg) -> torch.device:
-    """The device the supervised stage runs on: the run trainer's root device (Lightning's strategy
-    chose it from ``trainer.accelerator``, ``trainer.devices`` and this process's local rank), or,
-    for components built without a trainer, the root device of a trainer built from ``trainer_cfg``;
-    never the device some tensor happens to be on."""
-    trainer = components.trainer
-    if trainer is None:
-        trainer = instantiate(trainer_cfg, logger=False, callbacks=[], enable_checkpointing=False)
+def models_device(trainer) -> torch.device | None:
+    """The device this process's models generate on: ``trainer``'s root device (Lightning's strategy
+    chose it from ``trainer.accelerator``, ``trainer.devices`` and this process's local rank), never
+    the device some tensor happens to be on. None when this process only starts the ranks
+    (``ddp_spawn``, ``ddp_fork``: Lightning's multiprocessing launcher creates them from this one, and
+    CUDA must not be initialised before a fork); Lightning places the models in each rank."""
+    from lightning.pytorch.strategies.launchers.multiprocessing import _MultiProcessingLauncher
+
+    if isinstance(trainer.strategy.launcher, _MultiProcessingLauncher):
+        return None
     return trainer.strategy.root_device
 
 
-def place_models(components, device: torch.device) -> None:
+def stage_device(components, trainer_cfg) -> torch.device | None:
+    """The device the supervised stage runs on (:func:`models_device`) of the run's trainer, or, for
+    components built without a trainer, of a trainer built from ``trainer_cfg``."""
+    trainer = components.trainer
+    if trainer is None:
+        trainer = instantiate(trainer_cfg, logger=False, callbacks=[], enable_checkpointing=False)
+    return models_device(trainer)
+
+
+def place_models(components, device: torch.device | None) -> None:
     """Move the policy and every model that runs beside it (the frozen step-0 copy, teachers, judge
     and intervention models: the run module's ``companion_models``) to ``device``, before anything
     generates: the SFT stage's demonstrations, InT's rollouts and the step-0 validation would
     otherwise run on the CPU (Lightning moves only a LightningModule's own submodules, and only
-    inside ``fit`` / ``validate``). Models already there are left as they are."""
+    inside ``fit`` / ``validate``). Models already there are left as they are; ``device`` None
+    (:func:`models_device`: this process only starts the ranks) moves nothing."""
+    if device is None:
+        return
     components.context.policy.to(device)
     components.module.move_companions(device)
 
