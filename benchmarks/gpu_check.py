@@ -156,6 +156,13 @@ API_FLOORS: tuple[ApiFloor, ...] = (
     ApiFloor("torch", "torch.distributed.fsdp:FSDPModule", "2.6", "pytorch#141868; sampler.weights.is_sharded"),
     ApiFloor("torch", "torch.distributed.fsdp:CPUOffloadPolicy", "2.6", "pytorch#141868; training.distributed"),
     ApiFloor("torch", "torch.distributed.device_mesh:init_device_mesh", "2.2", "torch 2.2 release notes; tests"),
+    ApiFloor("torch", "torch.distributed.tensor:DTensor", "2.5", "DTensor public in torch 2.5; sampler.weights"),
+    ApiFloor(
+        "torch",
+        "torch.distributed.checkpoint:load(no_dist)",
+        "2.7",
+        "no_dist back on the top-level DCP API, pytorch#145754; training.checkpointing (a sharded checkpoint in one process)",
+    ),
     ApiFloor(
         "lightning",
         "lightning.pytorch.strategies:ModelParallelStrategy",

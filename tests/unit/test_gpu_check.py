@@ -169,13 +169,13 @@ def test_peak_flops_override_cpu_and_unknown(gc, capsys):
 
 def test_floors_from_pyproject(gc):
     floors = gc.project_floors(ROOT / "pyproject.toml", ("torch", "transformers", "lightning", "peft"))
-    assert floors == {"torch": "2.6", "transformers": "4.56", "lightning": "2.4", "peft": "0.17"}
+    assert floors == {"torch": "2.7", "transformers": "4.56", "lightning": "2.4", "peft": "0.17"}
 
 
 def test_floors_hold_every_api_the_code_calls(gc):
     """pyproject.toml's floor of each package is at least the release that introduced every API of
-    it in the table (torch's get_total_norm and public FSDP2: 2.6, not 2.4), and the installed
-    releases have each of them."""
+    it in the table (torch's dcp.load(no_dist=): 2.7, get_total_norm and public FSDP2: 2.6, not
+    2.4), and the installed releases have each of them."""
     packages = sorted({entry.package for entry in gc.API_FLOORS})
     floors = gc.project_floors(ROOT / "pyproject.toml", packages)
     below = [
@@ -187,8 +187,7 @@ def test_floors_hold_every_api_the_code_calls(gc):
     assert gc.api_failures() == []
     # the APIs that set today's floors
     assert {e.api for e in gc.API_FLOORS if e.release == floors[e.package]} >= {
-        "torch.nn.utils:get_total_norm",
-        "torch.distributed.fsdp:register_fsdp_forward_method",
+        "torch.distributed.checkpoint:load(no_dist)",
         "transformers:DynamicCache(config)",
         "lightning.pytorch.strategies:ModelParallelStrategy",
     }
