@@ -298,3 +298,10 @@ def test_mintrl_train_plan_command_is_fast_and_offline():
     assert "peak: 64.73 GiB (intervention) + 2.00 reserve = 66.73 of 80.00 GiB: fits" in done.stdout
     print(f"mintrl-train --plan took {seconds:.1f} s")
     assert seconds < 90  # imports only: no model, no engine (about 6 s alone on 2 idle cores)
+
+
+def test_a_model_without_a_path_or_with_an_unknown_architecture_is_unknown_and_refuses_nothing():
+    plan = memory_plan(_compose("model=hf", "trainer=gpu"), device_bytes=80 * GIB)  # model.path=??? (not set)
+    assert plan.parts == [] and "model.path=??? (model.path not set)" in plan.notes[0] and plan.fits
+    plan = memory_plan(_compose("model=hf", "model.path=nobody/not-a-cached-model-xyz"), device_bytes=80 * GIB)
+    assert plan.parts == [] and "nothing is refused" in plan.notes[0]

@@ -541,9 +541,12 @@ def memory_plan(cfg: DictConfig, device_bytes: int | None = None) -> MemoryPlan:
     problems: list[str] = []
     notes: list[str] = []
 
-    model_path = OmegaConf.select(cfg, "model.path", default=None)
-    policy = resolve_architecture(model_path)
-    policy_name = str(model_path or f"{EMBEDDED} ({EMBEDDED_ID})")
+    model = OmegaConf.select(cfg, "model")
+    # model=hf states a path (``???`` until set: ``in`` is False for it); the embedded model none
+    stated = isinstance(model, DictConfig) and ("path" in model or OmegaConf.is_missing(model, "path"))
+    model_path = None if not stated or OmegaConf.is_missing(model, "path") else model.get("path")
+    policy = resolve_architecture(model_path) if model_path is not None or not stated else None
+    policy_name = str(model_path or (f"{EMBEDDED} ({EMBEDDED_ID})" if not stated else "??? (model.path not set)"))
     model_dtype = str(_select(cfg, "model.dtype", "float32"))
     precision = str(_select(cfg, "trainer.precision", "32-true"))
     weight_bytes, compute_bytes = _precision_widths(precision, dtype_bytes(model_dtype))
