@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -283,21 +284,23 @@ def test_mintrl_train_plan_prints_the_plan_in_process_without_loading_a_model(mo
 
 def test_mintrl_train_plan_command_is_fast_and_offline():
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    start = time.monotonic()
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "mintrl.cli.train", "--plan", "experiment=paper/mintrl_const"],
         capture_output=True,
         text=True,
         env=env,
         cwd=ROOT,
-        timeout=120,
+        timeout=300,
     )
-    seconds = time.monotonic() - start
+    after, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - start
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "memory plan (GiB = 2^30 bytes): 80.00 GiB per device" in done.stdout
     assert "peak: 64.73 GiB (intervention) + 2.00 reserve = 66.73 of 80.00 GiB: fits" in done.stdout
-    print(f"mintrl-train --plan took {seconds:.1f} s")
-    assert seconds < 90  # imports only: no model, no engine (about 6 s alone on 2 idle cores)
+    print(f"mintrl-train --plan: {cpu:.1f} s of CPU, {wall:.1f} s wall")
+    # imports only (no model, no engine; offline): about 6-7 s of CPU here, 6 s wall on idle cores, ~28 s under load
+    assert cpu < 30
 
 
 def test_a_model_without_a_path_or_with_an_unknown_architecture_is_unknown_and_refuses_nothing():
