@@ -181,6 +181,8 @@ def test_fsdp_divides_weights_gradients_and_optimizer_by_the_ranks():
     assert parts["optimizer state"] == 134_515_008 * 2
     assert parts["FSDP gathered units"] == 2 * 49_152 * 576 * 4  # the embedding is the largest unit, twice
     assert parts["activations"] == 2 * (512 + 64) * (30 * 23_808 + 6 * 576)  # activations are not sharded
+    hf = _parts(memory_plan(_compose("trainer=fsdp", "sampler.dtype=fp32", "trainer.devices=4"), 80 * GIB))
+    assert hf["HF sampling copy"] == 134_515_008 * 4  # the HF sampler's full fp32 copy on every rank
 
 
 def test_the_paper_math_plan_by_hand():

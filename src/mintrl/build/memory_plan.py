@@ -645,7 +645,7 @@ def memory_plan(cfg: DictConfig, device_bytes: int | None = None) -> MemoryPlan:
     if isinstance(sampler, DictConfig) and sampler.get("gpu_memory_utilization") is not None:
         parts += _vllm_parts(cfg, policy, n_params, model_dtype, device_bytes, problems)
     elif isinstance(sampler, DictConfig) and sampler.get("max_batch_size") is not None:
-        parts += _hf_sampler_parts(cfg, policy, n_params, weight_bytes, row_tokens, lora is not None)
+        parts += _hf_sampler_parts(cfg, policy, n_params, weight_bytes, row_tokens, lora is not None, fsdp)
 
     # teacher models, the step-0 copy, the judge's and intervention's KV
     held: dict[tuple, str] = {}
@@ -717,8 +717,11 @@ def _vllm_parts(cfg, policy: Architecture, n_params: int, model_dtype: str, devi
     ]
 
 
-def _hf_sampler_parts(cfg, policy, n_params: int, weight_bytes: int, row_tokens: int, lora: bool) -> list[Part]:
-    """The Hugging Face sampler: its bf16 sampling copy, one batch's KV, the continuation cache."""
+def _hf_sampler_parts(
+    cfg, policy, n_params: int, weight_bytes: int, row_tokens: int, lora: bool, fsdp: bool
+) -> list[Part]:
+    """The Hugging Face sampler: its sampling copy (bf16; under FSDP a full copy per rank in the
+    sampling dtype), one batch's KV, the continuation cache."""
     from mintrl.core.precision import cpu_has_fast_bf16
 
     parts = []
@@ -727,14 +730,15 @@ def _hf_sampler_parts(cfg, policy, n_params: int, weight_bytes: int, row_tokens:
     copy = dtype == "bf16" or (dtype == "auto" and weight_bytes == 4 and (on_gpu or cpu_has_fast_bf16()))
     copy = copy or (lora and dtype != "fp32")  # a LoRA policy samples from its merged copy
     width = 2 if copy else weight_bytes
-    if copy:
+    if copy or fsdp:  # a sharded policy is sampled from a full copy per rank (SamplingCopy)
+        what = "a bf16 copy of the policy" if copy else "a full copy per rank of the sharded policy"
         parts.append(
             Part(
                 "HF sampling copy",
-                n_params * 2,
+                n_params * width,
                 ALL,
-                f"{n_params:,} x 2 B (sampler.dtype={dtype}: a bf16 copy of the policy)",
-                ("sampler.dtype=fp32", "sampler=vllm"),
+                f"{n_params:,} x {width} B (sampler.dtype={dtype}: {what})",
+                ("sampler.dtype=bf16", "sampler=vllm") if width > 2 else ("sampler.dtype=fp32", "sampler=vllm"),
             )
         )
     rows = int(_select(cfg, "sampler.max_batch_size", 128))
