@@ -310,3 +310,5 @@ def test_a_model_without_a_path_or_with_an_unknown_architecture_is_unknown_and_r
     assert plan.parts == [] and "model.path=??? (model.path not set)" in plan.notes[0] and plan.fits
     plan = memory_plan(_compose("model=hf", "model.path=nobody/not-a-cached-model-xyz"), device_bytes=80 * GIB)
     assert plan.parts == [] and "nothing is refused" in plan.notes[0]
+    unset = _parts(memory_plan(_compose("judge=teacher", "intervention=teacher"), device_bytes=80 * GIB))
+    assert not any(name.startswith(("teacher", "judge", "intervention")) for name in unset)  # the build reports it

@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from mintrl.build.config import sequence_limits
 from mintrl.build.config_checks import component_class
@@ -490,14 +491,22 @@ def _micro_batch_rows(cfg: DictConfig) -> tuple[int, str]:
     return rows, f"the whole mini-batch ({rows} rows: module.micro_batch_rows=null)"
 
 
+def _resolved(cfg: DictConfig, key: str) -> dict | None:
+    """The config node ``key`` as a resolved dict, or None when it cannot be resolved before the run
+    (e.g. ``judge=teacher`` with ``teacher_model.path`` unset: the build reports that, not the plan)."""
+    try:
+        return OmegaConf.to_container(OmegaConf.select(cfg, key), resolve=True)
+    except OmegaConfBaseException:
+        return None
+
+
 def _context_models(cfg: DictConfig) -> list[tuple[str | None, str, str]]:
     """``(path, dtype, who)`` of every model the judge, intervention and objective take from the
     run's model context (path None: the frozen step-0 policy), as their classes declare."""
     out = []
     for key in ("judge", "intervention", "objective"):
         cls = component_class(cfg, key)
-        if cls is not None:
-            node = OmegaConf.to_container(OmegaConf.select(cfg, key), resolve=True)
+        if cls is not None and (node := _resolved(cfg, key)) is not None:
             out += [(path, dtype, key) for path, dtype in cls.context_models(node)]
     return out
 
@@ -783,9 +792,9 @@ def _review_parts(cfg, policy: Architecture, model_dtype: str, prompt: int, resp
         requests = max(requests, int(_select(cfg, "sft.prompts", 1)) * int(_select(cfg, "sft.per_prompt", 1)))
     for key, phase in (("judge", JUDGE), ("intervention", INTERVENTION)):
         cls = component_class(cfg, key)
-        if cls is None:
+        node = _resolved(cfg, key) if cls is not None else None
+        if node is None:
             continue
-        node = OmegaConf.to_container(OmegaConf.select(cfg, key), resolve=True)
         for path, dtype in cls.context_models(node):
             arch = policy if path is None else resolve_architecture(path)
             width = dtype_bytes(model_dtype if path is None else dtype)
