@@ -91,3 +91,29 @@ def test_the_export_gathers_each_tensor_once_and_rank_0_keeps_them(ranks):
     assert zero["export_gathers"] == one["export_gathers"] == zero["distinct_params"]
     assert zero["export_exact"] and "lm_head.weight" not in zero["export_kept"]
     assert one["export_kept"] is None
+
+
+def _scalars(folder: Path, tag: str) -> list[tuple[int, float]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    values = []
+    for event in folder.rglob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(event))
+        acc.Reload()
+        if tag in acc.Tags()["scalars"]:
+            values += [(s.step, s.value) for s in acc.Scalars(tag)]
+    return sorted(values)
+
+
+@pytest.mark.slow  # 2 training processes, 2 steps: ~3 min on 2 cores
+def test_a_foreach_optimizer_through_the_entry_point_keeps_the_rollouts_on_policy(tmp_path):
+    """``mintrl-train trainer=fsdp +module.optimizer.foreach=true`` (the optimizer path CUDA takes for
+    DTensors, whose steps leave the tensor versions): the second batch is sampled from the updated
+    weights, so the rollout log-probs equal the trainer's at its first update (fp32 copy, no
+    recomputation) as at the first batch; a copy left at step 0 differs by the SGD step (lr 0.5)."""
+    from distributed_helpers import distributed_run
+
+    distributed_run(tmp_path, "fsdp", "trainer.max_steps=2", "+module.optimizer.foreach=true", "objective=sft")
+    gaps = _scalars(tmp_path / "run", "train/sampler_logprob_gap")
+    assert [step for step, _ in gaps] == [0, 1], gaps
+    assert all(gap < 1e-4 for _, gap in gaps), gaps
