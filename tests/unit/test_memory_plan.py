@@ -312,3 +312,14 @@ def test_a_model_without_a_path_or_with_an_unknown_architecture_is_unknown_and_r
     assert plan.parts == [] and "nothing is refused" in plan.notes[0]
     unset = _parts(memory_plan(_compose("judge=teacher", "intervention=teacher"), device_bytes=80 * GIB))
     assert not any(name.startswith(("teacher", "judge", "intervention")) for name in unset)  # the build reports it
+
+
+def test_the_optimizer_state_follows_the_optimizer():
+    sgd = ("module.optimizer._target_=torch.optim.SGD", "+module.optimizer.momentum=0.9")
+    assert _parts(memory_plan(_compose(*SMALL, *sgd), 8 * GIB))["optimizer state"] == 134_515_008 * 4
+    plain = ("module.optimizer._target_=torch.optim.SGD",)  # no momentum: no state
+    assert _parts(memory_plan(_compose(*SMALL, *plain), 8 * GIB))["optimizer state"] == 0
+    assert (
+        _parts(memory_plan(_compose(*SMALL, "module.optimizer._target_=torch.optim.Adam"), 8 * GIB))["optimizer state"]
+        == 134_515_008 * 4 * 2
+    )

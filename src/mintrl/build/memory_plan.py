@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -459,13 +460,16 @@ def _is_fsdp(cfg: DictConfig) -> bool:
 
 
 def _optimizer_moments(cfg: DictConfig) -> tuple[int, str]:
-    target = str(_select(cfg, "module.optimizer._target_", "torch.optim.AdamW"))
-    name = target.rsplit(".", 1)[-1]
-    if name in ("AdamW", "Adam"):
-        return 2, name
-    if name == "SGD":
-        return (1 if float(_select(cfg, "module.optimizer.momentum", 0.0)) else 0), name
-    return 2, f"{name} (counted as 2 moments)"
+    """State tensors per trainable parameter of ``module.optimizer`` (Adam / AdamW: 2 moments, SGD: 1
+    with momentum, else 0; any other optimizer is counted as 2) and its name."""
+    import torch
+
+    optimizer = get_class(str(_select(cfg, "module.optimizer._target_", "torch.optim.AdamW")))
+    if issubclass(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        return 2, optimizer.__name__
+    if issubclass(optimizer, torch.optim.SGD):
+        return (1 if float(_select(cfg, "module.optimizer.momentum", 0.0)) else 0), optimizer.__name__
+    return 2, f"{optimizer.__name__} (counted as 2 moments)"
 
 
 def _rows_per_prompt(cfg: DictConfig) -> int:
