@@ -323,3 +323,18 @@ def test_the_optimizer_state_follows_the_optimizer():
         _parts(memory_plan(_compose(*SMALL, "module.optimizer._target_=torch.optim.Adam"), 8 * GIB))["optimizer state"]
         == 134_515_008 * 4 * 2
     )
+
+
+def test_planning_the_main_job_draws_no_random_numbers():
+    """The CPU main job's numbers cannot move: the plan reads the config and touches no generator."""
+    import random
+
+    import numpy as np
+
+    cfg = _compose()
+    torch.manual_seed(3), random.seed(3), np.random.seed(3)
+    states = (torch.random.get_rng_state(), random.getstate(), np.random.get_state()[1].copy())
+    plan = memory_plan(cfg)
+    assert not plan.refuses and plan.parts  # printed only, never refused on CPU
+    assert torch.equal(torch.random.get_rng_state(), states[0]) and random.getstate() == states[1]
+    assert (np.random.get_state()[1] == states[2]).all()
