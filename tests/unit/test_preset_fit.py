@@ -2,7 +2,7 @@
 (no silent truncation), check_config refuses a vLLM ``max_model_len`` below it, and an HF sampler
 whose KV cache for one batch exceeds ``sampler.max_kv_gb`` is refused, from the model's config
 (:mod:`mintrl.model.kv_cache`) at check time or at the sampler's construction. Every paper preset
-and paper experiment fits one 80 GiB GPU by the memory plan (:mod:`mintrl.build.memory_plan`), with a
+and paper experiment fits one 80 GB GPU (80e9 bytes) by the memory plan (:mod:`mintrl.build.memory_plan`), with a
 bf16 vLLM engine that sleeps during the update and activation checkpointing."""
 
 from __future__ import annotations
@@ -172,12 +172,13 @@ def test_check_config_refuses_an_hf_sampler_over_budget_for_a_local_model(tmp_pa
 
 
 @pytest.mark.parametrize("row", PAPER_ROWS)
-def test_every_paper_row_fits_one_80_gib_gpu_by_the_memory_plan(row):
+def test_every_paper_row_fits_one_80_gb_gpu_by_the_memory_plan(row):
     cfg = _compose(*row.split())
     check_config(cfg)
-    plan = memory_plan(cfg, device_bytes=80 * GIB)
+    # 80 GB as the label counts it (80e9 bytes = 74.5 GiB): below the about 79 GiB torch reports for an H100 80GB
+    plan = memory_plan(cfg, device_bytes=80 * 10**9)
     assert plan.fits, plan.render()
-    assert plan.peak_bytes + plan.reserve_bytes <= 80 * GIB and not plan.problems
+    assert plan.peak_bytes + plan.reserve_bytes <= 80 * 10**9 and not plan.problems
     assert cfg.sampler.dtype == "bfloat16" and cfg.sampler.sleep_mode is True, (
         row
     )  # the engine: bf16, asleep in updates
