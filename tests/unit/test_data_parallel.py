@@ -176,3 +176,28 @@ def test_the_adaptive_stop_takes_one_decision_for_all_ranks_from_their_pooled_ga
         assert [s.get("rollout/gap_smoothed") for s in logged[:2]] == [pytest.approx(0.25)] * 2, rank
         assert logged[1]["rollout/adaptive_stop"] == 1.0 and "rollout/gap_smoothed" not in logged[2], rank
     assert not math.isnan(results[0][1][0]["reward/gap"])  # this rank's own statistics are left as they were
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        (["data.prompts_per_step=6"], "data.prompts_per_step=6"),
+        (["method=rail", "data.prompts_per_step=4", "allocation.budget_per_step=30"], "allocation.budget_per_step=30"),
+    ],
+)
+def test_a_global_count_that_does_not_split_over_the_ranks_is_refused_before_any_model_loads(overrides, field):
+    from pathlib import Path
+
+    from hydra import compose, initialize_config_dir
+
+    from mintrl.build.config_checks import check_config
+
+    configs = str(Path(__file__).resolve().parents[2] / "configs")
+    with initialize_config_dir(config_dir=configs, version_base="1.3"):
+        ok = compose("train", overrides=["trainer=ddp", "trainer.devices=4", "data.prompts_per_step=8"])
+        bad = compose("train", overrides=["trainer=ddp", "trainer.devices=4", *overrides])
+        evaluation = compose("eval", overrides=["trainer=ddp", "trainer.devices=4", "ckpt_path=base"])
+    check_config(ok)  # 8 prompts (and RAIL's default 64 rollouts) split 4 ways
+    check_config(evaluation)  # mintrl-eval's data.prompts_per_step=1 trains nothing: not split
+    with pytest.raises(ValueError, match=rf"{field} .* multiple of 4"):
+        check_config(bad)

@@ -17,7 +17,29 @@ from omegaconf import DictConfig, OmegaConf
 
 from mintrl.build.config import sequence_limits
 from mintrl.core.checks import check_int
+from mintrl.core.ranks import rank_share
 from mintrl.model.kv_cache import check_kv_budget, dtype_bytes
+
+
+def check_data_parallel_split(cfg: DictConfig) -> None:
+    """``data.prompts_per_step`` and ``allocation.budget_per_step`` count one optimizer step on all
+    data-parallel ranks together, split evenly over ``trainer.devices x trainer.num_nodes`` ranks;
+    checked here for a training run where both are integers (``auto`` or a device list: when
+    training starts). Evaluation (``train: false``) rolls out no training batch.
+
+    Raises:
+        ValueError: a count that is not a multiple of the ranks (names the field).
+    """
+    if not cfg.get("train", True):
+        return
+    trainer = cfg.get("trainer") or {}
+    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
+    if not (isinstance(devices, int) and isinstance(nodes, int)) or devices < 1 or nodes < 1:
+        return
+    for field in ("data.prompts_per_step", "allocation.budget_per_step"):
+        value = OmegaConf.select(cfg, field, default=None)
+        if isinstance(value, int) and value > 0:
+            rank_share(value, devices * nodes, field)
 
 
 def check_config(cfg: DictConfig) -> None:
@@ -36,7 +58,8 @@ def check_config(cfg: DictConfig) -> None:
             (:func:`check_lora_step0_generation`); FSDP with ``cpu_offload``
             (:func:`check_no_cpu_offload`) or ``sampler.score_with=trainer``
             (:func:`check_no_trainer_scoring`); a sampler too short for prompt + response, or an
-            HF sampler over its KV budget (:func:`check_sampler_fits`).
+            HF sampler over its KV budget (:func:`check_sampler_fits`); a per-step count of all
+            data-parallel ranks that does not split evenly over them (:func:`check_data_parallel_split`).
     """
     top_p = (cfg.get("rollout") or {}).get("top_p", 1.0)
     if cfg.get("train", True) and isinstance(top_p, (int, float)) and top_p < 1:
@@ -77,6 +100,7 @@ def check_config(cfg: DictConfig) -> None:
     check_env_rollout(cfg)
     check_first_error(cfg)
     check_sampler_fits(cfg)
+    check_data_parallel_split(cfg)
     prompts, reward = component_class(cfg, "data.prompts"), component_class(cfg, "reward")
     if prompts is not None and reward is not None:
         code_prompts = prompts.serves_code(OmegaConf.select(cfg, "data.prompts"))
