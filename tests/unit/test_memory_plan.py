@@ -181,6 +181,10 @@ def test_fsdp_divides_weights_gradients_and_optimizer_by_the_ranks():
     assert parts["optimizer state"] == 134_515_008 * 2
     assert parts["FSDP gathered units"] == 2 * 49_152 * 576 * 4  # the embedding is the largest unit, twice
     assert parts["activations"] == 2 * (512 + 64) * (30 * 23_808 + 6 * 576)  # activations are not sharded
+    # the main job's whole mini-batch (8 prompts x 4 rollouts) split over 2 data-parallel ranks: 16 rows per rank
+    ddp = memory_plan(_compose("trainer=ddp", "trainer.devices=2", "rollout.max_response_tokens=64"), 80 * GIB)
+    assert _parts(ddp)["activations"] == 16 * (512 + 64) * (30 * 23_808 + 6 * 576)
+    assert _parts(ddp)["policy weights"] == 134_515_008 * 4  # DDP keeps whole weights on every rank
     hf = _parts(memory_plan(_compose("trainer=fsdp", "sampler.dtype=fp32", "trainer.devices=4"), 80 * GIB))
     assert hf["HF sampling copy"] == 134_515_008 * 4  # the HF sampler's full fp32 copy on every rank
 

@@ -18,7 +18,7 @@ Parts (each with the phases it is alive in; the peak is the largest phase's sum)
 - **optimizer state** ``P_train x bytes(param) x moments`` (AdamW / Adam: 2, SGD with momentum: 1),
   ``/ world`` under FSDP.
 - **activations** of one micro-batch at the longest row: ``rows = module.micro_batch_rows`` (null: the
-  whole mini-batch), ``T = data.prompts.max_prompt_tokens + rollout.max_response_tokens``;
+  whole mini-batch of one rank: ``data.prompts_per_step`` is split over the ranks), ``T = data.prompts.max_prompt_tokens + rollout.max_response_tokens``;
   per token and layer (:func:`layer_activation_bytes`, SDPA / FlashAttention: no ``[T, T]`` scores)
   ``2 r H + 2 w H + w (3 q + 3 kv) + 4 w I`` (``r`` residual width = the weights', ``w`` the compute
   width, 2 under ``bf16-mixed``); without checkpointing ``layers x that``; with
@@ -481,15 +481,20 @@ def _rows_per_prompt(cfg: DictConfig) -> int:
     return max(rows, 1)
 
 
+def _prompts_per_rank(cfg: DictConfig) -> int:
+    """One rank's prompts per step: ``data.prompts_per_step`` (the global batch) over the data-parallel
+    ranks, rounded up."""
+    return -(-int(_select(cfg, "data.prompts_per_step", 1)) // _world_size(cfg))
+
+
 def _micro_batch_rows(cfg: DictConfig) -> tuple[int, str]:
     rows = OmegaConf.select(cfg, "module.micro_batch_rows")
     if isinstance(rows, int):
         return rows, f"module.micro_batch_rows={rows}"
-    prompts = int(_select(cfg, "data.prompts_per_step", 1))
-    batch = prompts * _rows_per_prompt(cfg)
+    batch = _prompts_per_rank(cfg) * _rows_per_prompt(cfg)
     budget = OmegaConf.select(cfg, "allocation.budget_per_step")
     if isinstance(budget, int):
-        batch = max(batch, budget)
+        batch = max(batch, -(-budget // _world_size(cfg)))
     minibatches = int(_select(cfg, "module.minibatches", 1))
     rows = -(-batch // minibatches)
     return rows, f"the whole mini-batch ({rows} rows: module.micro_batch_rows=null)"
@@ -791,7 +796,7 @@ def _review_parts(cfg, policy: Architecture, model_dtype: str, prompt: int, resp
     sft_tokens = OmegaConf.select(cfg, "sft.max_new_tokens") if OmegaConf.select(cfg, "sft") is not None else None
     if isinstance(sft_tokens, int):
         reviewed = max(reviewed, sft_tokens)
-    requests = int(_select(cfg, "data.prompts_per_step", 1)) * max(int(_select(cfg, "rollout.n_semi", 0)), 1)
+    requests = _prompts_per_rank(cfg) * max(int(_select(cfg, "rollout.n_semi", 0)), 1)
     if isinstance(sft_tokens, int):  # the SFT stage reviews / writes whole responses for its prompts
         requests = max(requests, int(_select(cfg, "sft.prompts", 1)) * int(_select(cfg, "sft.per_prompt", 1)))
     for key, phase in (("judge", JUDGE), ("intervention", INTERVENTION)):
