@@ -136,3 +136,39 @@ def test_ddp_logs_the_loss_rewards_and_statistics_of_both_ranks(tiny_model, tmp_
     assert not wrong, f"logged (rank 0) vs all ranks: {wrong}"
     for rank, history in enumerate(histories):  # every rank holds the all-rank values
         assert {k: history[0][k] for k in expected} == {k: close(v) for k, v in expected.items()}, rank
+
+
+class _RankValBatches(L.LightningDataModule):
+    """Validation: rank 0 the 8-row batch (responses of 5, 2, 7, 1, 4, 6, 3, 5 tokens), rank 1 its
+    first 4 rows as a batch of its own (5, 2, 7, 1): ranks with different row counts."""
+
+    def __init__(self, full, half):
+        super().__init__()
+        self.full, self.half = full, half
+
+    def val_dataloader(self):
+        part = [self.full] if self.trainer.global_rank == 0 else [self.half]
+        return DataLoader(part, batch_size=None, collate_fn=lambda x: x)
+
+
+def test_ddp_validation_logs_the_response_length_of_both_ranks(tiny_model, tmp_path):
+    full = rollout_batch(tiny_model)
+    half = full.select(torch.arange(4))
+    module = PolicyModule(tiny_model, GRPO(), functools.partial(torch.optim.SGD, lr=1.0))
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy=DDPStrategy(start_method="spawn", timeout=datetime.timedelta(seconds=120)),
+        logger=_JsonLinesLogger(tmp_path / "logged.jsonl"),
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.validate(module, datamodule=_RankValBatches(full, half))
+    logged = {
+        k: v for line in (tmp_path / "logged.jsonl").read_text().splitlines() for k, v in json.loads(line).items()
+    }
+    # all 12 rows: (33 + 15) / 12 tokens (rank 0 alone: 4.125; the mean of the ranks' means: 3.9375)
+    assert logged["val/response_len"] == pytest.approx(48 / 12)
+    assert logged["val/reward"] == pytest.approx((4 + 3) / 12)  # rewards 1,0,1,1,0,0,1,0 and 1,0,1,1

@@ -210,6 +210,7 @@ class PolicyModule(L.LightningModule):
         self.history: list[dict[str, float]] = []  # per train step: rollout stats + loss
         self.val_history: list[tuple[int, float]] = []  # (global_step, val/reward)
         self._val_rewards: list[torch.Tensor] = []
+        self._val_lengths: list[torch.Tensor] = []  # response lengths (tokens), reduced over ranks at epoch end
         self.val_pass = PassAtK(val_pass_at_k)  # reduced over data-parallel ranks by torchmetrics
         self.keep_val_samples = False  # mintrl-eval sets it: val_samples gets every decoded response
         self.val_samples: list[dict] = []
@@ -584,7 +585,10 @@ class PolicyModule(L.LightningModule):
         order = torch.argsort(batch.group_index, stable=True)  # [N] rows grouped by prompt
         self.val_pass.update(batch.rewards[order].view(batch.num_groups, -1))  # [G, samples per prompt]
         lengths = batch.response_mask.sum(-1).float()
-        self.log("val/response_len", lengths.mean(), batch_size=len(batch), on_epoch=True)
+        if self._trainer is not None and self.trainer.world_size > 1:
+            self._val_lengths.append(lengths)  # the mean over every rank's rows: on_validation_epoch_end
+        else:
+            self.log("val/response_len", lengths.mean(), batch_size=len(batch), on_epoch=True)
 
     def _decoded_samples(self, batch: RolloutBatch) -> list[dict]:
         """``{"problem", "question", "response", "reward"}`` per row (reward None when missing)."""
@@ -606,7 +610,8 @@ class PolicyModule(L.LightningModule):
     def on_validation_epoch_end(self) -> None:
         """Logs ``val/reward``: mean reward over all validation rollouts with a reward, and
         ``val/pass@k``: the unbiased pass@k (Chen et al. 2021) with "correct" = reward 1, over the
-        validation prompts of all ranks. The two differ where rewards give partial credit."""
+        validation prompts of all ranks. The two differ where rewards give partial credit. With
+        several ranks also ``val/response_len``, the mean over every rank's rows."""
         world = self.trainer.world_size if self._trainer is not None else 1
         if not self._val_rewards and world == 1:
             return
@@ -615,7 +620,12 @@ class PolicyModule(L.LightningModule):
         scored = ~torch.isnan(rewards)
         totals = torch.stack([rewards[scored].sum(), scored.sum().float()])  # [sum, count] of this rank
         if world > 1:  # every rank reaches this hook once per validation: a safe collective
-            totals = self.trainer.strategy.reduce(totals, reduce_op="sum")
+            lengths = torch.cat(self._val_lengths) if self._val_lengths else torch.zeros(0, device=self.device)
+            self._val_lengths.clear()
+            rows = torch.tensor(float(lengths.numel()), device=lengths.device)
+            totals = torch.cat([totals, torch.stack([lengths.sum(), rows]).to(totals)])
+            totals = self.trainer.strategy.reduce(totals, reduce_op="sum")  # [reward sum, count, length sum, rows]
+            self.log("val/response_len", totals[2] / totals[3].clamp(min=1))
         reward = totals[0] / totals[1] if totals[1] > 0 else torch.tensor(float("nan"), device=totals.device)
         self.log("val/reward", reward, prog_bar=True)
         for k, value in self.val_pass.compute().items():
