@@ -86,12 +86,8 @@ def test_combine_ranks_sums_counts_and_losses_keeps_shared_values_and_weights_me
         "objective/kl": pytest.approx((0.5 * 6 + 0.1 * 2) / 8),  # rows-weighted
         "env/queries": 4.0,  # a count only rank 0 had
     }
-    assert [reduction(k) for k in ("judge/keep", "code/passed", "reward/gap", "rollout/gap_smoothed")] == [
-        "sum",
-        "sum",
-        "gap",
-        "shared",
-    ]
+    kinds = ("judge/keep", "code/passed", "reward/gap", "rollout/gap_smoothed", "is/token/max", "is/token/ess")
+    assert [reduction(k) for k in kinds] == ["sum", "sum", "gap", "shared", "max", "mean"]
     # a mean whose ranks all have weight 0 (no tokens): the ranks' values, averaged
     assert combine_ranks([({"rollout/offpolicy_frac": 0.0}, {"rollout/offpolicy_frac": 0.0})] * 2) == {
         "rollout/offpolicy_frac": 0.0

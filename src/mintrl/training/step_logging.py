@@ -91,12 +91,12 @@ DEFAULT = "*"  # the weights key of a mean without its own denominator
 
 def reduction(key: str) -> str:
     """How ``key``'s per-rank values combine into the all-rank value: ``"sum"`` (counts),
-    ``"max"`` (wall times), ``"shared"`` (equal on every rank: rank 0's), ``"gap"`` (``reward/gap``,
+    ``"max"`` (wall times, keys ending in ``/max``), ``"shared"`` (equal on every rank: rank 0's), ``"gap"`` (``reward/gap``,
     recomputed as ``reward/semi - reward/control`` from the combined rewards) or ``"mean"``
     (weighted by each rank's denominator; every key not listed)."""
     if key in SUMMED or key.startswith(SUMMED_PREFIXES):
         return "sum"
-    if key in MAXIMUM:
+    if key in MAXIMUM or key.endswith("/max"):  # wall times; maxima (is/token/max)
         return "max"
     if key in SHARED:
         return "shared"
