@@ -17,8 +17,9 @@ class Allocation(ABC):
     """Decides, after a step's rollouts are scored, which extra rollouts to branch (RAIL sec. 3).
 
     Attributes:
-        budget_per_step: rollouts per optimizer step, initial ones included (a hard cap), or None
-            for an allocation that never branches (the rollout engine then skips it).
+        budget_per_step: rollouts per optimizer step, initial ones included (a hard cap), of all
+            data-parallel ranks together (each rank's engine spends ``budget_per_step / ranks``),
+            or None for an allocation that never branches (the rollout engine then skips it).
         spend_all: after the allocation branched, the budget it left goes to fresh rollouts spread
             over the prompts (:mod:`mintrl.allocation.top_up`), so every step generates exactly
             ``budget_per_step`` rollouts (rows compared at equal budget); False: a cap only.
