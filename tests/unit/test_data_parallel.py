@@ -111,7 +111,19 @@ EVIDENCE = [
 ]
 
 
-def _adaptive_stop_rank(rank: int, port: int, queue) -> None:
+class _BudgetRecorder:
+    """An allocation that branches nothing and records the budget the engine gave it (rollouts)."""
+
+    budget_per_step, spend_all = 16, False  # 16 rollouts per step on both ranks together
+
+    def allocate(self, rollouts, items, brancher, budget, delimiters):
+        self.given = budget.total
+        return [], {}
+
+
+def _engine_rank(rank: int, port: int, queue) -> None:
+    """One rank's rollout engine pieces: the adaptive stop over ``STEPS`` steps, then one
+    allocation step of 4 initial rollouts; reports ``(stopped_at, logged stats, budget given)``."""
     try:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
         # threshold 0.3: the pooled gap (0.25) is under it, rank 1's own gap (1.0) and the plain mean (0.5) are not
@@ -125,7 +137,10 @@ def _adaptive_stop_rank(rank: int, port: int, queue) -> None:
             intervene = engine.schedule.active(step)
             RolloutEngine._end_step(engine, batch, step, intervene)  # the all-reduce inside, when intervened
             logged.append(batch.stats)
-        queue.put((rank, (engine.schedule.stopped_at, logged)))
+        engine.allocation, engine.step_delimiters = _BudgetRecorder(), ()
+        engine._brancher = lambda: SimpleNamespace(metrics=dict)
+        RolloutEngine._allocate(engine, [Rollout(group=0, is_control=True, prompt_ids=[1]) for _ in range(4)], [None])
+        queue.put((rank, (engine.schedule.stopped_at, logged, engine.allocation.given)))
         dist.destroy_process_group()
     except BaseException:
         queue.put((rank, traceback.format_exc()))
@@ -162,16 +177,27 @@ def _two_ranks(target, what: str, timeout: float = 120.0) -> dict:
     return results
 
 
-def test_the_adaptive_stop_takes_one_decision_for_all_ranks_from_their_pooled_gap():
-    results = _two_ranks(_adaptive_stop_rank, "the adaptive stop's all_reduce of the reward-gap evidence")
-    stops = {rank: stopped for rank, (stopped, _) in results.items()}
+@pytest.fixture(scope="module")
+def two_rank_engine():
+    """:func:`_engine_rank` on two gloo ranks (spawned once for the tests below)."""
+    return _two_ranks(_engine_rank, "the adaptive stop's all_reduce of the reward-gap evidence")
+
+
+def test_the_adaptive_stop_takes_one_decision_for_all_ranks_from_their_pooled_gap(two_rank_engine):
+    results = two_rank_engine
+    stops = {rank: stopped for rank, (stopped, _, _) in results.items()}
     # the pooled gap 0.25 < 0.3 at steps 0 and 1 (smoothing 0, patience 2): both stop at step 1
     assert stops == {0: 1, 1: 1}, f"per-rank decisions {stops}"
-    for rank, (_, logged) in results.items():
+    for rank, (_, logged, _) in results.items():
         assert [s["rollout/intervention_phase"] for s in logged] == [1.0, 1.0, 0.0, 0.0], rank
         assert [s.get("rollout/gap_smoothed") for s in logged[:2]] == [pytest.approx(0.25)] * 2, rank
         assert logged[1]["rollout/adaptive_stop"] == 1.0 and "rollout/gap_smoothed" not in logged[2], rank
     assert not math.isnan(results[0][1][0]["reward/gap"])  # this rank's own statistics are left as they were
+
+
+def test_each_rank_branches_within_its_share_of_the_step_budget(two_rank_engine):
+    # allocation.budget_per_step=16 counts both ranks' rollouts: each rank's engine may generate 8
+    assert {rank: given for rank, (_, _, given) in two_rank_engine.items()} == {0: 8, 1: 8}
 
 
 @pytest.mark.parametrize(
