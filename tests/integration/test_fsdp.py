@@ -35,6 +35,15 @@ def test_fsdp_clipped_step_equals_the_single_process_step_and_gathers_exactly(tm
     assert [f["world_size"] for f in finals] == [2, 2]
     questions = [{p.question for p in b.prompts} for b in batches]
     assert len(questions[0]) == len(questions[1]) == 2 and not questions[0] & questions[1]
+    # both ranks log the rewards and counts of both ranks' rollouts (by hand from the two batches)
+    rewards = torch.cat([b.rewards for b in batches]).double()
+    scored = ~torch.isnan(rewards)
+    expected = {
+        "reward/all": float(rewards[scored].mean()),
+        "rollout/truncated": float(sum(int((~b.finished).sum()) for b in batches)),
+    }
+    for f in finals:
+        assert {k: f["history"][0][k] for k in expected} == {k: pytest.approx(v) for k, v in expected.items()}
 
     # sharding then gathering is lossless: every tensor equals the loaded model's, bit for bit
     loaded = embedded_smollm2(dtype="float32").model.state_dict()
