@@ -1,6 +1,8 @@
-"""What a 2-process DDP step logs (gloo, ``ddp_spawn``, a tiny model): the loss, rewards and
-rollout statistics of both ranks' rollouts together, equal to the single process on the union of
-their batches, not rank 0's share (training/step_logging.py)."""
+"""What 2 DDP processes log (gloo, ``ddp_spawn``, a tiny model): a training step's loss, rewards
+and rollout statistics of both ranks' rollouts together, equal to the single process on the union
+of their batches, not rank 0's share (training/step_logging.py); a validation's response length
+over both ranks' rows. A collective one rank never enters raises there after the strategy's
+120 s timeout, with the traceback of the call that waited."""
 
 from __future__ import annotations
 
