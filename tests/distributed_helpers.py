@@ -1,14 +1,14 @@
 """Running ``mintrl-train`` on two CPU processes (gloo) for tests/integration/test_ddp.py and
-test_fsdp.py, with the ddp_recorder callback; and the single-process step they are compared with."""
+test_fsdp.py, with the ddp_recorder callback, under tests/hang_guard.py (a hang fails, naming each
+rank's last collective); and the single-process step they are compared with."""
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
+from hang_guard import run_guarded
 from hydra import compose, initialize_config_dir
 
 from mintrl.build.components import build_components
@@ -37,15 +37,20 @@ COMMON = [
 ]
 
 
-def distributed_run(tmp_path: Path, trainer: str, *overrides: str) -> Path:
+def distributed_run(
+    tmp_path: Path, trainer: str, *overrides: str, common: tuple[str, ...] | list[str] = COMMON, timeout_s: float = 900
+) -> Path:
     """Run ``trainer=<trainer>`` (2 CPU processes, gloo) through the real entry point with the
-    ddp_recorder callback; returns the recorder's folder. Output: ``tmp_path / "run"``."""
+    ddp_recorder callback and ``common + overrides``; returns the recorder's folder. Output:
+    ``tmp_path / "run"``. Every rank's collectives are logged (:class:`hang_guard.CollectiveLog`,
+    in ``tmp_path / "collectives"``).
+
+    Raises:
+        AssertionError: the run failed (its stderr), or did not finish within ``timeout_s`` (a
+            hang: each rank's last collective is named).
+    """
     record = tmp_path / "record"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
-        "OMP_NUM_THREADS": "1",
-    }
+    collectives = tmp_path / "collectives"
     cmd = [
         sys.executable,
         "-m",
@@ -55,12 +60,14 @@ def distributed_run(tmp_path: Path, trainer: str, *overrides: str) -> Path:
         "trainer.devices=2",
         f"paths.output_dir={tmp_path / 'run'}",
         f"hydra.run.dir={tmp_path / 'hydra'}",
-        *COMMON,
+        *common,
         "+callbacks.record._target_=ddp_recorder.Recorder",
         f"+callbacks.record.out={record}",
+        "+callbacks.collectives._target_=hang_guard.CollectiveLog",
+        f"+callbacks.collectives.out={collectives}",
         *overrides,
     ]
-    done = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    done = run_guarded(cmd, collectives, timeout_s, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]
     return record
 

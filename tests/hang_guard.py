@@ -275,7 +275,13 @@ def run_guarded(cmd: list[str], out: str | Path, timeout_s: float, cwd: str | Pa
 
 class CollectiveLog(L.Callback):
     """Records every rank's collectives into ``out`` (:func:`install`), from when the callback is
-    built (before the trainer starts the process group) on each rank."""
+    built (before the trainer starts the process group) on each rank, and each backward as
+    ``backward`` (under DDP a gradient all-reduce that runs in C++, unseen by :func:`install`; under
+    FSDP its reduce-scatters are logged as well)."""
 
     def __init__(self, out: str):
         install(out)
+
+    def on_before_backward(self, trainer, pl_module, loss) -> None:
+        if trainer.world_size > 1:
+            note("backward")
