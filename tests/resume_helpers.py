@@ -12,18 +12,21 @@ KEYS = ("train/loss", "reward/control", "reward/all", "rollout/response_len", "t
 
 
 class StepLog(L.Callback):
-    """Appends ``{"step", KEYS...}`` of every training step to ``path`` (jsonl)."""
+    """Appends ``{"step", KEYS..., "questions"}`` of every training step to ``path`` (jsonl): the
+    scalars the module logged for the step (``module.history``, of all ranks);
+    with several ranks each rank to ``<path>.rank<r>`` (its own prompts and scalars)."""
 
     def __init__(self, path: str):
         self.path = Path(path)
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        row = {
-            "step": trainer.global_step,
-            **{k: float(trainer.callback_metrics[k]) for k in KEYS if k in trainer.callback_metrics},
-        }
+        logged = module.history[-1] if module.history else {}  # this step's scalars (written to the loggers directly)
+        row = {"step": trainer.global_step, **{k: float(logged[k]) for k in KEYS if k in logged}}
         row["questions"] = [p.question for p in batch.prompts]
-        with self.path.open("a") as f:
+        path = (
+            self.path if trainer.world_size == 1 else self.path.with_name(f"{self.path.name}.rank{trainer.global_rank}")
+        )
+        with path.open("a") as f:
             f.write(json.dumps(row) + "\n")
 
 

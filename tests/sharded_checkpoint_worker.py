@@ -48,7 +48,7 @@ class NoiseRollout:
 
     def __init__(self, rank: int):
         self.rank, self.calls = rank, 0
-        self.sampler = SimpleNamespace(release=lambda: None, close=lambda: None)
+        self.sampler = SimpleNamespace(prepare=lambda: None, release=lambda: None, close=lambda: None)
 
     def generate(self, batch, step: int):
         self.calls += 1

@@ -229,6 +229,7 @@ class RolloutDataModule(L.LightningDataModule):
         try:
             if trainer is not None and trainer.training:
                 if self._resume_rng is not None:  # here, not at load time: Lightning draws from the RNG in between
+                    self.rollout.sampler.prepare()  # what it builds lazily (a sampling copy) draws before, not after
                     set_rng_states(self._resume_rng)
                     self._resume_rng = None
                     self._noise_set = True

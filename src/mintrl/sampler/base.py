@@ -190,6 +190,11 @@ class Sampler(ABC):
         """Counters since the last call (e.g. vLLM weight syncs), logged with the rollout statistics."""
         return {}
 
+    def prepare(self) -> None:
+        """Build now what the backend would build at its first generation (a sampling copy), so that
+        building draws no random numbers there: a resumed run calls it before restoring the random
+        generators its next rollout batch samples with. Default none."""
+
     def release(self) -> None:
         """Free what generation holds between rollout batches (caches, engine memory); default none."""
 

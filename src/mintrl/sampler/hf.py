@@ -143,6 +143,11 @@ class HFSampler(Sampler):
         """The module that samples: the policy, or its copy refreshed to the current weights."""
         return self.copy.current() if self.copy is not None else self.model
 
+    def prepare(self) -> None:
+        """Build (or refresh) the sampling copy now: building it initialises a model, which draws
+        from the global torch generator (see :meth:`Sampler.prepare`)."""
+        self.sampling_model()
+
     @property
     def copy(self) -> SamplingCopy | None:
         """The copy the sampler runs (bf16, or the sharded policy's full weights), or None when it
