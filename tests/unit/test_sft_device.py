@@ -127,3 +127,36 @@ def test_a_process_that_only_starts_the_ranks_moves_nothing(tiny_llama_factory):
     assert devices([c.context.policy, c.module.companion_models()[0]]) == ["cpu", "cpu"]
     place_models(c, META)
     assert devices([c.context.policy, c.module.companion_models()[0]]) == ["meta", "meta"]
+
+
+def test_a_sharding_strategy_gets_the_policy_where_it_was_and_the_companions_on_its_device(
+    tiny_llama_factory, tmp_path
+):
+    """Under ``trainer=fsdp`` the strategy shards the policy in ``configure_model`` and moves only the
+    shards: the run must not move the full policy to the device first (every rank would hold all of
+    its weights); the companions, which Lightning does not move, still go to the root device."""
+    from mintrl.sft.stage import strategy_places_policy
+    from mintrl.training.distributed import FullyShardedStrategy
+
+    events = []
+    c = components(tiny_llama_factory, events, with_trainer=True)
+    assert not strategy_places_policy(c.trainer)
+    sharding = Trainer(strategy=FullyShardedStrategy(), accelerator="cpu", devices=1, logger=False)
+    assert strategy_places_policy(sharding)
+
+    class OnMeta(FullyShardedStrategy):
+        @property
+        def root_device(self):
+            return META
+
+    c.trainer = Trainer(strategy=OnMeta(), accelerator="cpu", devices=1, logger=False)
+
+    def validate(module, datamodule, verbose):
+        events.append(("validate", devices([c.context.policy, c.module.companion_models()[0]])))
+        return [{"val/reward": 0.5}]
+
+    c.trainer.validate = validate
+    c.datamodule.val_items = [None] * 2
+    cfg = OmegaConf.create({"paths": {"output_dir": str(tmp_path)}, "train": False, "sft": None})
+    assert _run(cfg, c)["val_reward_first"] == 0.5
+    assert events == [("validate", ["cpu", "meta"])]

@@ -14,7 +14,7 @@ from mintrl.build.components import build_components
 from mintrl.build.config_checks import check_config
 from mintrl.build.memory_plan import plan_and_check
 from mintrl.core.manifest import write_manifest
-from mintrl.sft.stage import models_device, place_models
+from mintrl.sft.stage import models_device, place_models, strategy_places_policy
 from mintrl.training.checkpointing import checkpoint_to_resume, is_checkpoint
 
 log = logging.getLogger(__name__)
@@ -72,8 +72,9 @@ def _run(cfg: DictConfig, c) -> dict:
     if ckpt_path is not None:
         log.info("resuming from %s (the SFT stage and the step-0 validation are not run again)", ckpt_path)
     # every model on the trainer's device (its strategy's root device) before anything generates: the SFT
-    # stage and the step-0 validation run before fit would otherwise generate on the CPU
-    place_models(c, models_device(c.trainer))
+    # stage and the step-0 validation run before fit would otherwise generate on the CPU. A sharded policy is
+    # left to its strategy (configure_model shards it, then only the shards move); the SFT stage places its own
+    place_models(c, models_device(c.trainer), policy=not strategy_places_policy(c.trainer))
     sft_summary = None
     if cfg.get("sft") and ckpt_path is None:  # SFT+GRPO: supervised stage first, RL continues from its weights
         logger = (

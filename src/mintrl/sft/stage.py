@@ -24,6 +24,7 @@ from mintrl.objective.sft import SupervisedNLL
 from mintrl.reward.base import score_rewards
 from mintrl.sampler.weights import weights_generation
 from mintrl.training.callbacks.export import HFExport
+from mintrl.training.distributed import FullyShardedStrategy
 from mintrl.training.module import PolicyModule
 
 log = logging.getLogger(__name__)
@@ -84,16 +85,29 @@ def stage_device(components, trainer_cfg) -> torch.device | None:
     return models_device(trainer)
 
 
-def place_models(components, device: torch.device | None) -> None:
+def strategy_places_policy(trainer) -> bool:
+    """Whether ``trainer``'s strategy shards the policy and moves only its shards to the device
+    (``trainer=fsdp``, :class:`mintrl.training.distributed.FullyShardedStrategy`): the full policy
+    must then not be moved there first (every rank would hold all of its weights at once)."""
+    return isinstance(trainer.strategy, FullyShardedStrategy)
+
+
+def place_models(components, device: torch.device | None, policy: bool = True) -> None:
     """Move the policy and every model that runs beside it (the frozen step-0 copy, teachers, judge
     and intervention models: the run module's ``companion_models``) to ``device``, before anything
     generates: the SFT stage's demonstrations, InT's rollouts and the step-0 validation would
     otherwise run on the CPU (Lightning moves only a LightningModule's own submodules, and only
     inside ``fit`` / ``validate``). Models already there are left as they are; ``device`` None
-    (:func:`models_device`: this process only starts the ranks) moves nothing."""
+    (:func:`models_device`: this process only starts the ranks) moves nothing.
+
+    Args:
+        policy: move the policy too; False leaves it where it is (a sharding strategy shards it in
+            ``configure_model`` and moves the shards: :func:`strategy_places_policy`).
+    """
     if device is None:
         return
-    components.context.policy.to(device)
+    if policy:
+        components.context.policy.to(device)
     components.module.move_companions(device)
 
 
