@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from mintrl.data.datamodule import RolloutDataModule
@@ -67,3 +68,13 @@ def test_a_resumed_sampler_builds_before_the_generators_are_restored():
     resumed.load_state_dict(state)
     assert _draw(resumed, 2) == expected
     assert resumed.batches_trained == 4
+
+
+def test_a_checkpoint_of_two_ranks_is_refused_on_one():
+    dm = _data_module()
+    own = {"batches_trained": 2, "rng": None, "rollout": {}}
+    with pytest.raises(ValueError, match=r"of 2 ranks, this run has 1: resume on 2 devices \(trainer.devices\)"):
+        dm.load_state_dict({"batches_trained": 2, "ranks": [own, own]})
+    dm.trainer.global_rank, dm.trainer.world_size = 1, 2
+    dm.load_state_dict({"batches_trained": 2, "ranks": [own, {**own, "batches_trained": 3}]})
+    assert dm.batches_trained == 3  # rank 1's own entry
