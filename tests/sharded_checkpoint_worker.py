@@ -13,7 +13,8 @@ gathered weights A to ``<out>/weights_a.pt``; then move the weights, save again 
 through Lightning's loader (weights) and ``meta.pt`` (the data module), draw the noise of 2 batches,
 save ``last.ckpt`` again (step 3), and write ``<out>/resume_rank<r>.json``.
 
-Every collective times out after 120 s, so a hang fails naming the rank and the operation.
+Every collective times out after 120 s, so a hang fails; each rank's collectives are logged in
+``<out>/collectives_<mode>`` (tests/hang_guard.py), which the test names when a phase fails.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import lightning.pytorch as L
 import torch
 import torch.distributed as dist
 from conftest import tiny_llama
+from hang_guard import install
 from lightning.fabric.plugins.environments import TorchElasticEnvironment
 from lightning.fabric.strategies.model_parallel import _load_checkpoint
 from torch.distributed.checkpoint.filesystem import FileSystemWriter
@@ -98,6 +100,7 @@ def checkpoint(holder: Holder, dm: RolloutDataModule, step: int) -> dict:
 
 
 def main(mode: str, out: Path) -> None:
+    install(out / f"collectives_{mode}")  # each rank's collectives, named by the test if a phase fails
     dist.init_process_group("gloo", timeout=timedelta(seconds=120))
     rank = dist.get_rank()
     s = strategy()

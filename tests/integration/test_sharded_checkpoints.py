@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hang_guard import describe
 from hydra import compose, initialize_config_dir
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -46,6 +47,10 @@ def saved(tmp_path_factory):
     out = tmp_path_factory.mktemp("sharded")
     done = _worker("save", out)
     assert done.returncode != 0 and "the second save was not interrupted" not in done.stderr, done.stderr[-4000:]
+    missing = [r for r in (0, 1) if not (out / f"save_rank{r}.json").exists()]
+    assert not missing, (
+        f"rank(s) {missing} failed before the save:\n{describe(out / 'collectives_save')}\n{done.stderr[-4000:]}"
+    )
     ranks = [json.loads((out / f"save_rank{r}.json").read_text()) for r in (0, 1)]
     return out, ranks
 
@@ -55,7 +60,7 @@ def resumed(saved):
     """The ``resume`` phase on the folder the killed save left."""
     out, _ = saved
     done = _worker("resume", out)
-    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.returncode == 0, f"{describe(out / 'collectives_resume')}\n{done.stderr[-4000:]}"
     return [json.loads((out / f"resume_rank{r}.json").read_text()) for r in (0, 1)]
 
 

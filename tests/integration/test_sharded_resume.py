@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hang_guard import describe, run_guarded
 from resume_helpers import KEYS
 
 TESTS = Path(__file__).resolve().parents[1]  # tests/: its helper modules (resume_helpers)
@@ -51,6 +52,10 @@ def _env() -> dict:
 
 
 def _train(out: Path, *extra: str, wait_for: Path | None = None) -> None:
+    """One 2-rank run into ``out``; with ``wait_for``, SIGKILLed (every rank) once that file exists.
+    Each rank's collectives are logged in ``out/collectives``: a run past ``TIMEOUT_S`` fails naming
+    each rank's last collective (tests/hang_guard.py)."""
+    collectives = out / "collectives"
     cmd = [
         sys.executable,
         "-m",
@@ -60,8 +65,14 @@ def _train(out: Path, *extra: str, wait_for: Path | None = None) -> None:
         *COMMON,
         "+callbacks.steps._target_=resume_helpers.StepLog",
         f"+callbacks.steps.path={out}/steps.jsonl",
+        "+callbacks.collectives._target_=hang_guard.CollectiveLog",
+        f"+callbacks.collectives.out={collectives}",
         *extra,
     ]
+    if wait_for is None:
+        done = run_guarded(cmd, collectives, TIMEOUT_S, cwd=out.parent)
+        assert done.returncode == 0, done.stderr[-4000:]
+        return
     proc = subprocess.Popen(
         cmd,
         env=_env(),
@@ -71,21 +82,14 @@ def _train(out: Path, *extra: str, wait_for: Path | None = None) -> None:
         text=True,
         start_new_session=True,
     )
-    if wait_for is None:
-        try:
-            output, _ = proc.communicate(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise AssertionError(
-                f"{out.name}: the 2-rank run did not finish in {TIMEOUT_S} s: {proc.stdout.read()[-4000:]}"
-            )
-        assert proc.returncode == 0, output[-4000:]
-        return
     deadline = time.monotonic() + TIMEOUT_S
     while not wait_for.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
             os.killpg(proc.pid, signal.SIGKILL)
-            raise AssertionError(f"the run never reached the kill point: {proc.stdout.read()[-4000:]}")
+            proc.wait(timeout=60)
+            raise AssertionError(
+                f"the run never reached the kill point:\n{describe(collectives)}\n{proc.stdout.read()[-4000:]}"
+            )
         time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGKILL)  # a real kill, mid-run: both ranks
     proc.wait(timeout=60)
@@ -96,7 +100,7 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.mark.slow  # 3 two-rank runs of the embedded model + one evaluation: 3.8 min on 2 shared cores
+@pytest.mark.slow  # 3 two-rank runs of the embedded model + one evaluation: 2.4-3.8 min on 2 shared cores
 def test_killed_and_resumed_sharded_run_equals_the_straight_run(tmp_path):
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     straight.mkdir(), resumed.mkdir()
