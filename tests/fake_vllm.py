@@ -34,7 +34,7 @@ class FakeLLM:
         self.kwargs = kwargs
         self.events: list[tuple] = []
         self.pushes = 0
-        self.peak_alive = 0  # most received tensors alive at once during a push
+        self.peak_alive = 0  # most distinct received tensors alive at once during a push (a tied head is one)
         self.pushed_in_inference_mode: list[bool] = []
         self.pushed_names: list[list[str]] = []
         self.launcher = None
@@ -61,7 +61,7 @@ class FakeLLM:
         self.pushed_in_inference_mode.append(torch.is_inference_mode_enabled())
         for name, tensor in kwargs["weights_iterator"]:
             alive.append(weakref.ref(tensor))
-            self.peak_alive = max(self.peak_alive, sum(ref() is not None for ref in alive))
+            self.peak_alive = max(self.peak_alive, len({id(ref()) for ref in alive if ref() is not None}))
             self.weights[name] = tensor.detach().clone()
             names.append(name)
             del tensor  # the worker's load_weights copies each tensor into its parameter and moves on

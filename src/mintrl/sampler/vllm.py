@@ -380,13 +380,13 @@ class VLLMSampler(Sampler):
         consumes (each tensor gathered as it is asked for, nothing kept here); otherwise every tensor
         moved to host memory as it is gathered and written to a safetensors file."""
         if self.in_process:
-            llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=hf_weights(self.model)))
+            llm.collective_rpc("reload_weights", kwargs=dict(weights_iterator=hf_weights(self.model, tied_once=False)))
         else:  # tensors cannot cross into the engine process: a safetensors file in shared memory
             from safetensors.torch import save_file
 
             folder = tempfile.mkdtemp(prefix="mintrl-weights-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
             try:
-                tensors = {name: t.contiguous().cpu() for name, t in hf_weights(self.model)}
+                tensors = {name: t.contiguous().cpu() for name, t in hf_weights(self.model, tied_once=False)}
                 save_file(untie(tensors), os.path.join(folder, "model.safetensors"))
                 llm.collective_rpc("reload_weights", kwargs=dict(weights_path=folder))
             finally:

@@ -115,34 +115,42 @@ def full_state_dict(model: torch.nn.Module, tied_once: bool = False) -> Iterator
     checkpointing, ``torch.compile``) are stripped. Without sharding the live tensors are yielded
     (no copy).
 
+    A tensor that appears under several names (a tied LM head is the embedding's tensor) is
+    gathered once and yielded under its names one after another, where its first name stands in
+    ``state_dict``'s order (so the tied head comes right after the embedding), then dropped.
+
     Args:
-        tied_once: a tensor that appears under several names (a tied LM head is the embedding's
-            tensor) is yielded under its first name only, so it is gathered once (the consumers that
-            pass True, vLLM's ``load_weights``, ``save_pretrained`` and the sampling copy, re-tie
-            it themselves); False: under every name, as ``state_dict`` does (gathered once per name).
+        tied_once: yield such a tensor under its first name only (the consumers that pass True,
+            ``save_pretrained`` and the sampling copy, re-tie it themselves); False: under every
+            name, as ``state_dict`` does (vLLM's CPU backend keeps its own copy of a tied head, which
+            a reload without ``lm_head.weight`` leaves at the old weights).
 
     Yields:
         parameter and buffer tensors, detached, on their own device (new tensors under FSDP2).
     """
     sharded = is_sharded(model)
-    seen: set[int] = set()
+    names_of: dict[int, list[str]] = {}  # id(tensor) -> its names, in the order of first appearance
+    tensors: dict[int, torch.Tensor] = {}
     for name, tensor in model.state_dict(keep_vars=True).items():
-        if tied_once:
-            if id(tensor) in seen:
-                continue
-            seen.add(id(tensor))
-        yield strip_wrapper_prefixes(name), _full(tensor, sharded)
+        names_of.setdefault(id(tensor), []).append(name)
+        tensors.setdefault(id(tensor), tensor)
+    for key, names in names_of.items():
+        full = _full(tensors[key], sharded)
+        for name in names[:1] if tied_once else names:
+            yield strip_wrapper_prefixes(name), full
+        del full
 
 
-def hf_weights(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+def hf_weights(model: torch.nn.Module, tied_once: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
     """The policy's full weights under Hugging Face names, one tensor at a time (a collective per
-    tensor under FSDP, like :func:`full_state_dict`), a tied head under the embedding's name only.
+    tensor under FSDP, like :func:`full_state_dict`), a tied head under the embedding's name only
+    (``tied_once``) or under both names from one gather (False: what vLLM's reload needs).
 
     A LoRA policy's adapter is merged as the stream passes (:func:`mintrl.model.lora.merge_lora_stream`):
     every adapted layer's weight becomes ``W + (alpha / r) B A``, a new tensor; otherwise the tensors
     of :func:`full_state_dict` are yielded as they are.
     """
-    tensors = full_state_dict(model, tied_once=True)
+    tensors = full_state_dict(model, tied_once=tied_once)
     if not is_lora(model):
         return tensors
     scalings = {strip_wrapper_prefixes(name): s for name, s in lora_scalings(model).items()}
