@@ -7,7 +7,10 @@ attempts from env=shell are in tests/unit/test_env_shell_integrity.py."""
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
+import platform
 import shutil
 import socket
 import threading
@@ -367,4 +370,56 @@ def test_python_processes_together_cannot_hold_more_than_the_memory_cap():
     if not box.isolation()["memory_cgroup"]:
         pytest.skip("this machine refused a memory cgroup: the bound is memory_mb x processes")
     assert (result.outcome, result.stdout) == (Outcome.PASSED, "2 4"), result.stderr  # 2 x 120 MiB held at once
+    assert sandbox_processes() == []
+
+
+KEYRINGS = """
+import ctypes, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+ADD_KEY, REQUEST_KEY, KEYCTL = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}[platform.machine()]
+KEYCTL_READ, USER_KEYRING, SESSION_KEYRING = 11, -4, -3
+
+def call(nr, *args):
+    return libc.syscall(nr, *args), ctypes.get_errno()
+
+def read(serial):
+    buf = ctypes.create_string_buffer(64)
+    n, err = call(KEYCTL, ctypes.c_long(KEYCTL_READ), ctypes.c_long(serial), buf, ctypes.c_long(64))
+    return buf.raw[:n].decode() if n >= 0 else -err
+
+{action}
+"""
+STORE = """
+for ring in (USER_KEYRING, SESSION_KEYRING):
+    n, err = call(ADD_KEY, b"user", b"{name}", b"row-one-secret", ctypes.c_size_t(14), ctypes.c_int(ring))
+    print("add_key", -err if n < 0 else "stored")
+"""
+FETCH = """
+n, err = call(REQUEST_KEY, b"user", b"{name}", None, ctypes.c_int(0))
+print("request_key", read(n) if n >= 0 else -err)
+print("trainer_key", read({trainer}))
+"""
+
+
+def test_a_row_can_neither_store_a_key_for_a_later_row_nor_read_the_trainers_keys():
+    # keyrings are per uid, not per namespace: a key in the slot uid's user keyring outlives the row
+    libc = ctypes.CDLL(None, use_errno=True)
+    add_key, keyctl = {"x86_64": (248, 250), "aarch64": (217, 219)}[platform.machine()]
+    trainer = libc.syscall(add_key, b"user", b"mintrl-trainer-key", b"trainer-secret", ctypes.c_size_t(14), -3)
+    name = f"mintrl-row-key-{os.getpid()}-{time.monotonic_ns()}"  # never one a previous run left
+    box = Sandbox(workers=1, timeout_s=5.0, uid_base=UID_BASE + 6)  # one slot: both rows run as one uid
+    try:
+        store, fetch = box.run(
+            [
+                Program(KEYRINGS.replace("{action}", STORE.format(name=name)), ""),
+                Program(KEYRINGS.replace("{action}", FETCH.format(name=name, trainer=trainer)), ""),
+            ]
+        )
+    finally:
+        if trainer > 0:
+            libc.syscall(keyctl, 3, trainer)  # KEYCTL_REVOKE
+    assert (store.outcome, fetch.outcome) == (Outcome.PASSED, Outcome.PASSED), store.stderr + fetch.stderr
+    eperm = -errno.EPERM
+    assert store.stdout.splitlines() == [f"add_key {eperm}", f"add_key {eperm}"]
+    assert fetch.stdout.splitlines() == [f"request_key {eperm}", f"trainer_key {eperm}"]
     assert sandbox_processes() == []

@@ -43,7 +43,8 @@ Steps:
    ``setgroups([])``/``setgid``/``setuid`` to the unprivileged sandbox uid (root only);
    parent-death signal SIGKILL; ``no_new_privs`` (setuid programs gain nothing); a seccomp filter
    refusing new user namespaces (``unshare``/``clone`` with ``CLONE_NEWUSER``, ``setns``,
-   ``clone3``) and every syscall of a foreign ABI (i386 ``int 0x80``, x32); ``exec`` of the harness
+   ``clone3``), the keyring syscalls (``add_key``, ``request_key``, ``keyctl``) and every syscall of a
+   foreign ABI (i386 ``int 0x80``, x32); ``exec`` of the harness
    or of ``argv``.
 5. Parent: waits up to the wall-clock limit (or until it gets SIGTERM: the caller ends the run
    early), then SIGKILLs the child and its process group, removes the cgroup, and writes a status
@@ -88,6 +89,10 @@ ARCHES = {
     "x86_64": (0xC000003E, (272, 56, 308, 435), 155, 0x40000000),
     "aarch64": (0xC00000B7, (97, 220, 268, 435), 41, None),
 }
+# per architecture: the syscall numbers of (add_key, request_key, keyctl), refused whole: the kernel's
+# keyrings are per uid, not per namespace, so a row could leave a value in its slot uid's user keyring
+# for a later row to read, or read the session keyring it inherited from the trainer
+KEYRING_SYSCALLS = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")  # the only host devices a sandbox sees
 DEVICE_LINKS = {
     "fd": "/proc/self/fd",
@@ -320,7 +325,9 @@ def _drop_capability_bounds():
 def _refuse_namespaces():
     """A seccomp filter (``no_new_privs`` already set): ``unshare`` and ``clone`` asking for a new
     user namespace fail with EPERM, ``setns`` fails with EPERM, ``clone3`` (whose flags a filter
-    cannot read) with ENOSYS, so that libc falls back to ``clone``; every syscall of another ABI
+    cannot read) with ENOSYS, so that libc falls back to ``clone``; the keyring syscalls (``add_key``,
+    ``request_key``, ``keyctl``) fail with EPERM, so that no row stores or reads a key (a uid's keyring
+    outlives the run and is shared by every row of that uid); every syscall of another ABI
     (i386 through ``int 0x80``, x32: numbers a filter of this ABI would not see) fails with EPERM.
     Returns whether it is installed (False on an architecture without its syscall numbers here)."""
     arch, numbers, _, second_abi = ARCHES.get(os.uname().machine, (None, None, None, None))
@@ -339,6 +346,7 @@ def _refuse_namespaces():
         (ret, 0, 0, enosys),
         (jeq, 0, 1, setns_nr),
         (ret, 0, 0, eperm),
+        *[op for nr in KEYRING_SYSCALLS[os.uname().machine] for op in ((jeq, 0, 1, nr), (ret, 0, 0, eperm))],
         (jeq, 1, 0, unshare_nr),
         (jeq, 0, 3, clone_nr),
         (ld_abs, 0, 0, 16),  # args[0], its low 32 bits: the flags of unshare and clone
