@@ -4,7 +4,7 @@ run, shadowing what the tests call, ending the tests' loops). Every one must sco
 all-or-nothing and with partial credit; the honest solution of the same task scores 1.
 
 The tasks are HumanEval-shaped (``prompt``, ``tests`` with ``check(candidate)``, ``entry_point``; two are
-real HumanEval problems) or MBPP-shaped (plain asserts), and run through
+real HumanEval problems, and HumanEval/84 in the reward-design tests) or MBPP-shaped (plain asserts), and run through
 :class:`mintrl.reward.code.CodeReward` on the real sandbox, as in training."""
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from mintrl.data.base import PromptItem
 from mintrl.data.code import humaneval_path, normalise_row
 from mintrl.reward.code import CodeReward
 from mintrl.reward.sandbox import Sandbox
+from mintrl.reward.sandbox.codec import decode_value
 
 UID_BASE = 62400  # not the default: a training run elsewhere on this machine uses 61000+
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
@@ -288,3 +289,57 @@ def test_the_tests_process_is_another_user_and_undumpable(rewards):
     tests = "import ctypes, os\nassert whoami() != os.getuid()\nassert ctypes.CDLL(None).prctl(3, 0, 0, 0, 0) == 0\n"
     entry = {"prompt": "", "entry_point": None, "tests": tests}
     assert _score(rewards[1], "import os\ndef whoami():\n    return os.getuid()\n", entry) == 1.0
+
+
+# reward design: asserts that cannot fail, an assert count the answer chooses, big integers
+EVENS_WITH_REFERENCE = {
+    **TASKS["evens"][0],
+    "task_id": "evens-with-reference",
+    "reference": TASKS["evens"][0]["prompt"] + "    return [x for x in range(2, n + 1, 2)]\n",
+}
+BIG = {
+    "task_id": "big",
+    "prompt": 'def halve(n):\n    """n // 2, for any int."""\n',
+    "entry_point": "halve",
+    # 2 ** 30000 has 9,031 decimal digits: past Python's 4,300-digit int-to-string limit, both ways
+    "tests": "def check(candidate):\n    assert candidate(2 ** 30000) == 2 ** 29999\n"
+    "    assert candidate(-(3 ** 20000)) == -(3 ** 20000) // 2\n    assert candidate(7) == 3\n",
+}
+
+
+def test_asserts_that_cannot_fail_give_no_partial_credit(rewards):
+    # HumanEval/84's check has 5 real asserts and 2 `assert True, "..."`: doing nothing scored 2/7
+    entry = _humaneval("HumanEval/84")
+    assert [_score(r, "def solve(N):\n    return None\n", entry) for r in rewards] == [0.0, 0.0]
+    assert [_score(r, entry["reference"], entry) for r in rewards] == [1.0, 1.0]
+    constants = {
+        "prompt": 'def add(a, b):\n    """Return a + b."""\n',
+        "entry_point": "add",
+        "tests": "def check(candidate):\n    assert 1\n    assert (1, 'x')\n    assert 'always'\n"
+        "    assert candidate(1, 2) == 3\n    assert candidate(2, 2) == 4\n",
+    }
+    assert _score(rewards[1], "def add(a, b):\n    return 3\n", constants) == 0.5  # 1 of the 2 real asserts
+    assert _score(rewards[1], HONEST, constants) == 1.0
+
+
+def test_an_answer_cannot_choose_how_many_asserts_run(rewards):
+    # `for x in candidate(10): assert x % 2 == 0`: the reference runs 5 asserts; [2] ran 1 and passed it
+    for wrong in ("return [2]", "return [2] * 50", "return [2, 4, 6, 8]"):
+        solution = f"def evens(n):\n    {wrong}\n"
+        assert [_score(r, solution, EVENS_WITH_REFERENCE) for r in rewards] == [0.0, 0.0], wrong
+    assert [_score(r, TASKS["evens"][1], EVENS_WITH_REFERENCE) for r in rewards] == [1.0, 1.0]
+    assert [_score(r, "def evens(n):\n    return [2, 4, 6, 8, 9]\n", EVENS_WITH_REFERENCE) for r in rewards] == [
+        0.0,
+        0.8,
+    ]
+
+
+def test_an_honest_big_integer_answer_scores_one(rewards):
+    # JSON writes ints in decimal: a 9,031-digit answer (or argument) used to fail on the way
+    assert [_score(r, "def halve(n):\n    return n // 2\n", BIG) for r in rewards] == [1.0, 1.0]
+    assert [_score(r, "def halve(n):\n    return n // 2 + (abs(n) > 100)\n", BIG) for r in rewards] == [0.0, 1 / 3]
+    # a hand-made tagged int is a plain int, nothing more; a malformed one is refused
+    assert decode_value({"int": "-ff"}) == -255
+    for bad in ("0x10", "1_0", " 1", "", "G"):
+        with pytest.raises(ValueError, match="malformed value"):
+            decode_value({"int": bad})

@@ -9,14 +9,17 @@ is the protocol channel to the runner; prints of the tests go to standard error.
 2. ``exec`` the trusted ``context`` (a HumanEval problem's prompt: imports and helper functions) and
    then the tests in one namespace, every ``assert`` (at module level, in ``check``, and in loops or
    branches under them) rewritten to count itself as passed or failed instead of stopping the run;
-   then ``check(<entry_point>)`` when an entry point is given (HumanEval format). The candidate's
+   then ``check(<entry_point>)`` when an entry point is given (HumanEval format). An assert whose
+   expression is a constant truthy literal (``assert True, "..."``) cannot fail: it is counted as
+   passed and as ``trivial`` (left out of partial credit). The candidate's
    functions are proxies (the entry point, and each name the solution defines that is not a
    builtin and that the context does not define; the tests' own definitions replace them): a call
    sends its arguments to the runner, which asks the candidate's process, and returns the plain
    value that comes back (:mod:`mintrl.reward.sandbox.codec`) or raises the candidate's exception
    (a builtin ``Exception`` type by name, except those that steer the tests' control flow or mean
    a limit of this process, else :class:`CandidateError`).
-3. Answer ``{"done": [passed, total]}``.
+3. Answer ``{"done": [passed, total], "trivial": n}`` (``n``: the asserts that cannot fail, counted as
+   passed in both; the partial credit leaves them out).
 
 The verdict is computed here, from plain values, in a process the candidate's code never runs in.
 What the candidate decides is only the values (and exceptions) its functions answer: a name it
@@ -55,10 +58,24 @@ def is_resource_error(exc):
     return isinstance(exc, OSError) and exc.errno in RESOURCE_ERRNOS
 
 
+def cannot_fail(node):
+    """Whether an ``assert`` node's expression is a constant truthy literal (``assert True, "..."``,
+    ``assert 1``, ``assert (1, 2)``: decided on its syntax tree with ``ast.literal_eval``): such an
+    assert passes whatever the candidate answers, so partial credit leaves it out (it would give
+    credit to a solution that does nothing)."""
+    try:
+        return bool(ast.literal_eval(node.test))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+
+
 class CountAsserts(ast.NodeTransformer):
-    """Wrap each ``assert`` in try/except/else that records its result."""
+    """Wrap each ``assert`` in try/except/else that records its result (an assert that cannot fail,
+    :func:`cannot_fail`, becomes a call that records it as passed and trivial)."""
 
     def visit_Assert(self, node):
+        if cannot_fail(node):
+            return ast.copy_location(ast.parse("_mintrl_trivial()").body[0], node)
         wrapped = copy.deepcopy(_WRAP)
         wrapped.body = [node]
         return ast.copy_location(wrapped, node)
@@ -121,6 +138,7 @@ def main():
     inbox = sys.stdin.buffer
     job = json.loads(inbox.readline())
     counts = [0, 0]
+    trivial = [0]
     gone = [False]
 
     def proxy(name):
@@ -149,6 +167,10 @@ def main():
         counts[0] += 1
         counts[1] += 1
 
+    def record_trivial():
+        record_pass()
+        trivial[0] += 1
+
     def record_fail(exc):
         if not isinstance(exc, Exception) or is_resource_error(exc):
             raise exc
@@ -162,7 +184,7 @@ def main():
             if proxied(name, namespace, entry):
                 namespace[name] = proxy(name)
         tests = ast.fix_missing_locations(CountAsserts().visit(ast.parse(job["tests"], "tests.py")))
-        namespace.update(_mintrl_pass=record_pass, _mintrl_fail=record_fail)
+        namespace.update(_mintrl_pass=record_pass, _mintrl_fail=record_fail, _mintrl_trivial=record_trivial)
         exec(compile(tests, "tests.py", "exec"), namespace)
         if entry:
             namespace["check"](proxy(entry))
@@ -175,7 +197,7 @@ def main():
             pass
         os._exit(code)
     sys.stderr.flush()
-    channel.write(dumps_line({"done": counts}))
+    channel.write(dumps_line({"done": counts, "trivial": trivial[0]}))
     os._exit(0)
 
 

@@ -6,17 +6,25 @@ Only values of exactly these types cross: ``None``, ``bool``, ``int``, ``float``
 :data:`MAX_ITEMS` values in all). A subclass (a ``str`` whose ``__eq__`` is always true, an ``int``
 with a custom ``__hash__``) or any other object is refused with ``TypeError``: what the tests compare
 is always a plain value decoded in their own process, never an object the candidate made. Containers
-travel tagged (``{"tuple": [...]}``), scalars as JSON scalars (NaN and infinities included).
+travel tagged (``{"tuple": [...]}``), scalars as JSON scalars (NaN and infinities included), except an
+``int`` of more than :data:`BIG_INT_BITS` bits, which travels as ``{"int": <hexadecimal>}``: JSON
+writes integers in decimal, and Python refuses a decimal conversion of more than 4,300 digits
+(``sys.set_int_max_str_digits``), which would turn an honest big answer into an error. A tagged
+``int`` is a plain value like any other: the candidate decides nothing with it that it could not
+with a JSON number.
 
 This file is also run as source text inside the sandbox (prepended to ``harness.py`` and
 ``candidate.py``), so it imports nothing but the standard library.
 """
 
 import json
+import re
 
 MAX_DEPTH = 64  # nesting levels
 MAX_ITEMS = 1_000_000  # values in one message
+BIG_INT_BITS = 4096  # an int longer than this (bits; about 1,233 decimal digits) travels in hexadecimal
 _SEQUENCES = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset"}
+_HEX_INT = re.compile(r"-?[0-9a-f]+")
 _BUILDERS = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
 
 
@@ -33,6 +41,8 @@ def encode_value(value):
         if count[0] > MAX_ITEMS or depth > MAX_DEPTH:
             raise TypeError(f"value too large to compare (over {MAX_ITEMS} values or {MAX_DEPTH} levels)")
         kind = type(v)
+        if kind is int and v.bit_length() > BIG_INT_BITS:
+            return {"int": format(v, "x")}  # a power-of-two base has no digit limit
         if v is None or kind in (bool, int, float, str):
             return v
         if kind is complex:
@@ -66,6 +76,8 @@ def decode_value(tree):
         return {decode_value(k): decode_value(v) for k, v in body}
     if tag == "bytes" and type(body) is str:
         return bytes.fromhex(body)
+    if tag == "int" and type(body) is str and _HEX_INT.fullmatch(body):
+        return int(body, 16)
     if tag == "complex" and type(body) is list and len(body) == 2 and all(type(x) in (int, float) for x in body):
         return complex(body[0], body[1])
     raise ValueError(f"malformed value: {str(tree)[:80]}")

@@ -47,7 +47,8 @@ class ProgramResult:
 
     Attributes:
         outcome: the :class:`Outcome`. passed, total: asserts that passed / ran (0/0 unless the
-        tests ran to the end). stdout, stderr: the first ``max_output_bytes`` of each (decoded,
+        tests ran to the end). trivial: of those, asserts that cannot fail (``assert True, "..."``:
+        passed, and counted in ``passed`` and ``total``, but not in :attr:`fraction`). stdout, stderr: the first ``max_output_bytes`` of each (decoded,
         harness result line removed). wall_s: seconds the program ran (launcher's clock).
         sandbox_error: set when the sandbox itself failed (no temporary folder, no process could
         be started, the launcher left no status); the outcome is then CRASHED but says nothing about
@@ -61,8 +62,12 @@ class ProgramResult:
     stderr: str = ""
     wall_s: float = 0.0
     sandbox_error: str | None = None
+    trivial: int = 0
 
     @property
     def fraction(self) -> float:
-        """Fraction of asserts passed (0 when the tests did not run to the end or there are none)."""
+        """Fraction of asserts passed, not counting those that cannot fail (:attr:`trivial`) unless
+        no other assert ran (0 when the tests did not run to the end or there are none)."""
+        if self.total > self.trivial:
+            return (self.passed - self.trivial) / (self.total - self.trivial)
         return self.passed / self.total if self.total else 0.0

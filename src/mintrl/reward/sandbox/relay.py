@@ -158,7 +158,7 @@ def run_checked(
         try:
             candidate.send((json.dumps({"solution": program.solution}) + "\n").encode())
             ready = _message(candidate.receive(deadline))
-            counts, gone = None, False
+            counts, trivial, gone = None, 0, False
             if ready is not None and isinstance(ready.get("ready"), list):
                 checks = _Sandboxed(tmp, "checks", uids[1], limits, tmp_bytes, python, CHECKS)
                 names = [n for n in ready["ready"] if isinstance(n, str)]
@@ -170,6 +170,8 @@ def run_checked(
                         done = request.get("done") if request else None
                         if isinstance(done, list) and len(done) == 2 and all(type(x) is int for x in done):
                             counts = done
+                            count = request.get("trivial", 0)
+                            trivial = count if type(count) is int and 0 <= count <= min(done) else 0
                         break
                     answer = candidate.receive(deadline) if candidate.send(_line(request)) else None
                     if answer is None:
@@ -198,7 +200,8 @@ def run_checked(
                 return ProgramResult(outcome, stderr=stderr, wall_s=wall), candidate_status.get("isolation", {})
             passed, total = counts
             outcome = Outcome.PASSED if 0 < passed == total else Outcome.FAILED  # no assert ran: nothing passed
-            return ProgramResult(outcome, passed, total, "", stderr, wall), candidate_status.get("isolation", {})
+            result = ProgramResult(outcome, passed, total, "", stderr, wall, trivial=trivial)
+            return result, candidate_status.get("isolation", {})
         finally:
             candidate.close()
             if checks is not None:
