@@ -140,9 +140,10 @@ def test_main_job_writes_scalars_checkpoint_and_hf_folder(tiny_run, embedded):
     assert len(values["val/reward"]) == 2  # before training and at the end
     # one sample per validation prompt and 0/1 rewards: pass@1 is the mean reward
     assert [v for _, v in values["val/pass@1"]] == pytest.approx([v for _, v in values["val/reward"]])
-    # the best checkpoint holds the best validation, the one before training included
+    # the best checkpoint holds the best validation of training (steps > 0); the step-0 validation runs before
+    # fit and has no checkpoint of its own (its weights are the loaded model's)
     assert summary["best_monitor"] == "val/pass@1" and summary["best_score"] == pytest.approx(
-        max(v for _, v in values["val/pass@1"])
+        max(v for step, v in values["val/pass@1"] if step > 0)
     )
     assert Path(summary["best_checkpoint"]).is_file() and Path(summary["best_checkpoint"]).name == "best-step2.ckpt"
     assert (out / "checkpoints" / "last.ckpt").is_file()
