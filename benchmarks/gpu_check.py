@@ -639,6 +639,7 @@ def fsdp_step(folder: Path, lora: bool, device: str, out: Path) -> dict:
     export = HFExport(str(out / "hf_policy"))
     strategy = fsdp_strategy()
     had_group = torch.distributed.is_available() and torch.distributed.is_initialized()
+    environ = dict(os.environ)  # Lightning sets MASTER_ADDR / MASTER_PORT / ranks here: put back after the part
     trainer = L.Trainer(
         max_steps=1,
         accelerator="gpu" if device == "cuda" else "cpu",
@@ -662,6 +663,10 @@ def fsdp_step(folder: Path, lora: bool, device: str, out: Path) -> dict:
     finally:
         if not had_group and torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+        # a later part or a later run in this process would otherwise rendezvous on this part's port, which the
+        # store of this process group may still hold (EADDRINUSE)
+        os.environ.clear()
+        os.environ.update(environ)
     return {
         "strategy": type(trainer.strategy).__name__,
         "sharded": sharded,

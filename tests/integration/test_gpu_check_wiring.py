@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,10 @@ def test_the_fsdp_part_runs_the_fsdp_strategy_on_cpu(tmp_path):
     gpu_check = load_gpu_check()
     out = tmp_path / "check.json"
     args = ["--device", "cpu", "--archs", "tiny", "--parts", "fsdp-lora", "--json", str(out)]
+    environ = dict(os.environ)
     assert gpu_check.main([*args, "--tokenizer", str(embedded_smollm2_folder())]) == 0
+    # Lightning's MASTER_PORT would send a later 2-rank run in this process to a port still held (EADDRINUSE)
+    assert dict(os.environ) == environ
     fsdp = json.loads(out.read_text())["tiny/fsdp-lora"]
     assert fsdp["strategy"] == "FullyShardedStrategy" and fsdp["sharded"]
     assert "model.safetensors" in fsdp["exported"] and "adapter_config.json" in fsdp["adapter"]
