@@ -87,9 +87,12 @@ class _SaveWeights(L.Callback):
             torch.save({k: v.detach().clone() for k, v in module.policy.state_dict().items()}, self.path)
 
 
-def test_real_ddp_update_equals_the_single_process_update(tiny_model, tmp_path):
+def test_real_ddp_update_equals_the_single_process_update(tiny_model, tmp_path, monkeypatch):
     """Two gloo ranks with 4 rows each (different token counts) make the same SGD update as one
     process on all 8 rows: counts are all-reduced and the loss scaled by the world size."""
+    # a fresh rendezvous port: an earlier in-process Lightning run of this session may have left its
+    # MASTER_PORT in the environment while that port is still held (EADDRINUSE)
+    monkeypatch.delenv("MASTER_PORT", raising=False)
     batch = rollout_batch(tiny_model)
     start = copy.deepcopy(tiny_model.state_dict())
 
