@@ -233,7 +233,7 @@ class ShellSession:
                 argv=BASH,
                 tmpfs_dirs=limits.tmpfs_dirs,
             )
-            cfg["pass_fd"] = status_w  # bash's fd 3: the status channel
+            cfg["pass_fds"] = [[3, status_w]]  # bash's fd 3: the status channel
             self._proc = start_launcher(
                 cfg, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(status_w,)
             )

@@ -7,8 +7,9 @@ a scrubbed environment, in one of two modes:
   arrives on stdin and is passed through to the harness;
 - program (config key ``argv``; :class:`mintrl.env.shell.session.ShellSession`): ``argv`` is
   exec'd instead, with the launcher's stdin, stdout and stderr (e.g. a long-lived ``bash`` reading
-  commands on a pipe) and, with config key ``pass_fd`` (an inherited descriptor number), that
-  descriptor as its fd 3 (the shell's status channel). This file is never imported by the package:
+  commands on a pipe) and, with config key ``pass_fds`` (``[[target, source], ...]``: inherited
+  descriptor numbers), each ``source`` as its descriptor ``target`` (e.g. the shell's status
+  channel as fd 3). This file is never imported by the package:
   it runs as a fresh, single-threaded process so that ``unshare``/``fork``/``setuid`` are safe.
 
 Threat model: whatever runs inside is hostile (a policy's code or shell commands, optimising its
@@ -366,6 +367,21 @@ def _refuse_namespaces():
     return libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) == 0
 
 
+def _place_descriptors(pairs):
+    """Give the program each inherited descriptor ``source`` as descriptor ``target`` (``pairs``:
+    ``[[target, source], ...]``), closing the sources: every source is first moved above all targets,
+    so that no placement overwrites a source still to be placed."""
+    top = max([3, *(t for t, _ in pairs), *(s for _, s in pairs)]) + 1
+    moved = []
+    for target, source in pairs:
+        high = os.dup2(source, top + len(moved), inheritable=True)
+        os.close(source)
+        moved.append((target, high))
+    for target, high in moved:
+        os.dup2(high, target, inheritable=True)
+        os.close(high)
+
+
 def _child(cfg, isolation, root, report_fd, harness_source):
     """PID 1 of the sandbox (or a plain child): set up and exec the harness (or ``cfg["argv"]``
     when ``harness_source`` is None). Never returns."""
@@ -422,10 +438,7 @@ def _child(cfg, isolation, root, report_fd, harness_source):
         os.chdir(workdir)
         env = dict(cfg["env"], HOME=workdir, TMPDIR=workdir)
         if harness_source is None:
-            if cfg.get("pass_fd") is not None:  # last: it may replace the report pipe's descriptor
-                os.dup2(cfg["pass_fd"], 3)
-                if cfg["pass_fd"] != 3:
-                    os.close(cfg["pass_fd"])
+            _place_descriptors(cfg.get("pass_fds", []))  # last: they may replace the report pipe's descriptor
             os.execve(cfg["argv"][0], cfg["argv"], env)
         # the harness goes in as source text: its file may sit under a path the new mounts hide
         os.execve(cfg["python"], [cfg["python"], "-I", "-c", harness_source], env)
@@ -463,8 +476,8 @@ def main():
         _child(cfg, isolation, root, report_w, harness_source)
     os.close(report_w)
     os.close(go_r)
-    if cfg.get("pass_fd") is not None:
-        os.close(cfg["pass_fd"])  # only the sandbox holds the status channel's write end
+    for _, source in cfg.get("pass_fds", []):
+        os.close(source)  # only the sandbox holds them (e.g. the shell's status channel's write end)
     isolation["memory_cgroup"] = False
     if cgroup is not None:
         try:
