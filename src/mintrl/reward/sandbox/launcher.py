@@ -26,27 +26,33 @@ Steps:
 
 1. ``unshare`` new network, PID, mount and IPC namespaces (root: directly; otherwise inside a new
    user namespace when the kernel allows unprivileged ones).
-2. Memory cap (root): a memory cgroup of its own (cgroup v2 where the launcher's cgroup offers the
-   memory controller, else the v1 memory hierarchy) capped at ``limits.memory_total_bytes``
-   (default: ``address_space_bytes``) over every process of the sandbox, its tmpfs files included
-   (``isolation.memory_cgroup``; the status says when the OOM killer fired). Without one, the only
-   bound is ``address_space_bytes`` per process times ``processes`` (RLIMIT_AS x RLIMIT_NPROC).
+2. Cgroups (root): a memory cgroup of its own capped at ``limits.memory_total_bytes`` (default:
+   ``address_space_bytes``) over every process of the sandbox, its tmpfs files included
+   (``isolation.memory_cgroup``; the status says when the OOM killer fired), and a cpu cgroup
+   allowed ``limits.cpu_cores`` cores (default 1) of CPU time per wall-clock second, weighted like
+   any sibling (``isolation.cpu_cgroup``): cgroup v2 where the launcher's cgroup offers the
+   controller, else the v1 hierarchy. A process that moves to another session or group stays in
+   them. Without a memory cgroup the only bound is ``address_space_bytes`` per process times
+   ``processes`` (RLIMIT_AS x RLIMIT_NPROC); without a cpu cgroup, CPU time is bounded by
+   ``cpu_s`` per process (RLIMIT_CPU) and the wall clock, and nothing stops the sandbox's processes
+   from taking every core meanwhile (non-root launchers, machines without a cpu controller).
 3. ``fork``: the child is PID 1 of the new PID namespace, so when it exits or is killed the kernel
    kills every process the program started, whatever session or group they moved to; it waits until
    the parent has moved it into the cgroup.
 4. Child: private mounts, every host mount remounted read-only; with ``visible`` and ``new_root``: a
    new root on a small tmpfs holding read-only binds of the ``visible`` host paths only (``/dev``: a
-   few harmless devices), a fresh ``/proc``, size-capped ``tmpfs`` on ``/tmp``, ``/var/tmp``,
+   few harmless devices) with every installed package's folder (``hidden``: ``site-packages``,
+   ``dist-packages``) covered by an empty read-only tmpfs, a fresh ``/proc``, size-capped ``tmpfs`` on ``/tmp``, ``/var/tmp``,
    ``/dev/shm`` (and ``tmpfs_dirs``, e.g. ``/root`` and ``/home`` for a shell's tasks), then
    ``pivot_root`` into it with the host's mount tree detached (``chroot`` where pivot_root fails)
    and the new root itself read-only; the working directory ``/tmp/work`` lives on the private
    ``/tmp`` and vanishes with the namespace. Resource limits; the capability bounding set emptied,
    ``setgroups([])``/``setgid``/``setuid`` to the unprivileged sandbox uid (root only);
-   parent-death signal SIGKILL; ``no_new_privs`` (setuid programs gain nothing); a seccomp filter
+   a new anonymous session keyring (not the trainer's); parent-death signal SIGKILL; ``no_new_privs`` (setuid programs gain nothing); a seccomp filter
    refusing new user namespaces (``unshare``/``clone`` with ``CLONE_NEWUSER``, ``setns``,
    ``clone3``), the keyring syscalls (``add_key``, ``request_key``, ``keyctl``) and every syscall of a
-   foreign ABI (i386 ``int 0x80``, x32); ``exec`` of the harness
-   or of ``argv``.
+   foreign ABI (i386 ``int 0x80``, x32); ``exec`` of the harness (``python -I -S``: no
+   site-packages on its path) or of ``argv``.
 5. Parent: waits up to the wall-clock limit (or until it gets SIGTERM: the caller ends the run
    early), then SIGKILLs the child and its process group, removes the cgroup, and writes a status
    file (wait status, timeout flag, isolation report) into a directory only it can write.
@@ -154,12 +160,12 @@ def _isolate(root):
     return {"network": _unshare(CLONE_NEWNET), "pid": False, "mount": False, "user_namespace": False}
 
 
-# -- memory cgroup (run by the launcher parent, as root) ---------------------------------------------
+# -- cgroups (run by the launcher parent, as root) ----------------------------------------------------
 
 
 def _cgroup_parents():
-    """``(version, folder)`` of the launcher's own cgroup in each hierarchy that may hold a memory
-    cgroup: the unified (v2) one first, then the v1 memory hierarchy."""
+    """``{hierarchy: folder}`` of the launcher's own cgroup in each hierarchy that may hold a sandbox's
+    cgroup: ``"v2"`` (the unified one), ``"memory"`` and ``"cpu"`` (cgroup v1)."""
     own = {}
     with open("/proc/self/cgroup") as f:
         for line in f:
@@ -173,14 +179,18 @@ def _cgroup_parents():
             tail = fields[fields.index("-") + 1 :]
             if tail[0] == "cgroup2":
                 points.setdefault("v2", (fields[3], fields[4]))
-            elif tail[0] == "cgroup" and "memory" in tail[2].split(","):
-                points.setdefault("memory", (fields[3], fields[4]))
-    for key in ("v2", "memory"):
+            elif tail[0] == "cgroup":
+                for name in ("memory", "cpu"):
+                    if name in tail[2].split(","):
+                        points.setdefault(name, (fields[3], fields[4]))
+    parents = {}
+    for key in ("v2", "memory", "cpu"):
         if key in own and key in points:
             mount_root, point = points[key]
             path, mount_root = own[key], mount_root.rstrip("/")
             if path == mount_root or path.startswith(mount_root + "/"):
-                yield key, point + path[len(mount_root) :]
+                parents[key] = point + path[len(mount_root) :]
+    return parents
 
 
 def _remove_cgroup(folder, tries=50):
@@ -197,41 +207,74 @@ def _remove_cgroup(folder, tries=50):
             time.sleep(0.01)
 
 
-def _memory_cgroup(limit):
-    """A new memory cgroup next to the launcher's own, capped at ``limit`` bytes (swap included),
-    or None where no hierarchy lets this process make one. Empty cgroups left by launchers that were
-    SIGKILLed are removed first."""
-    files = {
-        "v2": (("memory.max", limit), ("memory.swap.max", 0)),
-        "memory": (("memory.limit_in_bytes", limit), ("memory.memsw.limit_in_bytes", limit)),
-    }
+def _remove_stale_cgroups(parent):
+    """Remove the empty cgroups that launchers killed by SIGKILL left under ``parent``."""
+    for name in os.listdir(parent):
+        if name.startswith(CGROUP_PREFIX) and name[len(CGROUP_PREFIX) :].isdigit():
+            try:
+                os.kill(int(name[len(CGROUP_PREFIX) :]), 0)
+            except ProcessLookupError:
+                _remove_cgroup(os.path.join(parent, name), tries=1)
+            except OSError:
+                pass
+
+
+def _controlled_cgroup(parent, settings, made):
+    """This launcher's cgroup under ``parent`` (made once, kept in ``made``) with ``settings``
+    (``[(file, value), ...]``; the first file is required, the others are written where they
+    exist). Returns the folder, or None where the hierarchy refuses (the folder is then removed
+    if this call made it)."""
+    folder = os.path.join(parent, f"{CGROUP_PREFIX}{os.getpid()}")
+    new = folder not in made
     try:
-        parents = list(_cgroup_parents())
-    except (OSError, ValueError, IndexError):
-        return None
-    for version, parent in parents:
-        try:
-            for name in os.listdir(parent):
-                if name.startswith(CGROUP_PREFIX) and name[len(CGROUP_PREFIX) :].isdigit():
-                    try:
-                        os.kill(int(name[len(CGROUP_PREFIX) :]), 0)
-                    except ProcessLookupError:
-                        _remove_cgroup(os.path.join(parent, name), tries=1)
-                    except OSError:
-                        pass
-            folder = os.path.join(parent, f"{CGROUP_PREFIX}{os.getpid()}")
+        if new:
+            _remove_stale_cgroups(parent)
             os.mkdir(folder, 0o700)
-        except OSError:
-            continue
-        try:
-            for k, (name, value) in enumerate(files[version]):
-                if k == 0 or os.path.exists(os.path.join(folder, name)):  # the first is required
-                    with open(os.path.join(folder, name), "w") as f:
-                        f.write(str(value))
-            return folder
-        except OSError:
+            made.append(folder)
+        for k, (name, value) in enumerate(settings):
+            if k == 0 or os.path.exists(os.path.join(folder, name)):
+                with open(os.path.join(folder, name), "w") as f:
+                    f.write(str(value))
+        return folder
+    except OSError:
+        if new and folder in made:
+            made.remove(folder)
             _remove_cgroup(folder)
-    return None
+        return None
+
+
+def _sandbox_cgroups(memory_bytes, cpu_cores):
+    """Cgroups of the sandbox next to the launcher's own (root only): a memory cgroup capped at
+    ``memory_bytes`` (swap included) and a cpu cgroup allowed ``cpu_cores`` cores of CPU time per
+    wall-clock second (CFS bandwidth: ``cpu.max`` on cgroup v2, ``cpu.cfs_quota_us`` on v1), each in
+    the unified hierarchy where it offers the controller, else in the v1 one. Every process of the
+    sandbox is in them, whatever session or process group it moves to; sibling cgroups share the
+    machine by equal weight, so a sandbox of 30 busy processes gets no more than one of a single
+    process. Returns ``({"memory": folder | None, "cpu": folder | None}, folders to remove)``."""
+    period = 100_000  # microseconds
+    quota = max(1000, int(round(cpu_cores * period)))
+    wanted = {
+        "memory": (
+            ("v2", (("memory.max", memory_bytes), ("memory.swap.max", 0))),
+            ("memory", (("memory.limit_in_bytes", memory_bytes), ("memory.memsw.limit_in_bytes", memory_bytes))),
+        ),
+        "cpu": (
+            ("v2", (("cpu.max", f"{quota} {period}"),)),
+            ("cpu", (("cpu.cfs_period_us", period), ("cpu.cfs_quota_us", quota))),
+        ),
+    }
+    made, chosen = [], {"memory": None, "cpu": None}
+    try:
+        parents = _cgroup_parents()
+    except (OSError, ValueError, IndexError):
+        return chosen, made
+    for controller, options in wanted.items():
+        for hierarchy, settings in options:
+            if hierarchy in parents:
+                chosen[controller] = _controlled_cgroup(parents[hierarchy], settings, made)
+                if chosen[controller] is not None:
+                    break
+    return chosen, made
 
 
 def _oom_kills(folder):
@@ -259,12 +302,17 @@ def _bind_read_only(source, target):
         pass  # a bind of a mount made read-only above stays read-only
 
 
-def _new_root(top, visible):
+def _new_root(top, visible, hidden=()):
     """Build the sandbox's root at ``top`` (an empty folder): a small tmpfs holding read-only bind
     mounts of the ``visible`` host paths (system binaries and libraries, ``/etc``, the interpreter's
-    prefix) and nothing else of the host; a visible symlink (``/bin -> usr/bin``) is copied as a
-    link; ``/dev`` gets only :data:`DEVICES` (bound one by one) and the ``/proc/self/fd`` links.
-    Returns ``top``."""
+    binary, library and standard-library folders) and nothing else of the host; a visible symlink
+    (``/bin -> usr/bin``) is copied as a link; ``/dev`` gets only :data:`DEVICES` (bound one by one)
+    and the ``/proc/self/fd`` links; each ``hidden`` folder under them (installed packages) is
+    covered by an empty read-only tmpfs. Returns ``top``.
+
+    Raises:
+        OSError: a mount failed (the sandbox must not start with a hidden folder in reach).
+    """
     _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
     for path in visible:
         target = top + path
@@ -284,6 +332,10 @@ def _new_root(top, visible):
                 _bind_read_only(f"/dev/{name}", f"{target}/{name}")
         for name, link in DEVICE_LINKS.items():
             os.symlink(link, f"{target}/{name}")
+    for path in hidden:
+        target = top + path
+        if os.path.isdir(target) and os.path.realpath(target).startswith(top + "/"):
+            _mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
     return top
 
 
@@ -321,6 +373,18 @@ def _drop_capability_bounds():
     for cap in range(64):
         if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
             break  # past the last capability this kernel knows
+
+
+def _join_new_session_keyring():
+    """Join a new anonymous session keyring (``keyctl(KEYCTL_JOIN_SESSION_KEYRING, NULL)``), so that
+    the keyring the launcher inherited from the trainer (a login's or a service's) is no longer this
+    process's session keyring; the seccomp filter then refuses every keyring syscall. Returns
+    whether it was joined (False on an architecture without its number here, or where the kernel
+    has no keyrings)."""
+    numbers = KEYRING_SYSCALLS.get(os.uname().machine)
+    if numbers is None:
+        return False
+    return libc.syscall(ctypes.c_long(numbers[2]), ctypes.c_long(1), ctypes.c_void_p(None)) >= 0
 
 
 def _refuse_namespaces():
@@ -396,7 +460,7 @@ def _child(cfg, isolation, root, report_fd, harness_source):
             os.write(report_fd, b"r" if read_only else b"-")
             top = ""  # where the sandbox's / is built (the host's / when no new root is made)
             if cfg.get("visible") and cfg.get("new_root"):
-                top = _new_root(cfg["new_root"], cfg["visible"])
+                top = _new_root(cfg["new_root"], cfg["visible"], cfg.get("hidden", ()))
             if isolation["pid"]:
                 os.makedirs(top + "/proc", exist_ok=True)
                 _mount("proc", top + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -430,6 +494,8 @@ def _child(cfg, isolation, root, report_fd, harness_source):
             os.setgroups([])
             os.setgid(cfg["gid"])
             os.setuid(cfg["uid"])
+        if _join_new_session_keyring():  # after setuid: the new keyring belongs to the sandbox uid
+            os.write(report_fd, b"k")
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after setuid, which clears it
         if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:  # setuid binaries (su, mount) gain nothing
             os.write(report_fd, b"n")
@@ -441,7 +507,8 @@ def _child(cfg, isolation, root, report_fd, harness_source):
             _place_descriptors(cfg.get("pass_fds", []))  # last: they may replace the report pipe's descriptor
             os.execve(cfg["argv"][0], cfg["argv"], env)
         # the harness goes in as source text: its file may sit under a path the new mounts hide
-        os.execve(cfg["python"], [cfg["python"], "-I", "-c", harness_source], env)
+        # -I: no environment variables, no user site; -S: no site-packages on the path at all
+        os.execve(cfg["python"], [cfg["python"], "-I", "-S", "-c", harness_source], env)
     except BaseException as exc:  # noqa: BLE001 - report and exit with the launcher's own code
         os.write(2, f"mintrl-sandbox launcher: {type(exc).__name__}: {exc}\n".encode())
     os._exit(125)
@@ -461,7 +528,10 @@ def main():
     isolation = _isolate(root)
     isolation["separate_user"] = root  # root drops to a per-slot uid; others already run unprivileged
     lim = cfg["limits"]
-    cgroup = _memory_cgroup(lim.get("memory_total_bytes", lim["address_space_bytes"])) if root else None
+    cgroups, made = ({"memory": None, "cpu": None}, [])
+    if root:
+        memory_bytes = lim.get("memory_total_bytes", lim["address_space_bytes"])
+        cgroups, made = _sandbox_cgroups(memory_bytes, float(lim.get("cpu_cores", 1.0)))
     if cfg.get("new_root"):
         os.makedirs(cfg["new_root"], exist_ok=True)  # before the child makes every mount read-only
     report_r, report_w = os.pipe()  # the child reports each isolation it made (one letter each)
@@ -478,14 +548,16 @@ def main():
     os.close(go_r)
     for _, source in cfg.get("pass_fds", []):
         os.close(source)  # only the sandbox holds them (e.g. the shell's status channel's write end)
-    isolation["memory_cgroup"] = False
-    if cgroup is not None:
+    joined = set()
+    for folder in made:
         try:
-            with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+            with open(os.path.join(folder, "cgroup.procs"), "w") as f:
                 f.write(str(pid))
-            isolation["memory_cgroup"] = True
+            joined.add(folder)
         except OSError:
             pass
+    isolation["memory_cgroup"] = cgroups["memory"] in joined
+    isolation["cpu_cgroup"] = cgroups["cpu"] in joined
     os.write(go_w, b"g")
     os.close(go_w)
     timed_out = False
@@ -516,16 +588,17 @@ def main():
     isolation["host_root_detached"] = b"p" in reported  # pivot_root, the host's mounts detached
     isolation["no_new_privs"] = b"n" in reported
     isolation["no_user_namespaces"] = b"s" in reported
+    isolation["own_session_keyring"] = b"k" in reported
     report = {
         "status": status,
         "timed_out": timed_out,
         "wall_s": time.monotonic() - start,
         "cpu_s": usage.ru_utime + usage.ru_stime,
         "isolation": isolation,
-        "oom_kills": _oom_kills(cgroup) if isolation["memory_cgroup"] else 0,
+        "oom_kills": _oom_kills(cgroups["memory"]) if isolation["memory_cgroup"] else 0,
     }
-    if cgroup is not None:
-        _remove_cgroup(cgroup)  # every process of the sandbox is gone with its PID 1
+    for folder in made:
+        _remove_cgroup(folder)  # every process of the sandbox is gone with its PID 1
     with open(cfg["status_path"], "w") as f:
         json.dump(report, f)
     if not isolation["pid"]:

@@ -71,7 +71,10 @@ class Sandbox:
         workers: programs run at once (default: the CPU count); each slot has its own sandbox uids,
             so the process limit of one program does not starve another.
         timeout_s: wall-clock limit per program (seconds).
-        cpu_s: CPU-time limit per program (seconds; SIGXCPU, then SIGKILL one second later).
+        cpu_s: CPU-time limit per process (seconds; SIGXCPU, then SIGKILL one second later).
+        cpu_cores: CPU share of each sandbox (cores: CPU time per wall-clock second, over all of
+            its processes, whatever session they move to; a cpu cgroup, root only). Without a cpu
+            cgroup (not root, no cpu controller) the bound is ``cpu_s`` per process and the wall clock.
         memory_mb: address-space limit per process (MiB).
         file_size_mb: largest file a program may write, stdout and stderr included (MiB).
         processes: process/thread limit per sandbox uid (counts all of that slot's processes).
@@ -101,6 +104,7 @@ class Sandbox:
         workers: int | None = None,
         timeout_s: float = 10.0,
         cpu_s: int = 10,
+        cpu_cores: float = 1.0,
         memory_mb: int = 1024,
         file_size_mb: int = 16,
         processes: int = 32,
@@ -117,6 +121,7 @@ class Sandbox:
             ("workers", workers),
             ("timeout_s", timeout_s),
             ("cpu_s", cpu_s),
+            ("cpu_cores", cpu_cores),
             ("memory_mb", memory_mb),
             ("file_size_mb", file_size_mb),
             ("processes", processes),
@@ -129,6 +134,7 @@ class Sandbox:
         self.limits = {
             "wall_s": float(timeout_s),
             "cpu_s": int(cpu_s),
+            "cpu_cores": float(cpu_cores),
             "address_space_bytes": int(memory_mb) << 20,
             "file_size_bytes": int(file_size_mb) << 20,
             "processes": int(processes),
