@@ -566,3 +566,50 @@ def test_a_busy_neighbour_does_not_slow_an_honest_program():
     assert beside.wall_s < 2.0 * alone.wall_s + 1.0, (beside.wall_s, alone.wall_s)
     assert box.isolation()["cpu_cgroup"] is True
     assert sandbox_processes() == []
+
+
+# ---------------------------------------------------------------- rows on one slot
+
+LEAVE_TRACES = """
+import ctypes, os, socket, time
+libc = ctypes.CDLL(None, use_errno=True)
+for folder in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd()):
+    with open(os.path.join(folder, "answer-for-later"), "w") as f:
+        f.write("42")
+segment = libc.shmget(0x4D494E54, 4096, 0o1666)  # IPC_CREAT | 0666: a System V segment, keyed
+print("shm", segment >= 0)
+if os.fork() == 0:  # a daemon in a session of its own, holding an abstract socket with the answer
+    os.setsid()
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind("\\0mintrl-answer")
+    server.listen(1)
+    while True:
+        connection, _ = server.accept()
+        connection.sendall(b"42")
+        connection.close()
+time.sleep(0.3)
+"""
+FIND_TRACES = """
+import ctypes, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+found = [f for f in ("/tmp", "/var/tmp", "/dev/shm", os.getcwd()) if os.path.exists(os.path.join(f, "answer-for-later"))]
+found += ["shm"] if libc.shmget(0x4D494E54, 0, 0) >= 0 else []
+try:
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect("\\0mintrl-answer")
+    found.append("socket")
+except OSError:
+    pass
+found += [p for p in os.listdir("/proc") if p.isdigit() and p != str(os.getpid()) and p != "1"]
+print(found)
+"""
+
+
+def test_a_row_finds_nothing_an_earlier_row_of_its_slot_left():
+    """Files in every writable folder, a System V shared-memory segment, a daemon in its own session
+    serving an abstract socket: the next row on the same slot (same uid) finds none of them."""
+    box = Sandbox(workers=1, timeout_s=5.0, uid_base=UID_BASE + 3)
+    first, second = box.run([Program(LEAVE_TRACES, ""), Program(FIND_TRACES, "")])
+    assert (first.outcome, first.stdout) == (Outcome.PASSED, "shm True"), first.stderr
+    assert (second.outcome, second.stdout) == (Outcome.PASSED, "[]"), second.stderr
+    assert sandbox_processes() == []
