@@ -4,8 +4,11 @@ shell per episode, inside the project's sandbox.
 Each episode is one task (the prompt item's ``entry``, :mod:`mintrl.env.shell.tasks` or
 :mod:`mintrl.env.shell.loader`). Its shell (:class:`~mintrl.env.shell.session.ShellSession`: no
 network, resource limits, private tmpfs, a per-slot uid, a wall-clock kill) starts at the episode's
-first command: the task's ``init`` script runs first (its output unseen; a failing init is an
-environment error). An action (:mod:`mintrl.env.shell.protocol`) is
+first command: the task's ``init`` script runs first, in a process of its own that has exited
+before the agent's first command (:class:`~mintrl.env.shell.session.ShellSession`'s ``init``: the
+agent cannot read its text or what it held, unless it leaves a process behind; what it does to
+files stays, its variables and working folder do not reach the agent's shell; its output unseen; a
+failing init is an environment error). An action (:mod:`mintrl.env.shell.protocol`) is
 
 - a ```bash block: the command runs in the episode's shell (state persists: files, the working
   folder, variables) and its output (stdout and stderr merged, at most ``max_output_chars``
@@ -18,8 +21,9 @@ environment error). An action (:mod:`mintrl.env.shell.protocol`) is
 **A command that does not come back** within ``command_timeout_s``, or a shell that ends (``exit``,
 a crash, a resource limit), kills that shell's whole sandbox. The episode goes on: the observation
 says so (kind ``run_error``), and the next command runs in a new shell rebuilt by replaying the
-init script and the episode's earlier commands that came back, in order, output unseen (so the
-state is rebuilt, not kept: a command that is not deterministic may rebuild a different state).
+init script (again in its own process) and the episode's earlier commands that came back, in order,
+output unseen (so the state is rebuilt, not kept: a command that is not deterministic may rebuild a
+different state).
 The episode ends with reward 0.0 when its shell time (``episode_timeout_s``, replays included) is
 spent, or when a replay does not come back.
 
@@ -42,7 +46,7 @@ from mintrl.core.checks import check_int, check_range
 from mintrl.data.base import PromptItem
 from mintrl.env.base import Counters, SerialEnvironment
 from mintrl.env.shell.protocol import CHECKS, answers_match, output_observation, parse_action
-from mintrl.env.shell.session import CommandResult, ShellLimits, ShellSession
+from mintrl.env.shell.session import CommandResult, ShellLimits, ShellSession, check_init
 
 log = logging.getLogger(__name__)
 
@@ -224,14 +228,17 @@ class ShellEnvironment(SerialEnvironment):
                 raise RuntimeError(f"no free shell slot (all env.max_shells={self.max_shells} in use)") from None
         output_bytes = 4 * (self.max_output_chars + 1)
         started = time.monotonic()  # the shell's start (launcher, bash, its first commands) is shell time too
-        ep.session = ShellSession(self.uid_base + ep.slot, self.limits, output_bytes, left, self.tmp_dir)
+        ep.session = ShellSession(
+            self.uid_base + ep.slot,
+            self.limits,
+            output_bytes,
+            left,
+            self.tmp_dir,
+            init=ep.entry["init"],
+            init_timeout_s=min(self.init_timeout_s, left),
+        )
         ep.started = started
-        init = ep.entry["init"]
-        if init.strip():
-            result = ep.session.run(init, min(self.init_timeout_s, left))
-            if result.exit_code != 0:
-                why = "timed out" if result.timed_out else f"exit code {result.exit_code}"
-                raise RuntimeError(f"the task's init script failed ({why}): {result.output.strip()[-300:]!r}")
+        check_init(ep.session.init_result, "the task's init script")
         if ep.commands:
             self.counters.add("restarts", 1)
         for command in ep.commands:

@@ -7,7 +7,8 @@ machine has one, a per-slot unprivileged uid when root, ``no_new_privs``, no use
 parent-death SIGKILL, a wall-clock kill of the whole sandbox) with ``bash --noprofile --norc``
 (non-interactive: no job control, no history) as PID 1 of the sandbox's PID namespace, reading
 commands on a pipe; stdout and stderr come back merged on one pipe, and a third pipe (bash's fd 3,
-the status channel) carries the exit status of each command.
+the status channel) carries the exit status of each command. With an init script, a fourth pipe
+(bash's fd 4, the init pipe) carries it, until the init has run.
 
 Each :meth:`ShellSession.run` writes one line to bash::
 
@@ -17,28 +18,68 @@ so that an unfinished quote or heredoc in the command is a syntax error of ``eva
 reading stdin reads nothing, the command and its children run without the status channel, and the
 exit status goes out of band (``<n>``: the command's number). Nothing the command prints ends it.
 
-**When a command has ended** (out of band): its status line is on the status channel *and* bash is
+**The init script** (``ShellSession(..., init=...)``; its result is
+:attr:`ShellSession.init_result`) runs as part of the start, after the calibration below and before
+any other command, in a process of its own that has exited before the first command: bash runs
+:data:`INIT_RUNNER` (a fixed ``bash --noprofile --norc -c`` program that reads the script from fd 4
+by dup into a variable, closes fd 4 and runs it with ``eval``) with ``</dev/null 3>&-``, sends its
+exit status, then closes its own fd 4; this process writes the script into the init pipe from a
+thread (it may exceed the pipe's buffer) and closes it. PID 1 never reads the script: after the
+init, no process the commands can see holds its text, its variables or what it wrote and deleted, in
+memory (``/proc/<pid>/mem``, readable by the same uid), environment or command line. What the init
+changes on disk stays; its variables, functions, options, traps and working folder do not reach the
+commands' shell (as in AgentBench, where the init runs in a separate ``exec`` in the container).
+What remains readable is what the init leaves behind on purpose or by accident: files it keeps; a
+program it leaves running holds its own command line and the environment it inherited (the init's
+exported variables at its start); a background *subshell* it leaves (``( ... ) &``, ``{ ...; } &``,
+a function or builtin run with ``&``, a process substitution: a fork of the init's bash, not an
+exec'd program) holds the init bash's whole memory, the script's text included, as long as it lives.
+The init runs as the same uid as the commands, within the same limits, under its own time limit
+(``init_timeout_s``; past it the session is dead).
+
+**When a command has ended** (out of band): its status line is on the status channel, bash is
 blocked in its top-level read of the command pipe, which this process sees in
 ``/proc/<bash>/syscall``: the ``read`` syscall on the command pipe (checked through
 ``/proc/<bash>/fd``) with the stack and instruction pointers that bash had there after two trusted
-``:`` commands at the session's start (:attr:`ShellSession.end_check` ``"prompt"``). Threat model:
-the command runs inside that same bash (its state must persist), so it can do whatever the wrapper
-does: learn the wrapper's text (a DEBUG trap), reach bash's saved copies of the status channel and
-of the command pipe (``/proc/self/fd``), write a forged status line, redefine ``printf``, or block
-bash in a read of the command pipe. None of these ends a command: a read of the command pipe inside
-the command sits at another depth of bash's stack than the top-level one, and a new bash ``exec``'d
-in its place has another (randomised) stack. What remains: a command can forge its own exit status
-and output (it could print anything anyway); code can run in the shell between commands without a
-time limit of its own: background processes and signal traps (as any shell allows), bounded by the
-session's wall clock, CPU time, process and memory limits; foreground code that steals the next
-command line from the pipe runs under that command's time limit. The stack check is not a secret: a
-read nested in bash's own calls at exactly the top-level depth would pass it. None of the constructs
-tried here lands there, but the sandbox can read bash's ``/proc/<pid>/syscall`` (same uid), so a
-deliberate search over bash's frame sizes could find one; comparing the return addresses above the
-stack pointer (``/proc/<pid>/mem``) would close that. Where this machine does not show
-the syscall (no ``/proc/<pid>/syscall``, another architecture), the status line alone ends a command
-(``end_check`` ``"status"``: a command that forges it ends early); where bash's top-level stack
-pointer differs between the two trusted commands, any read of the command pipe does (``"read"``).
+``:`` commands at the session's start (:attr:`ShellSession.end_check` ``"prompt"``), *and* the
+process is still that bash: its :func:`process_identity` (executable path, device and inode, and
+``start_code``, ``end_code``, ``start_stack`` of ``/proc/<pid>/stat``, which only an ``exec``
+changes and which ASLR randomises per exec), recorded after the two ``:`` commands, is unchanged.
+The identity is read after the wait, so a process seen waiting was that bash (an exec never gives
+the old identity back). A command after which the identity has changed never counts as ended: it
+runs into its time limit and the session is dead.
+
+Threat model: the command runs inside that same bash (its state must persist), so it can do whatever
+the wrapper does: learn the wrapper's text (a DEBUG trap), reach bash's saved copies of the status
+channel and of the command pipe (``/proc/self/fd``), write a forged status line, redefine
+``printf``, block bash in a read of the command pipe, or ``exec`` any program in bash's place (same
+pid, same descriptors). None of these ends a command: a read of the command pipe inside the command
+sits at another depth of bash's stack than the top-level one, and an exec'd program has another
+identity, even one that learns bash's wait from ``/proc/1/syscall`` and blocks in a read of the
+command pipe at those very stack and instruction pointers (code and stack mapped there with
+``MAP_FIXED``), and even a new ``/bin/bash`` (the same executable, other random addresses).
+
+What remains: a command can forge its own exit status and output (it could print anything anyway);
+code can run in the shell between commands without a time limit of its own: background processes and
+signal traps (as any shell allows), bounded by the session's wall clock, CPU time, process and
+memory limits; foreground code that steals the next command line from the pipe runs under that
+command's time limit. The stack check is not a secret: a read nested in bash's own calls at exactly
+the top-level depth would pass it. None of the constructs tried here lands there, but the sandbox
+can read bash's ``/proc/<pid>/syscall`` (same uid), so a deliberate search over bash's frame sizes
+could find one. No check of bash's state holds against code run *inside* the calibrated bash: bash
+runs as the sandbox uid and is dumpable, so a command can write bash's memory (``/proc/1/mem`` is
+writable by the same uid; ``ptrace``) or load a shared object it wrote into a tmpfs folder
+(``enable -f``), and such code can forge the status line and block in the top-level read with bash's
+identity intact, ending its command early (its work then goes on as a background process's would).
+Where ASLR is off (``/proc/sys/kernel/randomize_va_space`` 0, or bash started with
+``ADDR_NO_RANDOMIZE``: :attr:`ShellSession.identity_check` ``"fixed"``) a program other than bash is
+still refused, but a new exec of ``/bin/bash`` with the same arguments and environment gets the same
+identity and can reach the same wait, so it can end its command early. Where this machine does not
+show the syscall (no ``/proc/<pid>/syscall``, another architecture), the status line alone ends a
+command (``end_check`` ``"status"``: a command that forges it ends early); where bash's top-level
+stack pointer differs between the two trusted commands, any read of the command pipe does
+(``"read"``); the identity is required in both where this machine shows it (``identity_check`` None
+where it does not: no binding to the calibrated bash).
 
 The output up to the end is read with a wall-clock limit; its first ``max_output_bytes`` bytes are
 kept and the rest is read and dropped (an endless printer runs into the time limit). A command that
@@ -62,6 +103,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
@@ -69,6 +111,13 @@ from mintrl.core.checks import check_range
 from mintrl.reward.sandbox.launch import launcher_config, start_launcher
 
 BASH = ("/bin/bash", "--noprofile", "--norc")
+INIT_FD = 4  # the long-lived bash's descriptor of the init pipe until the init has run
+# the init's own bash (a child of the long-lived one): takes the script from the init pipe by dup (the
+# sandbox uid may not reopen a pipe this process made by its /proc path), closes the pipe, runs it
+INIT_RUNNER = (
+    f'{" ".join(BASH)} -c \'IFS= read -r -d "" __mintrl_init <&{INIT_FD}; exec {INIT_FD}<&-; eval "$__mintrl_init"\''
+)
+ADDR_NO_RANDOMIZE = 0x0040000  # the personality flag that turns ASLR off for a process's next execs
 _READ_CHUNK = 1 << 20  # bytes per read
 _CLOSE_WAIT_S = 5.0  # seconds the launcher gets to reap the sandbox after SIGTERM
 _FIRST_POLL_S, _LAST_POLL_S = 0.001, 0.05  # seconds between looks at bash once a status line is in
@@ -184,6 +233,9 @@ class ShellSession:
         max_output_bytes: bytes of a command's output kept (bytes, >= 1).
         wall_s: the session's wall-clock life (seconds), in place of ``limits.wall_s`` when given.
         tmp_dir: where the session's run folder (launcher status) is made (default: the system's).
+        init: a script run at the start in a process of its own, before any command (see the module
+            docstring; "" or blank: none).
+        init_timeout_s: the init script's wall-clock limit (seconds).
 
     Attributes:
         alive: False once the shell has ended, timed out or been closed.
@@ -191,15 +243,23 @@ class ShellSession:
             status line and bash back in its top-level read), ``"read"`` (its status line and bash in
             a read of the command pipe) or ``"status"`` (its status line alone, where this machine
             does not show bash's syscalls).
+        identity_check: how far a command's end is bound to the calibrated bash (its
+            :func:`process_identity`, required unchanged at each end): ``"randomised"`` (each exec
+            gets new random addresses: no exec'd program passes), ``"fixed"`` (ASLR off for bash: any
+            other executable is refused, a new exec of ``/bin/bash`` with the same arguments and
+            environment is not) or None (this machine does not show the identity: no binding).
+        init_result: the init script's :class:`CommandResult` (its output and exit status; the
+            start's failure where the session did not start), None without one.
         isolation: the launcher's report of the isolations the OS granted (its ``isolation`` dict,
             with ``oom_kills``: processes the memory cap ended), once the sandbox has ended; None
             before.
 
     The constructor starts the sandbox and runs two ``:`` commands (before any other) to learn how
     bash waits for a command; where they do not come back within ``min(wall_s, 30)`` seconds the
-    session is dead and its first :meth:`run` returns that failure.
+    session is dead and its first :meth:`run` returns that failure. It then runs the init script.
 
     Raises:
+        ValueError: the init script holds a NUL character.
         OSError: the launcher could not be started (no folder, no process).
     """
 
@@ -210,7 +270,12 @@ class ShellSession:
         max_output_bytes: int,
         wall_s: float | None = None,
         tmp_dir: str | None = None,
+        init: str = "",
+        init_timeout_s: float = 30.0,
     ):
+        if "\0" in init:
+            raise ValueError("the init script holds a NUL character (bash cannot hold it)")
+        init_data = init.encode("utf-8") if init.strip() else None
         self.max_output_bytes = int(max_output_bytes)
         self._count = 0
         self._status_tail = b""
@@ -219,10 +284,16 @@ class ShellSession:
         self._prompt: tuple[int, ...] | None = None
         self._seen: tuple[int, ...] | None = None  # bash's read when the last command ended
         self._start_failure: CommandResult | None = None
+        self._identity: tuple | None = None  # bash's process_identity() once calibrated
+        self._feeder: threading.Thread | None = None
         self.end_check = "status"
+        self.identity_check: str | None = None
+        self.init_result: CommandResult | None = None
         self.isolation: dict | None = None
         self._run_dir = tempfile.mkdtemp(prefix="mintrl-shell-", dir=tmp_dir)
         status_r, status_w = os.pipe()
+        init_r, init_w = os.pipe() if init_data is not None else (None, None)
+        passed = [[3, status_w]] + ([[INIT_FD, init_r]] if init_r is not None else [])  # bash's fd 3 and 4
         try:
             os.mkdir(os.path.join(self._run_dir, "work"), 0o700)
             cfg = launcher_config(
@@ -233,26 +304,39 @@ class ShellSession:
                 argv=BASH,
                 tmpfs_dirs=limits.tmpfs_dirs,
             )
-            cfg["pass_fds"] = [[3, status_w]]  # bash's fd 3: the status channel
+            cfg["pass_fds"] = passed
             self._proc = start_launcher(
-                cfg, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(status_w,)
+                cfg,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                pass_fds=tuple(source for _, source in passed),
             )
         except BaseException:
-            os.close(status_r)
+            for fd in (status_r, init_w):
+                if fd is not None:
+                    os.close(fd)
             shutil.rmtree(self._run_dir, ignore_errors=True)
             raise
         finally:
-            os.close(status_w)
+            for _, source in passed:
+                os.close(source)  # only the sandbox holds them now
         self._status = status_r
+        if init_w is not None:  # the init pipe's buffer may be smaller than the script: a writer of its own
+            self._feeder = threading.Thread(target=_feed, args=(init_w, init_data), daemon=True)
+            self._feeder.start()
         self._out = self._proc.stdout.fileno()
         for fd in (self._status, self._out):
             os.set_blocking(fd, False)
         self._pipe = f"pipe:[{os.fstat(self._proc.stdin.fileno()).st_ino}]"  # the command pipe, as /proc shows it
         self.alive = True
         self._calibrate(min(float(limits.wall_s if wall_s is None else wall_s), 30.0))
+        if init_data is not None:
+            self.init_result = self._start_failure or self._run_init(init_timeout_s)
 
     def _calibrate(self, timeout_s: float) -> None:
-        """Two trusted ``:`` commands: bash's read after each is its top-level wait for a command."""
+        """Two trusted ``:`` commands: bash's read after each is its top-level wait for a command;
+        then bash's identity (:func:`process_identity`), which every later end check requires."""
         self.end_check = "read"
         seen = []
         for _ in range(2):
@@ -265,6 +349,15 @@ class ShellSession:
             self.end_check = "status"  # this machine does not show bash's syscalls
         elif seen[0] == seen[1]:
             self.end_check, self._prompt = "prompt", seen[0]
+        pid = self._bash_pid()
+        self._identity = None if pid is None else process_identity(pid)
+        if self._identity is not None:
+            self.identity_check = "randomised" if exec_randomised(pid) else "fixed"
+
+    def _run_init(self, timeout_s: float) -> CommandResult:
+        """Run the init script in a child bash that reads it from the init pipe (fed by
+        :func:`_feed`), then close the long-lived bash's end of the pipe, which it never reads."""
+        return self._send(f"{INIT_RUNNER} </dev/null 3>&-", timeout_s, f"; exec {INIT_FD}<&-")
 
     def run(self, command: str, timeout_s: float) -> CommandResult:
         """Run one command (any bash text, several lines allowed) and read its output.
@@ -287,11 +380,13 @@ class ShellSession:
         return self._command(command, timeout_s)
 
     def _command(self, command: str, timeout_s: float) -> CommandResult:
+        return self._send(f'__mintrl_c={ansi_c_quote(command)}; eval "$__mintrl_c" </dev/null 3>&-', timeout_s)
+
+    def _send(self, body: str, timeout_s: float, after: str = "") -> CommandResult:
+        """Write one line to bash: ``body``, its exit status to the status channel, then ``after``
+        (trusted text); read what it gives until it has ended."""
         self._count += 1
-        line = (
-            f'__mintrl_c={ansi_c_quote(command)}; eval "$__mintrl_c" </dev/null 3>&-; '
-            f"printf '{self._count}:%d\\n' \"$?\" >&3\n"
-        )
+        line = f"{body}; printf '{self._count}:%d\\n' \"$?\" >&3{after}\n"
         start = time.monotonic()
         try:
             self._proc.stdin.write(line.encode())
@@ -363,13 +458,25 @@ class ShellSession:
 
     def _ended(self) -> bool:
         """Whether bash now waits for the next command, as :attr:`end_check` tells it (the status
-        line is already in)."""
+        line is already in), and is still the calibrated bash: its identity is looked at after its
+        wait, so that a process that passed the look at its wait was that bash then (an exec never
+        gives a process its old identity back)."""
         if self.end_check == "status":
+            waiting = True
+        else:
+            self._seen = self._waiting()
+            waiting = (
+                (self._seen is None or bool(self._seen)) if self.end_check == "read" else self._seen == self._prompt
+            )
+        return waiting and self._same_process()
+
+    def _same_process(self) -> bool:
+        """Whether the sandbox's PID 1 is still the bash calibrated at the start (True where this
+        machine did not show its identity then)."""
+        if self._identity is None:
             return True
-        self._seen = self._waiting()
-        if self.end_check == "read":
-            return self._seen is None or bool(self._seen)
-        return self._seen == self._prompt
+        pid = self._bash_pid()
+        return pid is not None and process_identity(pid) == self._identity
 
     def _waiting(self) -> tuple[int, ...] | None:
         """bash's blocked read of the command pipe as ``(syscall, fd, count, stack pointer,
@@ -446,6 +553,8 @@ class ShellSession:
             except OSError:
                 pass
         os.close(self._status)
+        if self._feeder is not None:
+            self._feeder.join(timeout=_CLOSE_WAIT_S)  # its pipe has no reader left: it has ended
         self._proc = None
         shutil.rmtree(self._run_dir, ignore_errors=True)
 
@@ -459,7 +568,8 @@ class ShellSession:
 def run_script(
     script: str, command: str, uid: int, limits: ShellLimits, timeout_s: float, max_output_bytes: int = 65536
 ) -> CommandResult:
-    """Run ``script`` (e.g. a task's init) then ``command`` in one fresh session, and close it.
+    """Run ``script`` (e.g. a task's init) as the init of one fresh session (in a process of its
+    own, see :class:`ShellSession`), then ``command`` in its shell, and close it.
 
     Args:
         timeout_s: time limit of each of the two (seconds).
@@ -469,15 +579,24 @@ def run_script(
 
     Raises:
         RuntimeError: the script did not come back or exited non-zero (its output's end named).
+        ValueError: the script holds a NUL character.
         OSError: no session could be started.
     """
-    with ShellSession(uid, limits, max_output_bytes) as session:
-        if script.strip():
-            init = session.run(script, timeout_s)
-            if init.exit_code != 0:
-                why = "timed out" if init.timed_out else f"exit code {init.exit_code}"
-                raise RuntimeError(f"the init script failed ({why}): {init.output.strip()[-300:]!r}")
+    with ShellSession(uid, limits, max_output_bytes, init=script, init_timeout_s=timeout_s) as session:
+        check_init(session.init_result)
         return session.run(command, timeout_s)
+
+
+def check_init(result: CommandResult | None, what: str = "the init script") -> None:
+    """Raise when an init script (its :attr:`ShellSession.init_result`; None: no script) did not
+    come back or exited non-zero.
+
+    Raises:
+        RuntimeError: naming ``what``, why it failed and the end of its output.
+    """
+    if result is not None and result.exit_code != 0:
+        why = "timed out" if result.timed_out else f"exit code {result.exit_code}"
+        raise RuntimeError(f"{what} failed ({why}): {result.output.strip()[-300:]!r}")
 
 
 READ_SYSCALL = {"x86_64": 0, "aarch64": 63}.get(os.uname().machine)  # the number of read(2) here
@@ -502,6 +621,53 @@ def _syscall(pid: int) -> tuple[int, ...] | None:
         return tuple(int(field, 0) for field in fields)
     except ValueError:
         return None
+
+
+def process_identity(pid: int) -> tuple | None:
+    """What ``exec`` changes in a process and nothing else does: ``(executable path, its device,
+    its inode, start_code, end_code, start_stack)``, the last three from ``/proc/<pid>/stat`` (the
+    addresses of its code and of its initial stack: set by each exec, randomised per exec where
+    :func:`exec_randomised`); None where this machine does not show them (no such process, or no
+    right to look: the kernel then shows 1, 1, 0)."""
+    try:
+        exe = os.readlink(f"/proc/{pid}/exe")
+        file = os.stat(f"/proc/{pid}/exe")
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()  # from field 3 (state) on: comm may hold anything
+        start_code, end_code, start_stack = (int(field) for field in fields[23:26])
+    except (OSError, ValueError):
+        return None
+    if start_stack == 0:
+        return None
+    return (exe, file.st_dev, file.st_ino, start_code, end_code, start_stack)
+
+
+def exec_randomised(pid: int) -> bool:
+    """Whether each new exec in the process gets new random code and stack addresses: ASLR is on
+    (``/proc/sys/kernel/randomize_va_space`` not 0; the setting is the whole kernel's) and not
+    turned off for the process (``ADDR_NO_RANDOMIZE`` in ``/proc/<pid>/personality``). False where
+    this machine does not tell."""
+    try:
+        with open("/proc/sys/kernel/randomize_va_space") as f:
+            aslr = int(f.read()) != 0
+        with open(f"/proc/{pid}/personality") as f:
+            personality = int(f.read(), 16)
+    except (OSError, ValueError):
+        return False
+    return aslr and not personality & ADDR_NO_RANDOMIZE
+
+
+def _feed(fd: int, data: bytes) -> None:
+    """Write ``data`` into the pipe ``fd`` and close it; it ends early when the pipe has no reader
+    left (the init's bash ended before reading it all, or the sandbox is gone)."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _decode(data: bytes | bytearray) -> str:
