@@ -22,6 +22,8 @@ EVERY_ISOLATION = {
     "user_namespace": False,
     "separate_user": True,
     "memory_cgroup": True,
+    "cpu_cgroup": True,
+    "own_session_keyring": True,
     "read_only": True,
     "visible_only": True,
     "host_root_detached": True,

@@ -119,9 +119,9 @@ class ShellEnvironment(SerialEnvironment):
         max_turns: actions after which an episode ends with reward 0.0 (actions, >= 1), or None.
         max_shells: live shells at once (slots, >= 1); slot ``k`` runs as uid ``uid_base + k``.
         uid_base: first unprivileged uid of the slots (used only when running as root).
-        cpu_s, memory_mb, processes, file_size_mb, open_files, tmp_mb, tmpfs_dirs: the sandbox
-            limits of each shell (:class:`~mintrl.env.shell.session.ShellLimits`; seconds, MiB,
-            processes, MiB, descriptors, MiB, absolute paths).
+        cpu_s, cpu_cores, memory_mb, processes, file_size_mb, open_files, tmp_mb, tmpfs_dirs: the sandbox
+            limits of each shell (:class:`~mintrl.env.shell.session.ShellLimits`; seconds, cores,
+            MiB, processes, MiB, descriptors, MiB, absolute paths).
         tmp_dir: where each shell's run folder (launcher status) is made (default: the system's).
 
     Counters (:meth:`metrics`): ``env/commands`` (commands run), ``env/command_errors`` (non-zero
@@ -149,6 +149,7 @@ class ShellEnvironment(SerialEnvironment):
         max_shells: int = 128,
         uid_base: int = 64000,
         cpu_s: int = 60,
+        cpu_cores: float = 1.0,
         memory_mb: int = 512,
         processes: int = 32,
         file_size_mb: int = 8,
@@ -177,6 +178,7 @@ class ShellEnvironment(SerialEnvironment):
         self.limits = ShellLimits(
             wall_s=self.episode_timeout_s,
             cpu_s=cpu_s,
+            cpu_cores=cpu_cores,
             memory_mb=memory_mb,
             processes=processes,
             file_size_mb=file_size_mb,

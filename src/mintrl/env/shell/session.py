@@ -130,6 +130,9 @@ class ShellLimits:
     Attributes:
         wall_s: wall-clock life of the whole session, after which the sandbox is killed (seconds).
         cpu_s: CPU time of each process, the shell included (seconds; SIGXCPU, SIGKILL 1 s later).
+        cpu_cores: CPU share of the whole sandbox (cores: CPU seconds per wall-clock second over all
+            its processes, background and ``setsid`` ones included), where the machine lets the
+            launcher make a cpu cgroup (root); else the bound is ``cpu_s`` per process.
         memory_mb: address space of each process (MiB).
         memory_total_mb: memory of the whole sandbox, every process and its tmpfs files together
             (MiB; None: ``memory_mb``), where the machine lets the launcher make a memory cgroup
@@ -149,6 +152,7 @@ class ShellLimits:
 
     wall_s: float = 60.0
     cpu_s: int = 60
+    cpu_cores: float = 1.0
     memory_mb: int = 512
     memory_total_mb: int | None = None
     processes: int = 32
@@ -159,7 +163,7 @@ class ShellLimits:
     field: str = "env"
 
     def __post_init__(self):
-        for name in ("wall_s", "cpu_s", "memory_mb", "processes", "file_size_mb", "open_files", "tmp_mb"):
+        for name in ("wall_s", "cpu_s", "cpu_cores", "memory_mb", "processes", "file_size_mb", "open_files", "tmp_mb"):
             check_range(f"{self.field}.{name}", getattr(self, name), 0, low_open=True)
         object.__setattr__(self, "tmpfs_dirs", tuple(self.tmpfs_dirs))
         bad = [d for d in self.tmpfs_dirs if not str(d).startswith("/")]
@@ -174,6 +178,7 @@ class ShellLimits:
         return {
             "wall_s": float(self.wall_s if wall_s is None else wall_s),
             "cpu_s": int(self.cpu_s),
+            "cpu_cores": float(self.cpu_cores),
             "address_space_bytes": int(self.memory_mb) << 20,
             "memory_total_bytes": int(self.memory_mb if self.memory_total_mb is None else self.memory_total_mb) << 20,
             "file_size_bytes": int(self.file_size_mb) << 20,
