@@ -1,7 +1,8 @@
 """Reward hacks against the code reward: each solution below is wrong and tries to get reward 1 anyway
 (forging the verdict, dodging the checks, fooling the comparison, reading the answers, outliving the
-run, shadowing what the tests call, ending the tests' loops). Every one must score 0, with
-all-or-nothing and with partial credit; the honest solution of the same task scores 1.
+run, shadowing what the tests call, ending the tests' loops, steering the check past its asserts). Every one
+must score 0, with all-or-nothing and with partial credit; the honest solution of the same task scores 1. A
+check whose assert count the answer can choose and that no reference bounds is refused (no reward) instead.
 
 The tasks are HumanEval-shaped (``prompt``, ``tests`` with ``check(candidate)``, ``entry_point``; two are
 real HumanEval problems, and HumanEval/84 in the reward-design tests) or MBPP-shaped (plain asserts), and run through
@@ -194,6 +195,8 @@ TASKS = {
             "prompt": 'def evens(n):\n    """The even numbers in 1..n."""\n',
             "entry_point": "evens",
             "tests": "def check(candidate):\n    for x in candidate(10):\n        assert x % 2 == 0\n",
+            # its count depends on the answer: without a reference the row is refused
+            "reference": "def evens(n):\n    return [x for x in range(2, n + 1, 2)]\n",
         },
         "def evens(n):\n    return [x for x in range(2, n + 1, 2)]\n",
     ),
@@ -235,8 +238,12 @@ SANDBOX_UIDS = range(UID_BASE, UID_BASE + 8)  # this test's sandbox uids (there 
 
 
 @pytest.fixture(scope="module")
-def rewards():
-    sandbox = Sandbox(workers=2, timeout_s=3.0, cpu_s=3, memory_mb=512, processes=16, uid_base=UID_BASE)
+def sandbox():
+    return Sandbox(workers=2, timeout_s=3.0, cpu_s=3, memory_mb=512, processes=16, uid_base=UID_BASE)
+
+
+@pytest.fixture(scope="module")
+def rewards(sandbox):
     return CodeReward(sandbox), CodeReward(sandbox, fraction=True)
 
 
@@ -295,7 +302,7 @@ def test_the_tests_process_is_another_user_and_undumpable(rewards):
 EVENS_WITH_REFERENCE = {
     **TASKS["evens"][0],
     "task_id": "evens-with-reference",
-    "reference": TASKS["evens"][0]["prompt"] + "    return [x for x in range(2, n + 1, 2)]\n",
+    "reference": TASKS["evens"][0]["prompt"] + "    return [x for x in range(2, n + 1, 2)]\n",  # HumanEval style
 }
 BIG = {
     "task_id": "big",
@@ -343,3 +350,147 @@ def test_an_honest_big_integer_answer_scores_one(rewards):
     for bad in ("0x10", "1_0", " 1", "", "G"):
         with pytest.raises(ValueError, match="malformed value"):
             decode_value({"int": bad})
+
+
+# an assert count the answer chooses by other ways than a loop: each check runs 3 asserts for a right answer;
+# a dodger passes the first (square(0) == 0) and steers the check past the others
+SQUARE_PROMPT = 'def square(n):\n    """n * n."""\n'
+SQUARE_REFERENCE = SQUARE_PROMPT + "    return n * n\n"
+SQUARE_HONEST = "def square(n):\n    return n * n\n"
+ANSWERS_MINUS_ONE = "def square(n):\n    return 0 if n == 0 else -1\n"
+RAISES = "def square(n):\n    if n:\n        raise ValueError(n)\n    return 0\n"
+HELPER = "def check(n):\n    assert square(n) == n * n\nassert square(0) == 0\n"  # MBPP form: no entry point
+STEERED = {  # name -> (tests, entry point, the dodger)
+    "if_on_the_answer": (
+        "def check(candidate):\n    assert candidate(0) == 0\n    if candidate(1) != -1:\n"
+        "        assert candidate(3) == 9\n        assert candidate(5) == 25\n",
+        "square",
+        ANSWERS_MINUS_ONE,
+    ),
+    "match_on_the_answer": (
+        "def check(candidate):\n    assert candidate(0) == 0\n    match candidate(1):\n        case -1:\n"
+        "            pass\n        case _:\n            assert candidate(3) == 9\n            assert candidate(5) == 25\n",
+        "square",
+        ANSWERS_MINUS_ONE,
+    ),
+    "break_on_the_answer": (
+        "def check(candidate):\n    assert candidate(0) == 0\n    for n in (3, 5):\n        if candidate(n) == -1:\n"
+        "            break\n        assert candidate(n) == n * n\n",
+        "square",
+        ANSWERS_MINUS_ONE,
+    ),
+    "continue_on_the_answer": (
+        "def check(candidate):\n    assert candidate(0) == 0\n    for n in (3, 5):\n        if candidate(n) == -1:\n"
+        "            continue\n        assert candidate(n) == n * n\n",
+        "square",
+        ANSWERS_MINUS_ONE,
+    ),
+    "return_on_the_answer": (
+        "def check(candidate):\n    assert candidate(0) == 0\n    if candidate(1) == -1:\n        return\n"
+        "    assert candidate(3) == 9\n    assert candidate(5) == 25\n",
+        "square",
+        ANSWERS_MINUS_ONE,
+    ),
+    "raise_in_a_try_body": (
+        "def check(candidate):\n    assert candidate(0) == 0\n    try:\n        r = candidate(3)\n"
+        "        assert r == 9\n        assert candidate(5) == 25\n    except ValueError:\n        pass\n",
+        "square",
+        RAISES,
+    ),
+    "short_circuit_call_of_a_counted_helper": (
+        HELPER + "square(1) != -1 and check(3)\nsquare(1) != -1 and check(5)\n",
+        None,
+        ANSWERS_MINUS_ONE,
+    ),
+    "conditional_expression_call_of_a_counted_helper": (
+        HELPER + "check(3) if square(1) != -1 else None\ncheck(5) if square(1) != -1 else None\n",
+        None,
+        ANSWERS_MINUS_ONE,
+    ),
+    "counted_helper_called_under_if": (
+        HELPER + "if square(1) != -1:\n    check(3)\n    check(5)\n",
+        None,
+        ANSWERS_MINUS_ONE,
+    ),
+}
+
+
+def _square_row(name: str, reference: bool) -> dict:
+    tests, entry_point, _ = STEERED[name]
+    row = {"task_id": f"square-{name}", "prompt": SQUARE_PROMPT if entry_point else "", "entry_point": entry_point}
+    row["tests"] = tests
+    if reference:
+        row["reference"] = SQUARE_REFERENCE if entry_point else SQUARE_HONEST
+    return row
+
+
+@pytest.mark.parametrize("name", sorted(STEERED))
+def test_an_answer_cannot_steer_the_check_past_its_asserts(rewards, name):
+    # each dodger scored 1.0 (1 of 1 assert run); the reference runs 3, so its run fails, partial credit too
+    dodger = STEERED[name][2]
+    with_reference = _square_row(name, reference=True)
+    assert [_score(r, dodger, with_reference) for r in rewards] == [0.0, 0.0], name
+    assert [_score(r, SQUARE_HONEST, with_reference) for r in rewards] == [1.0, 1.0], name
+    # without a reference nothing bounds the count: the row is refused (no reward), the honest answer too
+    without = _square_row(name, reference=False)
+    assert [_score(r, dodger, without) for r in rewards] == [None, None], name
+    assert [_score(r, SQUARE_HONEST, without) for r in rewards] == [None, None], name
+
+
+def test_a_check_without_a_reference_whose_count_the_answer_chooses_is_refused(sandbox, caplog):
+    # `for x in candidate(10): assert x % 2 == 0` without a reference: [2] ran 1 assert and scored 1.0
+    reward = CodeReward(sandbox, fraction=True)
+    entry = {**TASKS["evens"][0], "task_id": "evens-without-reference"}
+    del entry["reference"]
+    with caplog.at_level("WARNING", logger="mintrl.reward.code"):
+        assert _score(reward, "def evens(n):\n    return [2]\n", entry) is None
+        assert _score(reward, TASKS["evens"][1], entry) is None
+    metrics = reward.metrics()
+    assert (metrics["code/unbounded_check"], metrics["code/passed"], metrics["code/failed"]) == (2.0, 0.0, 0.0)
+    refusals = [r.getMessage() for r in caplog.records if r.name == "mintrl.reward.code"]
+    assert len(refusals) == 1, refusals  # once per check
+    assert "evens-without-reference" in refusals[0] and "entry point evens" in refusals[0]
+    assert "an assert under `for` over the answer (tests line 2)" in refusals[0]
+    # a check whose count no answer can change still scores without a reference
+    assert _score(reward, HONEST) == 1.0 and reward.metrics()["code/unbounded_check"] == 0.0
+
+
+def test_a_reference_that_fails_bounds_nothing_and_a_failed_reference_run_is_retried(sandbox, tmp_path):
+    reward = CodeReward(sandbox)
+    wrong_reference = {**ENTRY, "task_id": "add-wrong-reference", "reference": "def add(a, b):\n    return a - b\n"}
+    assert _score(reward, HONEST, wrong_reference) == 1.0  # no count the answer can change: the run's own stands
+    evens = {**EVENS_WITH_REFERENCE, "reference": "def evens(n):\n    return [1]\n"}
+    assert _score(reward, TASKS["evens"][1], evens) is None  # a count the answer can change, no bound: refused
+    assert reward.metrics()["code/unbounded_check"] == 1.0
+    # the sandbox fails on the reference's first run (no temporary folder): the row gets no reward, and the
+    # reference runs again with the next batch instead of leaving the check unscored for good
+    box = Sandbox(workers=1, timeout_s=3.0, cpu_s=3, memory_mb=512, uid_base=UID_BASE, tmp_dir=str(tmp_path))
+    box.isolation()
+    flaky = CodeReward(box)
+    box.tmp_dir = str(tmp_path / "gone")
+    assert _score(flaky, TASKS["evens"][1], EVENS_WITH_REFERENCE) is None
+    box.tmp_dir = str(tmp_path)
+    assert _score(flaky, TASKS["evens"][1], EVENS_WITH_REFERENCE) == 1.0
+    assert _score(flaky, "def evens(n):\n    return [2]\n", EVENS_WITH_REFERENCE) == 0.0
+
+
+FACTORIAL_PROMPT = 'def factorial(n):\n    """n! for n >= 0."""\n'
+FACTORIAL = {
+    "task_id": "factorial",
+    "prompt": FACTORIAL_PROMPT,
+    "entry_point": "factorial",
+    # 2000! has 5,736 decimal digits, 1800! 5,059: past Python's 4,300-digit int-to-string limit
+    "tests": "import math\n\n\ndef check(candidate):\n    assert candidate(2000) == math.factorial(2000)\n"
+    "    assert candidate(1800) * 1801 == candidate(1801)\n    assert candidate(0) == 1\n",
+    "reference": FACTORIAL_PROMPT + "    import math\n    return math.factorial(n)\n",
+}
+
+
+def test_an_honest_factorial_answer_scores_one_through_the_reference(rewards):
+    # the reference's count (3) is compared with every run's: both cross 5,000-digit ints through the sandbox
+    honest = "def factorial(n):\n    out = 1\n    for k in range(2, n + 1):\n        out *= k\n    return out\n"
+    assert [_score(r, honest, FACTORIAL) for r in rewards] == [1.0, 1.0]
+    off = (
+        "def factorial(n):\n    out = 1\n    for k in range(2, n + 1):\n        out *= k\n    return out + (n > 1000)\n"
+    )
+    assert [_score(r, off, FACTORIAL) for r in rewards] == [0.0, 1 / 3]
