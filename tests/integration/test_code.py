@@ -87,6 +87,7 @@ def test_reward_values_and_outcome_counts(sandbox, humaneval_items):
         "code/timeout": 1.0,
         "code/crashed": 0.0,
         "code/sandbox_error": 0.0,
+        "code/unbounded_check": 0.0,
     }
     assert set(reward.metrics().values()) == {0.0}  # reset
     partial = CodeReward(sandbox, fraction=True)
@@ -139,4 +140,5 @@ def test_a_sandbox_failure_is_no_reward_not_a_zero(tmp_path, humaneval_items):
         "code/timeout": 0.0,
         "code/crashed": 0.0,
         "code/sandbox_error": 2.0,
+        "code/unbounded_check": 0.0,
     }
