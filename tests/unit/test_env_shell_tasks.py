@@ -144,23 +144,27 @@ def test_the_loader_reads_an_agentbench_os_file(tmp_path):
             "labels": ["file"],
         },
         {"description": "What is the word?", "create": {"init": "echo hi > /root/w"}, "evaluation": {"match": "hi"}},
-        {"description": "Background", "start": "sleep 100 &", "evaluation": {"match": "x"}},
+        {"description": "Background", "start": "sleep 100 &", "evaluation": {"match": "x"}},  # loads: a start
         {"description": "Writes /usr", "create": {"init": {"code": "echo 1 > /usr/x"}}, "evaluation": {"match": "1"}},
         {"description": "A script check", "evaluation": {"check": {"file": "check/0.sh"}, "example": "ls"}},
     ]
     path = tmp_path / "os.json"
     path.write_text(json.dumps(rows))
-    with pytest.raises(InvalidRow, match="os.json row 2: field 'start'"):
+    with pytest.raises(InvalidRow, match="os.json row 3: field 'create.init'"):
         load_os_tasks(str(path), uid=LOADER_UID, limits=LIMITS)
     skip = RowFilter(skip=True)
     entries = load_os_tasks(str(path), skip, uid=LOADER_UID, limits=LIMITS)
-    assert [(e["label"], e["check"], e["index"]) for e in entries] == [("1", "integer", 0), ("hi", "exact", 1)]
+    assert [(e["label"], e["check"], e["index"]) for e in entries] == [
+        ("1", "integer", 0),
+        ("hi", "exact", 1),
+        ("x", "exact", 2),
+    ]
+    assert entries[2]["start"] == "sleep 100 &" and entries[0]["start"] == ""
     assert entries[0]["reference_action"] == "```bash\nls -a /home/box | grep '^\\.[^.]' | wc -l\n```"
     assert entries[1]["reference_action"] == "<answer>hi</answer>" and entries[0]["source"] == "os.json"
     assert [m.split(":")[0:2] for m in skip.skipped] == [
-        ["os.json row 2", " field 'start'"],
         ["os.json row 3", " field 'create.init'"],
-        ["os.json row 4", " field 'evaluation.check'"],
+        ["os.json row 4", " field 'evaluation.check[0]'"],
     ]
     env = ShellEnvironment(command_timeout_s=1.0, max_shells=1, uid_base=JUDGE_UID, memory_mb=256, processes=16)
     env.reset([item(entries[0])])

@@ -8,7 +8,9 @@ first command: the task's ``init`` script runs first, in a process of its own th
 before the agent's first command (:class:`~mintrl.env.shell.session.ShellSession`'s ``init``: the
 agent cannot read its text or what it held, unless it leaves a process behind; what it does to
 files stays, its variables and working folder do not reach the agent's shell; its output unseen; a
-failing init is an environment error). An action (:mod:`mintrl.env.shell.protocol`) is
+failing init is an environment error); then the task's optional ``start`` command (a background
+program, a variable) runs in the agent's shell itself, output unseen (a failing start is an
+environment error; its programs end with the shell). An action (:mod:`mintrl.env.shell.protocol`) is
 
 - a ```bash block: the command runs in the episode's shell (state persists: files, the working
   folder, variables) and its output (stdout and stderr merged, at most ``max_output_chars``
@@ -21,7 +23,7 @@ failing init is an environment error). An action (:mod:`mintrl.env.shell.protoco
 **A command that does not come back** within ``command_timeout_s``, or a shell that ends (``exit``,
 a crash, a resource limit), kills that shell's whole sandbox. The episode goes on: the observation
 says so (kind ``run_error``), and the next command runs in a new shell rebuilt by replaying the
-init script (again in its own process) and the episode's earlier commands that came back, in order,
+init script (again in its own process), the start command and the episode's earlier commands that came back, in order,
 output unseen (so the state is rebuilt, not kept: a command that is not deterministic may rebuild a
 different state).
 The episode ends with reward 0.0 when its shell time (``episode_timeout_s``, replays included) is
@@ -45,7 +47,7 @@ from typing import Any, Sequence
 from mintrl.core.checks import check_int, check_range
 from mintrl.data.base import PromptItem
 from mintrl.env.base import Counters, SerialEnvironment
-from mintrl.env.shell.protocol import CHECKS, answers_match, output_observation, parse_action
+from mintrl.env.shell.protocol import CHECKS, answers_match, check_names, output_observation, parse_action
 from mintrl.env.shell.session import CommandResult, ShellLimits, ShellSession, check_init
 
 log = logging.getLogger(__name__)
@@ -76,16 +78,21 @@ def check_task(entry: Any) -> None:
     """Check that ``entry`` is a task dict the environment can run.
 
     Raises:
-        ValueError: not a dict, ``question``/``init``/``label`` not strings, or ``check`` not one of
-            :data:`~mintrl.env.shell.protocol.CHECKS` (the field named).
+        ValueError: not a dict, ``question``/``init``/``label`` (or an optional ``start``) not
+            strings, or ``check`` not one of :data:`~mintrl.env.shell.protocol.CHECKS` or several
+            joined with ``+`` (the field named).
     """
     if not isinstance(entry, dict):
         raise ValueError(f"the task entry is a {type(entry).__name__}, not a dict")
     for key in ("question", "init", "label"):
         if not isinstance(entry.get(key), str):
             raise ValueError(f"field {key!r}: missing or not a string")
-    if entry.get("check") not in CHECKS:
-        raise ValueError(f"field 'check': {entry.get('check')!r} is not one of {CHECKS}")
+    if not isinstance(entry.get("start", ""), str):
+        raise ValueError("field 'start': not a string")
+    try:
+        check_names(entry.get("check"))
+    except ValueError:
+        raise ValueError(f"field 'check': {entry.get('check')!r} is not one of {CHECKS}") from None
 
 
 class _EpisodeOver(Exception):
@@ -153,7 +160,7 @@ class ShellEnvironment(SerialEnvironment):
         memory_mb: int = 512,
         processes: int = 32,
         file_size_mb: int = 8,
-        open_files: int = 64,
+        open_files: int = 1024,
         tmp_mb: int = 32,
         tmpfs_dirs: Sequence[str] = ("/root", "/home"),
         tmp_dir: str | None = None,
@@ -241,11 +248,25 @@ class ShellEnvironment(SerialEnvironment):
         )
         ep.started = started
         check_init(ep.session.init_result, "the task's init script")
+        self._run_start(ep)
         if ep.commands:
             self.counters.add("restarts", 1)
         for command in ep.commands:
             if not ep.session.run(command, min(self.command_timeout_s, max(self._left_s(ep), 0.001))).finished:
                 raise _EpisodeOver("a replayed command did not come back")
+
+    def _run_start(self, ep: _Episode) -> None:
+        """The task's ``start`` command (a background program, a variable), run in the agent's shell
+        after the init, output unseen; it lives as long as the shell (the sandbox's PID namespace
+        ends with it).
+
+        Raises:
+            RuntimeError: it did not come back or exited non-zero (an environment error).
+        """
+        start = ep.entry.get("start") or ""
+        if start.strip():
+            result = ep.session.run(start, min(self.init_timeout_s, max(self._left_s(ep), 0.001)))
+            check_init(result, "the task's start command")
 
     def _run(self, ep: _Episode, command: str) -> tuple[str, str]:
         """Run one command: (observation, kind). Raises :class:`_EpisodeOver` when the shell time is

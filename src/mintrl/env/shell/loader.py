@@ -1,40 +1,63 @@
-"""Tasks from a local AgentBench OS-interaction file (``data/os_interaction/data/*.json`` of
-THUDM/AgentBench): a JSON list of rows (or one row), or a ``.jsonl`` file of rows.
+"""Tasks from a local AgentBench OS-interaction file (``data/os_interaction/data/**/*.json`` of
+THUDM/AgentBench): a JSON list of rows (or one row), or a ``.jsonl`` file of rows, read as
+AgentBench's ``OSInteraction._load_configs`` reads them.
 
-A row holds ``description`` (the question), an optional ``create`` (``{"init": ...}``, the init
-script: a string, ``{"code": ...}`` or ``{"file": ...}``; ``local``, the Docker image, is ignored)
-and ``evaluation``, one of
+A *script* is a string (bash), ``{"code": ...}`` or ``{"file": ...}`` (read from ``scripts_dir``,
+default the data file's folder), with an optional ``"language"``: ``bash`` (the default) or
+``python`` (run as ``python3 -c`` in the sandbox). A row holds
 
-- ``{"match": "text"}``: the answer must equal this text (check ``exact``);
-- ``{"check": ..., "example": ...}``: ``example`` (a string, ``{"code": ...}`` or
-  ``{"file": ...}``) is the reference command; the label is its output (stripped), got by running
-  the init script and then the command in a fresh sandboxed shell (the environment's sandbox,
-  :func:`mintrl.env.shell.session.run_script`); ``check`` names the comparison by its script's
-  file name (``[null, {"language": "python", "file": "check/integer-match.py"}]`` or
-  ``{"file": ...}``): ``integer-match``, ``string-match``, ``size-match``, ``containing`` and
-  ``in`` map to the checks of :mod:`mintrl.env.shell.protocol` (implemented in Python; the
-  scripts are not run).
+- ``description``: the question;
+- ``create``: an object whose ``init`` is a script or a list of scripts, each run in a process of
+  its own (``bash -c`` / ``python3 -c``), in order, each of which must exit 0 (``local``, the Docker
+  image, is ignored; a ``create`` that is not an object has no init, as in AgentBench);
+- ``start``: a script (bash) run in the agent's shell after the init (a background program, a
+  variable): the entry's ``start``, run by :mod:`mintrl.env.shell.environment` at each shell's
+  start; its programs end with the shell (the sandbox's PID namespace);
+- ``evaluation``: ``match`` or ``check``:
 
-``{"file": ...}`` paths are read relative to ``scripts_dir`` (default: the data file's folder).
+  - ``"match": "text"``: the stripped answer equals the text (check ``exact``, which also folds
+    whitespace runs and one pair of quotes); ``{"answer": ..., "strip": true}`` the same;
+    ``{"answer": ..., "strip": false}`` (or no ``strip``): check ``literal``; ``{"regex": ...}``:
+    check ``regex`` (``re.search`` on the host; the pattern must compile at load time). An
+    ``example`` (a script) next to a match is the reference command;
+  - ``"check"``: a script or a list of scripts, ``null`` meaning the ``example`` script; in
+    AgentBench each runs in the agent's final container as ``bash -c script -- *params`` /
+    ``python3 -c script *params`` with ``params`` = the answer, then the stdout of each earlier
+    script, and all must exit 0. Here the chain ``[null, <comparisons>...]`` is supported, where
+    each comparison is a ``{"file": ...}`` whose name is one of :data:`CHECK_SCRIPTS`
+    (``integer-match``, ``string-match``, ``size-match``, ``containing``, ``in``, compared on the
+    host by :func:`mintrl.env.shell.protocol.answers_match`; each gets the answer and the example's
+    output, so several join with ``+``); the example's stdout (stripped; AgentBench passes stdout) is the
+    label, computed once at load time in a fresh sandbox from the init state (init, start, then
+    the example).
 
 Differences from AgentBench, which runs each task as root in a Docker container:
 
-- the init script and the agent run as an unprivileged sandbox user in ``~`` = ``/tmp/work``;
-  only the private tmpfs folders (``/tmp``, ``/root``, ``/home`` by default) are writable, so a
-  row whose init writes elsewhere (``/usr``, ``useradd``) fails its init and is an invalid row;
-  every row's init is run once at load time to find out;
-- rows with ``start`` (a background program) and check scripts other than the five above (e.g. a
-  ``check/0.sh`` that tests a command the agent wrote) are invalid rows: the answer is scored,
-  never the final state.
+- the label of a check row comes from the example run on the *initial* state at load time, not on
+  the agent's *final* state at the end: running the example in the agent's sandbox would let the
+  agent change what it prints (delete the files it counts, then answer 0), since the agent controls
+  that sandbox. For a question about the initial state both give the same label.
+- a check script that tests the final state (any script other than ``null`` and the comparisons
+  above: ``check/0.sh``-style scripts with ``calc`` or ``count`` commands the agent was to write,
+  ``{"code": "sudo whoami | ..."}``, a Python assertion on the answer, a chain without ``null``)
+  is an invalid row with the reason "state checks run in the agent's sandbox, which it controls";
+- the init, start and agent run as an unprivileged sandbox user in ``~`` = ``/tmp/work``; only the
+  private tmpfs folders (``/tmp``, ``/root``, ``/home`` by default) are writable, so a row whose
+  init or start writes elsewhere (``/usr``, ``/etc``, ``useradd``) fails there and is an invalid
+  row; every row's init (and start) is run once at load time to find out;
+- the answer is stripped by the action protocol before any check, so ``"strip": false`` cannot
+  see surrounding whitespace.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
 from typing import Any
 
 from mintrl.data.base import InvalidRow, RowFilter, read_json_rows
-from mintrl.env.shell.session import ShellLimits, run_script
+from mintrl.env.shell.session import CommandResult, ShellLimits, ShellSession, check_init
 from mintrl.env.shell.tasks import reference_action
 
 CHECK_SCRIPTS = {
@@ -44,93 +67,202 @@ CHECK_SCRIPTS = {
     "containing": "containing",
     "in": "in",
 }
+LANGUAGES = {"bash": "bash", "python": "python3"}  # a script's language -> the program that runs it (-c)
+STATE_CHECK = "state checks run in the agent's sandbox, which it controls"
+LOAD_LIMITS = ShellLimits(open_files=1024)  # the load-time runs' limits (the environment's defaults)
 
 
-def _code(value: Any, field: str, scripts_dir: str) -> str:
-    """The script text of a field: a string, ``{"code": ...}`` or ``{"file": ...}`` (read from
-    ``scripts_dir``)."""
+def _script(value: Any, field: str, scripts_dir: str) -> tuple[str, str]:
+    """``(language, text)`` of a script field: a string (bash), ``{"code": ...}`` or
+    ``{"file": ...}`` (read from ``scripts_dir``), with an optional ``"language"``.
+
+    Raises:
+        ValueError: another form, an unknown language or an unreadable file (the field named).
+    """
     if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("code"), str):
-        return value["code"]
-    if isinstance(value, dict) and isinstance(value.get("file"), str):
+        return "bash", value
+    if not isinstance(value, dict):
+        raise ValueError(f"field '{field}': not a string, {{'code': ...}} or {{'file': ...}}")
+    language = value.get("language", "bash")
+    if language not in LANGUAGES:
+        raise ValueError(f"field '{field}.language': {language!r} is not supported (only {sorted(LANGUAGES)})")
+    if isinstance(value.get("file"), str):
         path = os.path.join(scripts_dir, value["file"])
         try:
             with open(path, encoding="utf-8") as f:
-                return f.read()
+                return language, f.read()
         except OSError as err:
             raise ValueError(f"field '{field}.file': cannot read {path}: {err.strerror}") from None
+    if isinstance(value.get("code"), str):
+        return language, value["code"]
     raise ValueError(f"field '{field}': not a string, {{'code': ...}} or {{'file': ...}}")
 
 
-def _check(value: Any) -> str:
-    """The check name of an ``evaluation.check`` value (see the module docstring)."""
-    spec = value
-    if isinstance(value, list):
-        specs = [v for v in value if v is not None]
-        if len(specs) != 1:
-            raise ValueError("field 'evaluation.check': a list needs exactly one check script")
-        spec = specs[0]
-    if not isinstance(spec, dict) or not isinstance(spec.get("file"), str):
-        raise ValueError("field 'evaluation.check': not {'file': ...} or [null, {'file': ...}]")
-    name = os.path.splitext(os.path.basename(spec["file"]))[0]
-    if name not in CHECK_SCRIPTS:
-        raise ValueError(
-            f"field 'evaluation.check': check script {spec['file']!r} is not supported (only {sorted(CHECK_SCRIPTS)})"
-        )
-    return CHECK_SCRIPTS[name]
+def _code(value: Any, field: str, scripts_dir: str) -> str:
+    """The text of a script field that must be bash (a command the agent's shell runs).
+
+    Raises:
+        ValueError: not a bash script (see :func:`_script`).
+    """
+    language, text = _script(value, field, scripts_dir)
+    if language != "bash":
+        raise ValueError(f"field '{field}': runs in the agent's shell, so it must be bash, not {language}")
+    return text
+
+
+def init_script(value: Any, scripts_dir: str) -> str:
+    """The bash text of ``create.init`` (a script or a list of scripts, see the module docstring):
+    one bash script as it is (the environment runs it in a process of its own); otherwise each
+    script as ``bash -c`` / ``python3 -c`` in turn, stopping with the first non-zero exit status.
+
+    Raises:
+        ValueError: a bad script (the field and list index named).
+    """
+    if not isinstance(value, list):
+        language, text = _script(value, "create.init", scripts_dir)
+        if language == "bash":
+            return text
+        value = [value]
+    lines = []
+    for k, script in enumerate(value):
+        language, text = _script(script, f"create.init[{k}]", scripts_dir)
+        lines.append(f"{LANGUAGES[language]} -c {shlex.quote(text)} || exit $?")
+    return "\n".join(lines)
+
+
+def _match(value: Any) -> tuple[str, str]:
+    """``(label, check)`` of an ``evaluation.match`` (see the module docstring).
+
+    Raises:
+        ValueError: another form, or a regular expression that does not compile.
+    """
+    if isinstance(value, str):
+        return value.strip(), "exact"
+    if isinstance(value, dict) and isinstance(value.get("answer"), str):
+        return (value["answer"], "exact") if value.get("strip") else (value["answer"], "literal")
+    if isinstance(value, dict) and isinstance(value.get("regex"), str):
+        try:
+            re.compile(value["regex"])
+        except re.error as err:
+            raise ValueError(f"field 'evaluation.match.regex': not a regular expression: {err}") from None
+        return value["regex"], "regex"
+    raise ValueError("field 'evaluation.match': not a string, {'answer': ...} or {'regex': ...}")
+
+
+def check_chain(value: Any) -> str:
+    """The check (names joined with ``+``) of an ``evaluation.check`` chain ``[null, <comparison
+    scripts>...]`` (see the module docstring).
+
+    Raises:
+        ValueError: a script other than ``null`` and the comparisons of :data:`CHECK_SCRIPTS`
+            (:data:`STATE_CHECK`), or a comparison before any ``null``.
+    """
+    chain = value if isinstance(value, list) else [value]
+    names: list[str] = []
+    seen_example = False
+    for k, spec in enumerate(chain):
+        if spec is None:
+            seen_example = True
+            continue
+        stem = os.path.splitext(os.path.basename(spec["file"]))[0] if _is_file(spec) else None
+        if stem not in CHECK_SCRIPTS or spec.get("language", "bash") != "python":
+            what = repr(spec["file"]) if _is_file(spec) else "a code script"
+            raise ValueError(f"field 'evaluation.check[{k}]': {what} is not a comparison script: {STATE_CHECK}")
+        if not seen_example:
+            raise ValueError(f"field 'evaluation.check[{k}]': a comparison before the example's output (null)")
+        names.append(CHECK_SCRIPTS[stem])
+    if not names:
+        raise ValueError(f"field 'evaluation.check': no comparison script: {STATE_CHECK}")
+    return "+".join(dict.fromkeys(names))
+
+
+def _is_file(spec: Any) -> bool:
+    return isinstance(spec, dict) and isinstance(spec.get("file"), str)
+
+
+def run_task(
+    init: str, start: str, command: str, uid: int, limits: ShellLimits, timeout_s: float
+) -> CommandResult | None:
+    """Run a task's init, then its start command (its output, and its background programs', sent
+    to ``/dev/null``) and ``command`` in the shell of one fresh sandbox (as the environment does),
+    and close it (its background programs end with it).
+
+    Args:
+        init, start: the entry's fields ("" for none). command: "" to run none.
+        timeout_s: time limit of each of the three (seconds).
+
+    Returns:
+        ``command``'s result, or None when there is none.
+
+    Raises:
+        RuntimeError: the init or the start failed or did not come back (named, with its output's end).
+    """
+    with ShellSession(uid, limits, 65536, init=init, init_timeout_s=timeout_s) as session:
+        check_init(session.init_result, "the init script")
+        if start.strip():
+            check_init(session.run(f"{{\n{start}\n}} >/dev/null 2>&1", timeout_s), "the start command")
+        return session.run(command, timeout_s) if command.strip() else None
+
+
+def _description(row: dict[str, Any]) -> str:
+    question = row.get("description")
+    if not isinstance(question, str) or not question.strip():
+        raise ValueError("field 'description': missing, empty or not a string")
+    return question.strip()
+
+
+def _init(row: dict[str, Any], scripts_dir: str) -> str:
+    create = row.get("create")
+    return init_script(create["init"], scripts_dir) if isinstance(create, dict) and "init" in create else ""
 
 
 def os_task_entry(
     row: dict[str, Any], i: int, name: str, scripts_dir: str, uid: int, limits: ShellLimits, timeout_s: float
 ) -> dict[str, Any]:
-    """One AgentBench OS row as a task entry (:mod:`mintrl.env.shell.tasks`), its init run once in
-    the sandbox (and its reference command, for a check row).
+    """One AgentBench OS row as a task entry (:mod:`mintrl.env.shell.tasks`, with ``start``), its
+    init and start run once in the sandbox (then its reference command, for a check row).
 
     Args:
         row: the row as read from the file; ``i``: its index; ``name``: the file name (for messages).
         scripts_dir: folder of ``{"file": ...}`` scripts. uid, limits: the sandbox's uid and limits.
-        timeout_s: time limit of the init and of the reference command (seconds).
+        timeout_s: time limit of the init, the start and the reference command (seconds).
 
     Raises:
-        InvalidRow: a missing or empty ``description``, a ``start``, a bad ``create.init``,
-            ``evaluation`` without ``match`` or ``check`` + ``example``, an unsupported check, or an
-            init or reference command that fails in the sandbox (the field named).
+        InvalidRow: a missing or empty ``description``, a bad script, ``evaluation`` without
+            ``match`` or ``check`` + ``example``, a check chain that tests the final state, or an
+            init, start or reference command that fails in the sandbox (the field named).
     """
     try:
-        question = row.get("description")
-        if not isinstance(question, str) or not question.strip():
-            raise ValueError("field 'description': missing, empty or not a string")
-        if row.get("start") is not None:
-            raise ValueError("field 'start': background programs are not supported")
-        create = row.get("create")
-        if create is not None and not isinstance(create, dict):
-            raise ValueError("field 'create': not an object")
-        init = _code(create["init"], "create.init", scripts_dir) if create and "init" in create else ""
+        question = _description(row)
+        init = _init(row, scripts_dir)
+        start = _code(row["start"], "start", scripts_dir) if row.get("start") is not None else ""
         evaluation = row.get("evaluation")
         if not isinstance(evaluation, dict):
             raise ValueError("field 'evaluation': missing or not an object")
+        example = evaluation.get("example")
+        reference = _code(example, "evaluation.example", scripts_dir).strip() if example is not None else ""
         if "match" in evaluation:
-            if not isinstance(evaluation["match"], str):
-                raise ValueError("field 'evaluation.match': not a string")
-            reference, label, check = "", evaluation["match"].strip(), "exact"
-            run = run_script(init, "true", uid, limits, timeout_s)
+            label, check = _match(evaluation["match"])
+            run_task(init, start, "", uid, limits, timeout_s)
         else:
-            if "check" not in evaluation or "example" not in evaluation:
+            if "check" not in evaluation:
                 raise ValueError("field 'evaluation': needs 'match', or 'check' and 'example'")
-            check = _check(evaluation["check"])
-            reference = _code(evaluation["example"], "evaluation.example", scripts_dir).strip()
-            run = run_script(init, reference, uid, limits, timeout_s)
+            check = check_chain(evaluation["check"])
+            if not reference:
+                raise ValueError("field 'evaluation.example': a check chain needs the example script")
+            run = run_task(init, start, f"{{\n{reference}\n}} 2>/dev/null", uid, limits, timeout_s)
             if not run.finished:
                 raise ValueError("field 'evaluation.example': the reference command did not come back in the sandbox")
             label = run.output.strip()
-    except RuntimeError as err:  # the init script failed in the sandbox
-        raise InvalidRow(f"{name} row {i}: field 'create.init': {err}") from None
+    except RuntimeError as err:  # the init or the start failed in the sandbox
+        where = "start" if "start command" in str(err) else "create.init"
+        raise InvalidRow(f"{name} row {i}: field '{where}': {err}") from None
     except ValueError as err:
         raise InvalidRow(f"{name} row {i}: {err}") from None
     entry = {
-        "question": question.strip(),
+        "question": question,
         "init": init,
+        "start": start,
         "reference": reference,
         "label": label,
         "check": check,
@@ -156,15 +288,15 @@ def load_os_tasks(
         rows: what to do with invalid rows (default: raise :class:`InvalidRow`).
         scripts_dir: folder of ``{"file": ...}`` scripts (default: the file's folder).
         uid: the sandbox uid of the load-time runs (used only as root).
-        limits: their sandbox limits (default :class:`ShellLimits`).
-        timeout_s: time limit of each init and reference command (seconds).
+        limits: their sandbox limits (default :data:`LOAD_LIMITS`).
+        timeout_s: time limit of each init, start and reference command (seconds).
 
     Raises:
         InvalidRow: a bad row (see :func:`os_task_entry`) unless ``rows`` skips it.
         FileNotFoundError: no such file.
     """
     rows = rows or RowFilter()
-    limits = limits or ShellLimits()
+    limits = limits or LOAD_LIMITS
     name = os.path.basename(path)
     scripts_dir = scripts_dir or os.path.dirname(os.path.abspath(path))
     entries = [

@@ -14,7 +14,13 @@ An answer is compared with a task's label after :func:`normalize` (line ends uni
 space and quotes stripped, every run of whitespace one space) by one of :data:`CHECKS`, the check
 names of AgentBench's OS tasks: ``exact`` (string-match), ``integer`` (integer-match),
 ``size`` (size-match: ``4K`` equals ``4096``), ``containing`` (the answer contains the label),
-``in`` (the non-empty answer is part of the label).
+``in`` (the non-empty answer is part of the label); and the two forms of AgentBench's ``match``
+object: ``literal`` (``{"answer": ..., "strip": false}``: the answer, as the action protocol gives
+it, stripped, equals the label character for character, no other normalization) and ``regex``
+(``{"regex": ...}``: the label is a Python regular expression that ``re.search`` finds in the
+answer; the pattern is trusted data, the answer at most ``max_action_chars`` characters).
+Several checks joined with ``+`` (``integer+exact``) all must hold: a check chain of AgentBench
+with several comparison scripts after the example.
 """
 
 from __future__ import annotations
@@ -23,9 +29,9 @@ import re
 
 from mintrl.env.protocol import ANSWER, Action, TaggedProtocol, drop_leading_blank_lines, first_block
 
-__all__ = ["ANSWER", "Action", "CHECKS", "answers_match", "find_command", "normalize", "parse_action"]
+__all__ = ["ANSWER", "Action", "CHECKS", "answers_match", "check_names", "find_command", "normalize", "parse_action"]
 _LANGUAGE = re.compile(r"(?:bash|sh|shell|console)[ \t]*(?:\n|$)", re.I)
-CHECKS = ("exact", "integer", "size", "containing", "in")
+CHECKS = ("exact", "integer", "size", "containing", "in", "literal", "regex")
 _SIZE_UNITS = {"": 1, "B": 1, "BYTE": 1, "BYTES": 1, "K": 1 << 10, "KB": 1 << 10, "M": 1 << 20, "MB": 1 << 20}
 _SIZE_UNITS |= {"G": 1 << 30, "GB": 1 << 30, "T": 1 << 40, "TB": 1 << 40}
 _SIZE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)$")
@@ -90,13 +96,35 @@ def _integer(text: str) -> int | None:
         return None
 
 
+def check_names(check: str) -> list[str]:
+    """The checks of a check field (one name, or several joined with ``+``).
+
+    Raises:
+        ValueError: a name not in :data:`CHECKS` (or an empty field).
+    """
+    names = str(check).split("+")
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown:
+        raise ValueError(f"unknown answer check {check!r} (one of {CHECKS}, or several joined with '+')")
+    return names
+
+
 def answers_match(answer: str, label: str, check: str = "exact") -> bool:
-    """True when ``answer`` is right for ``label`` under ``check`` (one of :data:`CHECKS`, see the
-    module docstring); an answer that cannot be read as the check's type is wrong.
+    """True when ``answer`` is right for ``label`` under ``check`` (one of :data:`CHECKS`, or
+    several joined with ``+``, all of which must hold; see the module docstring); an answer that
+    cannot be read as the check's type is wrong.
 
     Raises:
         ValueError: an unknown check.
     """
+    return all(_one_match(answer, label, name) for name in check_names(check))
+
+
+def _one_match(answer: str, label: str, check: str) -> bool:
+    if check == "literal":
+        return answer == label
+    if check == "regex":
+        return re.search(label, answer) is not None
     a, b = normalize(answer), normalize(label)
     if check == "exact":
         return a == b
@@ -108,6 +136,4 @@ def answers_match(answer: str, label: str, check: str = "exact") -> bool:
         return x is not None and x == y
     if check == "containing":
         return b in a
-    if check == "in":
-        return bool(a) and a in b
-    raise ValueError(f"unknown answer check {check!r} (one of {CHECKS})")
+    return bool(a) and a in b  # "in"
