@@ -182,7 +182,7 @@ def test_dbbench_loader(tmp_path):
         "```sql\nSELECT age FROM people WHERE name = 'Ann';\n```"
     )
     assert entries[1]["query"] == "" and entries[1]["reference_action"] == "<answer>34</answer>"
-    assert entries[2]["label"] == "" and entries[0]["columns"][1] == {"name": "age", "type": "INT"}
+    assert entries[2]["label"] == "" and entries[0]["columns"][1] == {"name": "age", "type": "TEXT"}
     assert (entries[3]["source"], entries[3]["index"]) == ("dbbench.jsonl", 3)
 
 
@@ -205,7 +205,10 @@ def test_dbbench_loader(tmp_path):
             "dbbench.jsonl row 1: field 'table.table_info.rows' [0]: not a list of 1 values",
         ),
         (dict(table=[{}, {}]), "dbbench.jsonl row 1: field 'table': 2 tables (only one table per task is supported"),
-        (dict(type=["UPDATE"], sql=None), "dbbench.jsonl row 1: field 'query': a update task needs its reference"),
+        (
+            dict(type=["UPDATE"], sql=None),
+            "dbbench.jsonl row 1: field 'label': a update row needs its reference statement (label[0] or sql.query)",
+        ),
         (
             dict(type=["UPDATE"], sql={"query": "UPDATE elsewhere SET a = 1"}),
             "dbbench.jsonl row 1: field 'sql.query': the reference statement fails: no such table: elsewhere",

@@ -26,14 +26,24 @@ runs one statement at a time inside these limits:
   (``SQLITE_LIMIT_ATTACHED`` = 0). Sorts of very many rows spill to SQLite's own unnamed temporary
   files, bounded by the time limit.
 
+A task entry may ask for MySQL's text comparison (``"collation": "mysql"``, the AgentBench DB-bench
+rows of :mod:`mintrl.env.sql.loader`): every column then compares with the collation
+:data:`MYSQL_COLLATION` (:func:`mysql_order_key`): values first by their leading numbers (as MySQL
+compares a TEXT column with a number: ``'47,818' > 146445`` is false), then case- and
+accent-insensitively, as MySQL's ``utf8mb4_0900_ai_ci`` compares text. It runs in Python; past a
+statement's time limit it answers "equal" at once, so that a sort of very many rows reaches the next
+time check quickly. A value Python cannot read as UTF-8 stops the statement with an error.
+
 A statement stopped at the time limit depends on the machine's speed; all else is deterministic.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import sqlite3
 import time
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -74,9 +84,14 @@ ALLOWED_FUNCTIONS = frozenset(
 # 'local' or 'utc' (see _reads_clock).
 DATE_FUNCTIONS = {"date": 0, "time": 0, "datetime": 0, "julianday": 0, "unixepoch": 0, "strftime": 1}
 CLOCK = "the clock and time zone are refused (date functions need a time value; no 'now', 'localtime' or 'utc')"
+NOT_UTF8 = "the statement was stopped: a value it compares or returns is not valid UTF-8 text"
 SCHEMA_CHANGE = "changing the schema (CREATE, DROP, ALTER, ANALYZE) is refused"
 _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_schema", "sqlite_temp_master", "sqlite_temp_schema"})
 _TYPE = re.compile(r"^[A-Za-z][A-Za-z0-9_ ]{0,30}(\(\s*\d+\s*(,\s*\d+\s*)?\))?$")
+MYSQL_COLLATION = "mysql"  # the collation name of a "collation": "mysql" entry's columns
+COLLATIONS = (MYSQL_COLLATION,)
+_DECIMAL = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?$")
+_LEADING_NUMBER = re.compile(r"\s*[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 
 
 @dataclass
@@ -125,15 +140,45 @@ def render_rows(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines) if rows else " | ".join(columns) + "\n(no rows)"
 
 
+def mysql_text_key(text: str) -> str:
+    """``text`` as MySQL's ``utf8mb4_0900_ai_ci`` compares it, approximately: case-folded, compatibility
+    decomposed (NFKD) and without combining marks (``Côte`` and ``cote`` are one key; trailing
+    spaces count, as in that NO PAD collation)."""
+    folded = unicodedata.normalize("NFKD", text.casefold())
+    return "".join(c for c in folded if not unicodedata.combining(c))
+
+
+def mysql_number(text: str) -> float:
+    """The number MySQL reads ``text`` as when it compares it with a number: its leading decimal number
+    (spaces before it skipped; ``47,818`` is 47, ``1e3 m`` is 1000), 0 when it has none."""
+    match = _LEADING_NUMBER.match(text)
+    number = float(match.group(0)) if match else 0.0
+    return 0.0 if math.isnan(number) else number
+
+
+def mysql_order_key(text: str) -> tuple:
+    """The order of :data:`MYSQL_COLLATION`: by :func:`mysql_number` first (so that a TEXT column compares
+    with a number as MySQL compares them: ``Population > 146445`` is false for ``47,818``); of equal
+    numbers a plain decimal number (``5``, ``05``, ``5.0``: all equal) first, then other text by
+    :func:`mysql_text_key` (``Paris`` equals ``paris``). A total order, unlike MySQL's own mix of
+    string and number comparisons; two texts that hold no number compare as MySQL's collation."""
+    if _DECIMAL.match(text):
+        return (float(text), 0, "")
+    return (mysql_number(text), 1, mysql_text_key(text))
+
+
 def check_table(entry: Mapping[str, Any]) -> None:
-    """Check the table fields of a task entry (``table``, ``columns``, ``rows``).
+    """Check the table fields of a task entry (``table``, ``columns``, ``rows``, ``collation``).
 
     Raises:
         ValueError: a missing or empty table name, no columns, a column without a name or with a
             type that is not a plain SQL type name (``TEXT``, ``INTEGER``, ``VARCHAR(20)``), two
-            columns of one name, rows that are not lists of the column count, or a value that is
-            not a string, number or null (the message names the field).
+            columns of one name, rows that are not lists of the column count, a value that is
+            not a string, number or null, or a ``collation`` other than absent, None or
+            ``"mysql"`` (the message names the field).
     """
+    if entry.get("collation") not in (None, *COLLATIONS):
+        raise ValueError(f"field 'collation': {entry.get('collation')!r} is not one of {COLLATIONS} or null")
     table = entry.get("table")
     if not isinstance(table, str) or not table.strip():
         raise ValueError("field 'table': missing, empty or not a string")
@@ -179,6 +224,7 @@ class TaskDatabase:
         self.table = entry["table"]
         self.timeout_s, self.max_rows, self.max_chars = timeout_s, max_rows, max_chars
         self._denied: str | None = None
+        self._deadline = math.inf  # the running statement's time limit (time.monotonic() seconds)
         self.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         try:
             self._build(entry)
@@ -208,13 +254,24 @@ class TaskDatabase:
         conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
         conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         conn.execute(f"PRAGMA max_page_count = {MAX_PAGES}")
-        cols = ", ".join(f"{quote_ident(c['name'])} {c['type']}" for c in entry["columns"])
+        collate = ""
+        if entry.get("collation") == MYSQL_COLLATION:
+            conn.create_collation(MYSQL_COLLATION, self._mysql_compare)
+            collate = f" COLLATE {MYSQL_COLLATION}"
+        cols = ", ".join(f"{quote_ident(c['name'])} {c['type']}{collate}" for c in entry["columns"])
         conn.execute(f"CREATE TABLE {quote_ident(self.table)} ({cols})")
         marks = ", ".join("?" * len(entry["columns"]))
         try:
             conn.executemany(f"INSERT INTO {quote_ident(self.table)} VALUES ({marks})", entry["rows"])
         except sqlite3.Error as err:
             raise ValueError(f"field 'rows': SQLite refused a row ({err})") from None
+
+    def _mysql_compare(self, a: str, b: str) -> int:
+        """:data:`MYSQL_COLLATION` (:func:`mysql_order_key`); 0 at once past the time limit."""
+        if time.monotonic() > self._deadline:
+            return 0
+        x, y = mysql_order_key(a), mysql_order_key(b)
+        return (x > y) - (x < y)
 
     def _authorize(self, action: int, arg1, arg2, db_name, trigger) -> int:
         """The allow-list of the module docstring; remembers why it refused (for the message)."""
@@ -257,7 +314,7 @@ class TaskDatabase:
             ``Error: ...`` naming the refused operation, the time limit or SQLite's message.
         """
         self._denied = None
-        deadline = time.monotonic() + self.timeout_s
+        deadline = self._deadline = time.monotonic() + self.timeout_s
         self.conn.set_progress_handler(lambda: int(time.monotonic() > deadline), PROGRESS_STEPS)
         timed_out = False
         try:
@@ -279,11 +336,14 @@ class TaskDatabase:
                 message = f"the statement ran longer than {self.timeout_s:g} s and was stopped"
             elif self._denied is not None:
                 message = f"not authorized: {self._denied}"
+            elif isinstance(err, UnicodeDecodeError) or str(err) == "interrupted":
+                message = NOT_UTF8  # Python could not read a value it was to compare or return
             else:
                 message = str(err)
             return QueryResult(False, f"Error: {message}.", error=message, timed_out=timed_out)
         finally:
             self.conn.set_progress_handler(None, 0)
+            self._deadline = math.inf
         truncated = len(rows) > self.max_rows
         rows = rows[: self.max_rows]
         text = render_rows(columns, rows)
