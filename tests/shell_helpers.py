@@ -15,6 +15,9 @@ UID_BASE = 65000  # not the default: a training run elsewhere on this machine us
 SLOTS = 4
 JUDGE_UID, LOADER_UID = 65100, 65200
 TEST_UIDS = (*range(UID_BASE, UID_BASE + SLOTS), JUDGE_UID, LOADER_UID)
+# writable-root sandboxes: each a range of 65536 host uids (and gids) from its base; no other test's uids
+WRITABLE_ROOT_BASES = tuple(3_000_000_000 + k * 65536 for k in range(4))
+WRITABLE_ROOT_UIDS = range(WRITABLE_ROOT_BASES[0], WRITABLE_ROOT_BASES[-1] + 65536)
 
 
 def task(question: str, init: str, label: str, check: str = "exact", reference: str = "") -> dict:

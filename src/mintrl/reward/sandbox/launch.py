@@ -7,6 +7,7 @@ import glob
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,9 @@ SAFE_ENV = {
     "OPENBLAS_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }
+# a writable root's environment: its programs run as root, so the sbin folders are on the PATH (as in a container)
+WRITABLE_ROOT_ENV = {**SAFE_ENV, "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+ROOT_IDS = 65536  # host uids (and gids) of one writable root: uid_base .. uid_base + 65535
 
 
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev")
@@ -98,6 +102,44 @@ def hidden_paths(python: str | None = None) -> list[str]:
     return [p for p in dict.fromkeys(paths) if os.path.isdir(p)]
 
 
+def _private_entries(folder: str) -> list[str]:
+    """The files under ``folder`` that a user with no privilege and no group cannot read (regular
+    files without the read bit for others) and the folders it cannot list or enter (without ``r``
+    or ``x`` for others), not following symlinks, not descending into such folders nor into
+    another file system (an overlay of ``folder`` shows its own file system only)."""
+    device, found, stack = os.stat(folder).st_dev, [], [folder]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                if info.st_mode & 0o005 != 0o005:
+                    found.append(entry.path)
+                elif info.st_dev == device:
+                    stack.append(entry.path)
+            elif stat.S_ISREG(info.st_mode) and not info.st_mode & 0o004:
+                found.append(entry.path)
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def private_paths(folders: tuple[str, ...]) -> tuple[str, ...]:
+    """What a writable root hides of the host's ``folders`` (host paths, the same inside): the files
+    and folders under them that the default sandbox uid, a user with no privilege and no group,
+    cannot read or list (:func:`_private_entries`: ``/etc/shadow``, ``/etc/ssl/private``, a
+    service's 0600 configuration...). A writable root's root owns the host's files, so each of these
+    is emptied in its copy (the password files scrubbed instead). Scanned once per process and
+    folder list (about 0.5 s for a ``/usr`` of 140k entries); the launcher scans ``/etc`` again at
+    each start."""
+    return tuple(path for folder in folders if os.path.isdir(folder) for path in _private_entries(folder))
+
+
 def launcher_config(
     run_dir: str,
     uid: int,
@@ -107,6 +149,7 @@ def launcher_config(
     argv: Sequence[str] | None = None,
     tmpfs_dirs: Sequence[str] = (),
     python: str | None = None,
+    writable_root_uid: int | None = None,
 ) -> dict:
     """The JSON config of one ``launcher.py`` run (see its docstring), in harness or program mode.
 
@@ -126,16 +169,30 @@ def launcher_config(
         python: the interpreter that runs the harness (harness mode; ``cfg["python"]``); its
             installation's binary, library and standard-library folders are made visible with the
             system folders (:func:`visible_paths`), its package folders hidden (:func:`hidden_paths`).
+        writable_root_uid: None (default): the read-only root below, the program runs as ``uid``.
+            Otherwise a writable root (launcher run as root only): the program runs as root
+            (uid 0, a container's capabilities) of a user namespace whose uids and gids 0..65535 are
+            the host's ``writable_root_uid`` .. ``writable_root_uid + 65535`` (a range of host ids
+            that nothing else uses, none below 65536; ``uid`` is then unused), every visible folder
+            is an overlay whose writes land on a private tmpfs of ``tmp_bytes``, the root itself a
+            writable tmpfs of ``tmp_bytes``, what others cannot read on the host emptied
+            (:func:`private_paths`, the password files' hashes replaced by ``*``), and ``PATH``
+            holds the sbin folders (:data:`WRITABLE_ROOT_ENV`). Everything written vanishes with
+            the sandbox.
 
-    The sandbox sees only :func:`visible_paths` of the host (read-only) less :func:`hidden_paths`
-    (every installed package's folder: empty), its private tmpfs folders and a fresh ``/proc``: task
-    files, the project, installed packages and every other folder stay out of reach.
+    The sandbox sees only :func:`visible_paths` of the host (read-only, or copy-on-write with a
+    writable root) less :func:`hidden_paths` (every installed package's folder: empty), its private
+    tmpfs folders and a fresh ``/proc``: task files, the project, installed packages and every other
+    folder stay out of reach.
 
     Raises:
-        ValueError: neither or both of ``harness`` and ``argv``.
+        ValueError: neither or both of ``harness`` and ``argv``; a ``writable_root_uid`` range that
+            is not within [65536, 2**32 - 1).
     """
     if (harness is None) == (argv is None):
         raise ValueError("launcher_config needs exactly one of harness and argv")
+    if writable_root_uid is not None and not ROOT_IDS <= int(writable_root_uid) <= 2**32 - 1 - ROOT_IDS:
+        raise ValueError(f"writable_root_uid {writable_root_uid} is not in [65536, 2**32 - 65537]")
     cfg = {
         "workdir": os.path.join(run_dir, "work"),
         "uid": int(uid),
@@ -150,6 +207,10 @@ def launcher_config(
         "visible": visible_paths(python),
         "hidden": hidden_paths(python),
     }
+    if writable_root_uid is not None:
+        folders = tuple(p for p in cfg["visible"] if p != "/dev" and not os.path.islink(p))
+        cfg["writable_root"] = {"uid_base": int(writable_root_uid), "private": list(private_paths(folders))}
+        cfg["env"] = WRITABLE_ROOT_ENV
     if harness is not None:
         cfg["harness"] = harness if isinstance(harness, str) else list(harness)
         if python is not None:

@@ -56,6 +56,32 @@ Steps:
 5. Parent: waits up to the wall-clock limit (or until it gets SIGTERM: the caller ends the run
    early), then SIGKILLs the child and its process group, removes the cgroup, and writes a status
    file (wait status, timeout flag, isolation report) into a directory only it can write.
+
+**Writable root** (config key ``writable_root``: ``{"uid_base": <first host uid of a range of
+65536>, "private": [host paths to hide]}``; root only; for programs such as a task's init script
+that write anywhere, e.g. ``mkdir /working``, ``useradd``): the program runs as uid 0 of a user
+namespace whose uids and gids 0..65535 are the host's ``uid_base`` .. ``uid_base + 65535`` (no
+privilege on the host), on a root it may change, and everything it writes vanishes with the
+sandbox. Before step 1 the launcher (host root) makes that user namespace through a throwaway
+child and writes its maps (:func:`_root_user_namespace`). In step 4 the child, still host root,
+mounts a fresh ``/proc`` of the sandbox's PID namespace and, for each visible folder, an idmapped,
+read-only clone (the host's root-owned files appear owned by the namespace's root) on a staging
+tmpfs; then it joins the user namespace as its root, in a new mount namespace owned by it, and
+builds the new root: a writable tmpfs of ``tmp_bytes`` holding an overlay per visible folder (lower
+layer: the idmapped clone; upper layer on another tmpfs of ``tmp_bytes`` outside the new root), the
+same ``/dev`` nodes, ``/proc`` bound from the stage, the ``hidden`` folders and the private tmpfs
+folders as above (:func:`_writable_new_root`). It must ``pivot_root`` (no ``chroot`` fallback), which
+leaves the stage and the host's tree out of reach. In the overlays, what a user with no privilege
+cannot read on the host (the ``private`` list and a fresh scan of ``/etc``: keys, ``0600``
+configuration) is emptied and the password files' hashes are replaced by ``*``
+(:func:`_mask_private`), so that the namespace's root reads no more of the host than the default
+mode's sandbox uid. The program keeps only a container's capabilities (:data:`ROOT_CAPABILITIES`:
+not ``CAP_SYS_ADMIN``, so no mount, no ``umount`` of a hidden folder, no file handles; not
+``SYS_PTRACE``, ``NET_ADMIN``, ``MKNOD``, ``SYS_RESOURCE``, ``DAC_READ_SEARCH``), as root of a
+namespace that owns no network, PID or IPC namespace (the host's ``/proc/sys`` stays read-only to
+it) and with the same limits, cgroups, keyring, ``no_new_privs`` and seccomp filter. Where any step
+is refused (not root, no idmapped mounts or overlays in user namespaces, a bad ``uid_base``), the
+sandbox does not start: its PID 1 writes why on stderr and exits 125 (never a read-only fallback).
 """
 
 import ctypes
@@ -63,7 +89,9 @@ import errno
 import json
 import os
 import resource
+import shutil
 import signal
+import stat
 import sys
 import time
 
@@ -108,6 +136,18 @@ DEVICE_LINKS = {
     "stderr": "/proc/self/fd/2",
 }
 CGROUP_PREFIX = "mintrl-sandbox-"
+# the new mount API (the same numbers on every architecture): open_tree, move_mount, mount_setattr
+OPEN_TREE_NR, MOVE_MOUNT_NR, MOUNT_SETATTR_NR = 428, 429, 442
+OPEN_TREE_CLONE, OPEN_TREE_CLOEXEC, AT_EMPTY_PATH, AT_FDCWD, MOVE_MOUNT_F_EMPTY_PATH = 1, 0o2000000, 0x1000, -100, 4
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV, MOUNT_ATTR_IDMAP = 1, 2, 4, 0x00100000
+ROOT_IDS = 65536  # uids and gids 0..65535 of a writable root's user namespace, each on its own host id
+# the capabilities a writable root's programs keep (a container runtime's default set, less MKNOD and
+# NET_RAW): CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL, SETGID, SETUID, SETPCAP, NET_BIND_SERVICE,
+# SYS_CHROOT, AUDIT_WRITE, SETFCAP; every other one (SYS_ADMIN: mount, umount; SYS_PTRACE, NET_ADMIN,
+# DAC_READ_SEARCH, SYS_RESOURCE, ...) is out of the bounding set
+ROOT_CAPABILITIES = frozenset((0, 1, 3, 4, 5, 6, 7, 8, 10, 18, 29, 31))
+# a writable root's copies of the host's password files: every password field (hash) replaced by "*"
+SHADOW_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-")
 
 libc = ctypes.CDLL(None, use_errno=True)
 
@@ -339,19 +379,22 @@ def _new_root(top, visible, hidden=()):
     return top
 
 
-def _enter_root(top):
+def _enter_root(top, writable=False):
     """Make ``top`` the root of this mount namespace and detach the host's mount tree (``pivot_root``;
-    ``chroot`` where the kernel refuses it), then make the root's own tmpfs read-only. Returns whether
-    ``pivot_root`` did it.
+    ``chroot`` where the kernel refuses it, except for a ``writable`` root), then make the root's own
+    tmpfs read-only (unless ``writable``). Returns whether ``pivot_root`` did it.
 
     Raises:
-        OSError: the host's tree could not be detached after a ``pivot_root`` (the sandbox must not
-            start with it in reach).
+        OSError: the host's tree could not be detached after a ``pivot_root``, or a ``writable`` root
+            could not be pivoted into (its root keeps ``CAP_SYS_CHROOT``, which leaves a ``chroot``);
+            the sandbox must not start with the host's tree in reach.
     """
     number = ARCHES.get(os.uname().machine, (None, None, None, None))[2]
     old = top + "/.old-root"
     os.mkdir(old, 0o700)
     pivoted = number is not None and libc.syscall(ctypes.c_long(number), top.encode(), old.encode()) == 0
+    if not pivoted and writable:
+        raise OSError(ctypes.get_errno(), "pivot_root into the writable root refused")
     if pivoted:
         os.chdir("/")
         if libc.umount2(b"/.old-root", MNT_DETACH) != 0:
@@ -361,18 +404,295 @@ def _enter_root(top):
         os.rmdir(old)
         os.chroot(top)
         os.chdir("/")
-    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    if not writable:
+        _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     return pivoted
+
+
+# -- a writable root (root only): overlays on idmapped host folders, inside a user namespace -----------
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def _root_user_namespace(uid_base):
+    """A new user namespace whose uids and gids 0..65535 are the host's ``uid_base`` ..
+    ``uid_base + 65535`` (its root: ``uid_base``, no privilege on the host), as a descriptor
+    (close-on-exec). A throwaway child makes it (``unshare(CLONE_NEWUSER)``), this process (host root,
+    in the initial user namespace) writes its maps and opens it, then the child is reaped; the
+    descriptor keeps the namespace. Call before the process enters new namespaces (its ``/proc``
+    must show the child).
+
+    Raises:
+        OSError: the kernel refused the user namespace or its maps.
+    """
+    ready_r, ready_w = os.pipe()
+    hold_r, hold_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            os.close(hold_w)
+            made = _unshare(CLONE_NEWUSER)
+            os.write(ready_w, b"u" if made else str(ctypes.get_errno()).encode())
+            os.read(hold_r, 1)  # until the parent has opened the namespace
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(hold_r)
+    try:
+        answer = os.read(ready_r, 16)
+        if answer != b"u":
+            code = int(answer) if answer.isdigit() else errno.EPERM
+            raise OSError(code, f"unshare(CLONE_NEWUSER): {os.strerror(code)}")
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{pid}/{name}", "w") as f:
+                f.write(f"0 {uid_base} {ROOT_IDS}\n")
+        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+    finally:
+        os.close(ready_r)
+        os.close(hold_w)  # the child's read returns: it exits
+        os.waitpid(pid, 0)
+
+
+def _writable_root_namespace(cfg, root):
+    """``(descriptor, None)`` of the user namespace of ``cfg["writable_root"]`` (see
+    :func:`_root_user_namespace`), or ``(None, why)`` where it cannot be made: not root, a
+    ``uid_base`` that is not an integer in [65536, 2**32 - 1 - 65536], a refusal of the kernel."""
+    if not root:
+        return None, "a writable root needs the launcher to run as root"
+    uid_base = cfg["writable_root"].get("uid_base")
+    if type(uid_base) is not int or not ROOT_IDS <= uid_base <= 2**32 - 1 - ROOT_IDS:
+        return None, f"writable_root.uid_base {uid_base!r} is not an integer in [65536, 2**32 - 65537]"
+    try:
+        return _root_user_namespace(uid_base), None
+    except OSError as exc:
+        return None, f"the kernel refused a writable root's user namespace: {exc}"
+
+
+def _idmapped_clone(path, target, userns_fd):
+    """Attach at ``target`` a read-only, nosuid, nodev clone of the mount at host ``path`` (that
+    mount only: an overlay's lower layer does not cross into submounts) whose files' owners are
+    mapped through ``userns_fd``'s user namespace (host root's files: owned by its root).
+
+    Raises:
+        OSError: the kernel or the file system refused (no idmapped mounts).
+    """
+
+    def call(number, *args):  # a syscall of the new mount API; raises OSError(what) where it fails
+        *args, what = args
+        result = libc.syscall(ctypes.c_long(number), *args)
+        if result < 0:
+            raise OSError(ctypes.get_errno(), what)
+        return result
+
+    here, flags = ctypes.c_int(AT_FDCWD), ctypes.c_uint(OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)
+    fd = call(OPEN_TREE_NR, here, path.encode(), flags, f"open_tree {path}")
+    try:
+        attr = _MountAttr(MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, 0, userns_fd)
+        size, empty = ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint(AT_EMPTY_PATH)
+        call(
+            MOUNT_SETATTR_NR, ctypes.c_int(fd), b"", empty, ctypes.byref(attr), size, f"mount_setattr (idmap) of {path}"
+        )
+        moved = ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH)
+        call(MOVE_MOUNT_NR, ctypes.c_int(fd), b"", here, target.encode(), moved, f"move_mount to {target}")
+    finally:
+        os.close(fd)
+
+
+def _enter_root_user_namespace(userns_fd):
+    """Join the user namespace (``setns``) as its root (uid and gid 0, no supplementary groups), then a
+    new mount namespace that it owns (a copy of this one, with every mount of the host locked)."""
+    if libc.setns(ctypes.c_int(userns_fd), ctypes.c_int(CLONE_NEWUSER)) != 0:
+        raise OSError(ctypes.get_errno(), "setns into the writable root's user namespace")
+    os.close(userns_fd)
+    os.setgroups([])
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+    if not _unshare(CLONE_NEWNS):
+        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) in the user namespace")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+
+
+def _writable_new_root(stage, visible, hidden, userns_fd, tmp_bytes):
+    """Build a writable root at ``stage + "/root"`` (``stage``: an empty folder, in this process's
+    private mount namespace) and return its path relative to the working directory, ``stage``, where
+    the process stays (the namespace's root may not search the host folders above it); this process
+    ends as root of ``userns_fd``'s user namespace, in a new mount namespace owned by it.
+
+    As host root: a small tmpfs on ``stage``; a fresh ``/proc`` of the sandbox's PID namespace at
+    ``stage/proc`` (the PID namespace belongs to the host's user namespace: it cannot be mounted from
+    inside); for each visible folder, an idmapped read-only clone at ``stage/lower/<n>``
+    (:func:`_idmapped_clone`). Then, as the namespace's root: a tmpfs of ``tmp_bytes`` on
+    ``stage/scratch`` holding every overlay's upper and work folders, another of ``tmp_bytes`` as the
+    new root, on it an overlay per visible folder (writes go to the scratch tmpfs: the host's
+    folders stay as they are), a visible symlink (``/bin -> usr/bin``) copied, ``/dev`` with only
+    :data:`DEVICES` (bound one by one) and the ``/proc/self/fd`` links, ``/proc`` bound from the
+    stage, and each ``hidden`` folder under the overlays covered by an empty read-only tmpfs. Once
+    the process has pivoted into the new root, the stage (lower layers, scratch tmpfs) is out of
+    reach.
+
+    Raises:
+        OSError: a step failed (the sandbox must not start).
+    """
+    _mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+    os.chdir(stage)  # overlay options name the layers relative to it (no comma or colon of the path)
+    for name in ("root", "scratch", "proc", "lower"):
+        os.mkdir(name, 0o755)
+    _mount("proc", "proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    folders = []  # (index, host path) of each overlaid folder
+    for path in visible:
+        if path != "/dev" and os.path.isdir(path) and not (os.path.islink(path) and os.path.dirname(path) == "/"):
+            n = len(folders)
+            os.mkdir(f"lower/{n}", 0o755)
+            _idmapped_clone(path, f"lower/{n}", userns_fd)
+            folders.append((n, path))
+    _enter_root_user_namespace(userns_fd)
+    _mount("tmpfs", "scratch", "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=700")
+    top = "root"
+    _mount("tmpfs", top, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmp_bytes},mode=755")
+    for n, path in folders:
+        os.mkdir(f"scratch/upper{n}", 0o755)
+        os.mkdir(f"scratch/work{n}", 0o755)
+        os.makedirs(top + path, mode=0o755, exist_ok=True)
+        layers = f"lowerdir=lower/{n},upperdir=scratch/upper{n},workdir=scratch/work{n},userxattr"
+        _mount("overlay", top + path, "overlay", MS_NOSUID | MS_NODEV, layers)
+    for path in visible:
+        if os.path.islink(path) and os.path.dirname(path) == "/" and not os.path.lexists(top + path):
+            os.symlink(os.readlink(path), top + path)
+    if "/dev" in visible and os.path.isdir("/dev"):
+        os.makedirs(top + "/dev", mode=0o755, exist_ok=True)
+        for name in DEVICES:
+            if os.path.exists(f"/dev/{name}"):
+                open(f"{top}/dev/{name}", "w").close()
+                _bind_read_only(f"/dev/{name}", f"{top}/dev/{name}")
+        for name, link in DEVICE_LINKS.items():
+            os.symlink(link, f"{top}/dev/{name}")
+    os.mkdir(top + "/proc", 0o555)
+    _mount("proc", top + "/proc", None, MS_BIND | MS_REC)
+    for path in hidden:
+        target = top + path
+        if os.path.isdir(target) and not _through_symlink(top, path):
+            _mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
+    return top
+
+
+def _through_symlink(top, path):
+    """Whether a folder of ``path`` (absolute) under ``top`` is a symlink (which a mount would follow
+    out of the new root)."""
+    current = top
+    for part in path.strip("/").split("/"):
+        current += "/" + part
+        if os.path.islink(current):
+            return True
+    return False
+
+
+def private_entries(folder):
+    """The files under ``folder`` that a user with no privilege and no group cannot read (regular files
+    without the read bit for others) and the folders it cannot list or enter (without ``r`` or ``x``
+    for others), not following symlinks nor descending into such folders."""
+    found, stack = [], [folder]
+    while stack:
+        try:
+            entries = list(os.scandir(stack.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue
+            if stat.S_ISDIR(mode):
+                if mode & 0o005 != 0o005:
+                    found.append(entry.path)
+                else:
+                    stack.append(entry.path)
+            elif stat.S_ISREG(mode) and not mode & 0o004:
+                found.append(entry.path)
+    return found
+
+
+def scrubbed_shadow(text):
+    """``text`` of a ``shadow`` or ``gshadow`` file with every password field (the second, a hash or
+    a lock mark) replaced by ``*``; every other field, line and line end unchanged."""
+    lines = text.split("\n")
+    for k, line in enumerate(lines):
+        fields = line.split(":")
+        if len(fields) > 1:
+            fields[1] = "*"
+            lines[k] = ":".join(fields)
+    return "\n".join(lines)
+
+
+def _rewrite(path, transform):
+    """Replace the text of the regular file ``path`` (not a symlink) by ``transform(text)``, keeping its
+    owner and mode; nothing where ``path`` is not a regular file."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return
+    with os.fdopen(fd, "r+", encoding="utf-8", errors="surrogateescape", newline="") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return
+        text = transform(f.read())
+        f.seek(0)
+        f.truncate()
+        f.write(text)
+
+
+def _mask_private(paths):
+    """In the writable root (after the pivot, as its root): hide what the host keeps from users with no
+    privilege: :data:`SHADOW_FILES` scrubbed (:func:`scrubbed_shadow`; ``useradd`` still works), every
+    other file of ``paths`` emptied, every folder of ``paths`` emptied (its mode and owner kept), so
+    that the namespace's root, which owns the host's files, reads no more of them than the sandbox uid
+    of the default mode. Each change lands on the overlay's upper layer.
+
+    Raises:
+        OSError: a path could not be hidden (the sandbox must not start).
+    """
+    for path in SHADOW_FILES:
+        _rewrite(path, scrubbed_shadow)
+    for path in dict.fromkeys(paths):
+        if path in SHADOW_FILES:
+            continue
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(mode):
+            os.close(os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_NONBLOCK))
+        elif stat.S_ISDIR(mode):
+            for entry in os.scandir(path):
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path)
+                else:
+                    os.unlink(entry.path)
 
 
 # -- privileges ----------------------------------------------------------------------------------------
 
 
-def _drop_capability_bounds():
-    """Empty the capability bounding set (root, before setuid): no exec can ever regain one."""
+def _drop_capability_bounds(keep=frozenset()):
+    """Drop every capability but ``keep`` (numbers) from the bounding set (root, before setuid or
+    exec): no exec can ever regain one, and a root's exec gets exactly ``keep``.
+
+    Raises:
+        OSError: a capability could not be dropped.
+    """
     for cap in range(64):
-        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() == errno.EINVAL:
-            break  # past the last capability this kernel knows
+        if cap in keep:
+            continue
+        if libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            if ctypes.get_errno() == errno.EINVAL:
+                break  # past the last capability this kernel knows
+            raise OSError(ctypes.get_errno(), f"dropping capability {cap} from the bounding set")
 
 
 def _join_new_session_keyring():
@@ -446,11 +766,44 @@ def _place_descriptors(pairs):
         os.close(high)
 
 
-def _child(cfg, isolation, root, report_fd, harness_source):
+def _set_limits(lim):
+    """The resource limits of ``lim`` (the config's ``limits``) on this process and what it starts."""
+    for name, value in (
+        ("RLIMIT_CPU", lim["cpu_s"]),
+        ("RLIMIT_AS", lim["address_space_bytes"]),
+        ("RLIMIT_FSIZE", lim["file_size_bytes"]),
+        ("RLIMIT_NPROC", lim["processes"]),
+        ("RLIMIT_NOFILE", lim["open_files"]),
+        ("RLIMIT_CORE", 0),
+    ):
+        hard = value + 1 if name == "RLIMIT_CPU" else value  # SIGXCPU at the soft limit, SIGKILL 1 s later
+        resource.setrlimit(getattr(resource, name), (value, hard))
+
+
+def _writable_root_refusal(cfg, isolation, writable):
+    """Why a writable root cannot be built here (None where it can): its user namespace was refused,
+    or a namespace it needs is missing, or the config has no new root."""
+    if writable["refused"]:
+        return writable["refused"]
+    if not (isolation["mount"] and isolation["pid"]):
+        return "a writable root needs new mount and PID namespaces, which the kernel refused"
+    if not (cfg.get("visible") and cfg.get("new_root")):
+        return "a writable root needs visible paths and new_root in the config"
+    return None
+
+
+def _child(cfg, isolation, root, report_fd, harness_source, writable=None):
     """PID 1 of the sandbox (or a plain child): set up and exec the harness (or ``cfg["argv"]``
-    when ``harness_source`` is None). Never returns."""
+    when ``harness_source`` is None); with ``writable`` (the config's ``writable_root`` and its user
+    namespace's descriptor, or why it was refused), as root of that namespace in a writable root,
+    or not at all. Never returns."""
     try:
         workdir = cfg["workdir"]
+        if writable is not None:
+            refusal = _writable_root_refusal(cfg, isolation, writable)
+            if refusal:
+                raise RuntimeError(refusal)
+            _set_limits(cfg["limits"])  # before setns: raising a hard limit needs the host's CAP_SYS_RESOURCE
         if isolation["mount"]:
             # a mount namespace of its own: the launcher parent must keep seeing the real /tmp
             if not _unshare(CLONE_NEWNS):
@@ -459,11 +812,15 @@ def _child(cfg, isolation, root, report_fd, harness_source):
             read_only = _read_only_mounts()  # before the writable tmpfs mounts below
             os.write(report_fd, b"r" if read_only else b"-")
             top = ""  # where the sandbox's / is built (the host's / when no new root is made)
-            if cfg.get("visible") and cfg.get("new_root"):
-                top = _new_root(cfg["new_root"], cfg["visible"], cfg.get("hidden", ()))
-            if isolation["pid"]:
-                os.makedirs(top + "/proc", exist_ok=True)
-                _mount("proc", top + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            if writable is not None:  # /proc included
+                args = (cfg["visible"], cfg.get("hidden", ()), writable["userns_fd"], cfg["tmp_bytes"])
+                top = _writable_new_root(cfg["new_root"], *args)
+            else:
+                if cfg.get("visible") and cfg.get("new_root"):
+                    top = _new_root(cfg["new_root"], cfg["visible"], cfg.get("hidden", ()))
+                if isolation["pid"]:
+                    os.makedirs(top + "/proc", exist_ok=True)
+                    _mount("proc", top + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
             home = None if root or top else cfg["caller_home"]  # the caller's own files: hidden
             extra = [d for d in cfg.get("tmpfs_dirs", ()) if d != "/"]
             for target in ("/tmp", "/var/tmp", "/dev/shm", *([home] if home and home != "/" else []), *extra):
@@ -473,23 +830,19 @@ def _child(cfg, isolation, root, report_fd, harness_source):
                     opts = f"size={cfg['tmp_bytes']},mode=1777"
                     _mount("tmpfs", top + target, "tmpfs", MS_NOSUID | MS_NODEV, opts)
             if top:
-                os.write(report_fd, b"v" + (b"p" if _enter_root(top) else b""))
+                os.write(report_fd, b"v" + (b"p" if _enter_root(top, writable=writable is not None) else b""))
+            if writable is not None:
+                _mask_private([*writable.get("private", ()), *private_entries("/etc")])
+                os.write(report_fd, b"w")
             workdir = "/tmp/work"
             os.mkdir(workdir, 0o700)
-        if root:
+        if root and writable is None:
             os.chown(workdir, cfg["uid"], cfg["gid"])
-        lim = cfg["limits"]
-        for name, value in (
-            ("RLIMIT_CPU", lim["cpu_s"]),
-            ("RLIMIT_AS", lim["address_space_bytes"]),
-            ("RLIMIT_FSIZE", lim["file_size_bytes"]),
-            ("RLIMIT_NPROC", lim["processes"]),
-            ("RLIMIT_NOFILE", lim["open_files"]),
-            ("RLIMIT_CORE", 0),
-        ):
-            hard = value + 1 if name == "RLIMIT_CPU" else value  # SIGXCPU at the soft limit, SIGKILL 1 s later
-            resource.setrlimit(getattr(resource, name), (value, hard))
-        if root:
+        if writable is None:
+            _set_limits(cfg["limits"])
+        if writable is not None:  # stays the namespace's root, with the capabilities of a container
+            _drop_capability_bounds(keep=ROOT_CAPABILITIES)
+        elif root:
             _drop_capability_bounds()
             os.setgroups([])
             os.setgid(cfg["gid"])
@@ -525,6 +878,10 @@ def main():
                 texts.append(f.read())
         harness_source = "\n".join(texts)
     root = os.geteuid() == 0
+    writable = None
+    if cfg.get("writable_root") is not None:  # its user namespace, made while /proc is still the host's
+        userns_fd, refused = _writable_root_namespace(cfg, root)
+        writable = dict(cfg["writable_root"], userns_fd=userns_fd, refused=refused)
     isolation = _isolate(root)
     isolation["separate_user"] = root  # root drops to a per-slot uid; others already run unprivileged
     lim = cfg["limits"]
@@ -543,8 +900,10 @@ def main():
         if os.read(go_r, 1) != b"g":  # the parent is gone: nobody would bound this sandbox
             os._exit(125)
         os.close(go_r)
-        _child(cfg, isolation, root, report_w, harness_source)
+        _child(cfg, isolation, root, report_w, harness_source, writable)
     os.close(report_w)
+    if writable is not None and writable["userns_fd"] is not None:
+        os.close(writable["userns_fd"])  # only the child joins it
     os.close(go_r)
     for _, source in cfg.get("pass_fds", []):
         os.close(source)  # only the sandbox holds them (e.g. the shell's status channel's write end)
@@ -589,6 +948,8 @@ def main():
     isolation["no_new_privs"] = b"n" in reported
     isolation["no_user_namespaces"] = b"s" in reported
     isolation["own_session_keyring"] = b"k" in reported
+    if writable is not None:
+        isolation["writable_root"] = b"w" in reported  # root of its own user namespace, writes on overlays
     report = {
         "status": status,
         "timed_out": timed_out,
