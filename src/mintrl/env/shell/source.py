@@ -71,9 +71,10 @@ class ShellTasks(EnvTaskSource):
     def load(self, rows: RowFilter | None) -> list[dict[str, Any]]:
         return load_os_tasks(self.path, rows, self.scripts_dir, self.uid)
 
-    def key(self, entry: dict[str, Any]) -> tuple[str, str]:
-        """The instruction and the init script: two tasks that ask the same of different files differ."""
-        return render_instruction(entry), entry["init"]
+    def key(self, entry: dict[str, Any]) -> tuple[str, str, str]:
+        """The instruction, the init script and the start command: two tasks that ask the same of
+        different files (or of a different variable set by the start) differ."""
+        return render_instruction(entry), entry["init"], entry.get("start", "")
 
 
 __all__ = ["KINDS", "ShellTasks", "TASK"]
