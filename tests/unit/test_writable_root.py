@@ -269,3 +269,34 @@ def test_where_a_writable_root_cannot_be_made_the_sandbox_does_not_start(tmp_pat
         shutil.rmtree(shared)
     assert (proc.stdout, status["status"], status["isolation"]["writable_root"]) == (b"", FAILED_START, False)
     assert b"a writable root needs the launcher to run as root" in proc.stderr
+
+
+# ---------------------------------------------------------------- a shell session on a writable root
+
+SESSION_INIT = "mkdir /working && echo 7 > /usr/stock.log && useradd -m bob && echo 123>/home/.tmp"
+
+
+def test_a_shell_session_on_a_writable_root_keeps_its_state_between_commands_only():
+    """ShellSession with ``writable_root``: the init (in its own process, as the namespace's root) writes
+    anywhere and adds a user; the agent's commands see it and add more; a second session on the same
+    uids starts from the host's tree again."""
+    from shell_helpers import UID_BASE
+
+    from mintrl.env.shell.session import ShellLimits, ShellSession
+
+    limits = ShellLimits(wall_s=30.0, memory_mb=256, processes=64, writable_root=True)
+    with pytest.raises(ValueError, match="env.writable_root needs the session's root_uids"):
+        ShellSession(UID_BASE, limits, 4096)
+    with ShellSession(UID_BASE, limits, 4096, init=SESSION_INIT, root_uids=WRITABLE_ROOT_BASES[1]) as shell:
+        assert shell.init_result.exit_code == 0, shell.init_result.output
+        seen = shell.run(
+            "id -u; cat /usr/stock.log; id -un bob; test -e /home/.tmp && echo fd123; ls -d /working", 10.0
+        )
+        written = shell.run("echo 8 >> /usr/stock.log && tail -1 /usr/stock.log", 10.0)
+    assert seen.output.splitlines() == ["0", "7", "bob", "fd123", "/working"]
+    assert written.output.splitlines() == ["8"]
+    with ShellSession(UID_BASE, limits, 4096, root_uids=WRITABLE_ROOT_BASES[1]) as fresh:
+        gone = fresh.run("ls /usr/stock.log /working 2>&1 | wc -l; id bob 2>&1 | grep -c 'no such user'", 10.0)
+    assert gone.output.splitlines() == ["2", "1"]
+    assert not os.path.exists("/usr/stock.log") and not os.path.exists("/working")
+    assert sandbox_processes(WRITABLE_ROOT_UIDS) == []

@@ -144,6 +144,11 @@ class ShellLimits:
         tmp_mb: size of each private tmpfs (``/tmp`` with the home folder, ``/var/tmp``,
             ``/dev/shm``, ``tmpfs_dirs``) (MiB).
         tmpfs_dirs: more folders hidden under a private writable tmpfs (absolute paths).
+        writable_root: run the shell as root of a user namespace of its own on a copy-on-write root
+            (the launcher's writable root: every folder writable, ``useradd`` works, all writes
+            vanish with the session), as AgentBench's Docker container runs a task; root only, each
+            session given its own range of 65536 host uids (:class:`ShellSession`'s ``root_uids``).
+            False: an unprivileged uid on the read-only system folders.
         field: config prefix in error messages.
 
     Raises:
@@ -157,9 +162,10 @@ class ShellLimits:
     memory_total_mb: int | None = None
     processes: int = 32
     file_size_mb: int = 8
-    open_files: int = 64
+    open_files: int = 1024
     tmp_mb: int = 32
     tmpfs_dirs: tuple[str, ...] = ("/root", "/home")
+    writable_root: bool = False
     field: str = "env"
 
     def __post_init__(self):
@@ -241,6 +247,9 @@ class ShellSession:
         init: a script run at the start in a process of its own, before any command (see the module
             docstring; "" or blank: none).
         init_timeout_s: the init script's wall-clock limit (seconds).
+        root_uids: with ``limits.writable_root``: the first of the 65536 host uids (and gids) that
+            the shell's user namespace maps its uids 0..65535 to (a range nothing else uses; one per
+            live session). Unused otherwise.
 
     Attributes:
         alive: False once the shell has ended, timed out or been closed.
@@ -264,7 +273,8 @@ class ShellSession:
     session is dead and its first :meth:`run` returns that failure. It then runs the init script.
 
     Raises:
-        ValueError: the init script holds a NUL character.
+        ValueError: the init script holds a NUL character, or ``limits.writable_root`` without
+            ``root_uids`` (or a range outside 65536..2**32-65537).
         OSError: the launcher could not be started (no folder, no process).
     """
 
@@ -277,9 +287,12 @@ class ShellSession:
         tmp_dir: str | None = None,
         init: str = "",
         init_timeout_s: float = 30.0,
+        root_uids: int | None = None,
     ):
         if "\0" in init:
             raise ValueError("the init script holds a NUL character (bash cannot hold it)")
+        if limits.writable_root and root_uids is None:
+            raise ValueError(f"{limits.field}.writable_root needs the session's root_uids (its host uid range)")
         init_data = init.encode("utf-8") if init.strip() else None
         self.max_output_bytes = int(max_output_bytes)
         self._count = 0
@@ -308,6 +321,7 @@ class ShellSession:
                 int(limits.tmp_mb) << 20,
                 argv=BASH,
                 tmpfs_dirs=limits.tmpfs_dirs,
+                writable_root_uid=root_uids if limits.writable_root else None,
             )
             cfg["pass_fds"] = passed
             self._proc = start_launcher(
@@ -571,13 +585,20 @@ class ShellSession:
 
 
 def run_script(
-    script: str, command: str, uid: int, limits: ShellLimits, timeout_s: float, max_output_bytes: int = 65536
+    script: str,
+    command: str,
+    uid: int,
+    limits: ShellLimits,
+    timeout_s: float,
+    max_output_bytes: int = 65536,
+    root_uids: int | None = None,
 ) -> CommandResult:
     """Run ``script`` (e.g. a task's init) as the init of one fresh session (in a process of its
     own, see :class:`ShellSession`), then ``command`` in its shell, and close it.
 
     Args:
         timeout_s: time limit of each of the two (seconds).
+        root_uids: the session's host uid range with ``limits.writable_root`` (:class:`ShellSession`).
 
     Returns:
         The command's result.
@@ -587,7 +608,9 @@ def run_script(
         ValueError: the script holds a NUL character.
         OSError: no session could be started.
     """
-    with ShellSession(uid, limits, max_output_bytes, init=script, init_timeout_s=timeout_s) as session:
+    with ShellSession(
+        uid, limits, max_output_bytes, init=script, init_timeout_s=timeout_s, root_uids=root_uids
+    ) as session:
         check_init(session.init_result)
         return session.run(command, timeout_s)
 
