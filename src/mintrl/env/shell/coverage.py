@@ -8,8 +8,10 @@ pairs them (``data/<group>/x.json`` and ``data/<group>.json`` use ``scripts/<gro
 ``train_*`` folder uses ``scripts/7/``).
 
 A row's reference action is scored as an agent would use it: with a reference command, the command
-runs in the episode's shell and its output (stripped) is the answer; without one (a match row with no
-example), the answer is the label (it scores 1 by construction: counted in ``answer_only``).
+runs in the episode's shell, its stderr dropped (as AgentBench passes the example's stdout; an agent
+would not answer with an error message), and its output (stripped) is the answer; without one (a
+match row with no example), the answer is the label (it scores 1 by construction: counted in
+``answer_only``).
 
 Run: ``python -m mintrl.env.shell.coverage <folder> [uid]``.
 """
@@ -73,12 +75,13 @@ def command_output(observation: str) -> str:
 
 def reference_score(env: ShellEnvironment, entry: dict[str, Any]) -> tuple[float, str]:
     """``(reward, answer)`` of one episode that runs the entry's reference command and answers with
-    its output (or answers the label, without a command)."""
+    its stdout (or answers the label, without a command)."""
     env.reset([PromptItem(0, entry["question"], entry["reference_action"], [1], entry, "shell")])
     try:
         answer = entry["label"]
         if entry["reference"]:
-            answer = command_output(env.step([0], [entry["reference_action"]]).observations[0])
+            command = f"```bash\n{{\n{entry['reference']}\n}} 2>/dev/null\n```"
+            answer = command_output(env.step([0], [command]).observations[0])
         return env.step([0], [f"<answer>{answer}</answer>"]).rewards[0], answer
     finally:
         env.close()
