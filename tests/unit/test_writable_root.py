@@ -300,3 +300,40 @@ def test_a_shell_session_on_a_writable_root_keeps_its_state_between_commands_onl
     assert gone.output.splitlines() == ["2", "1"]
     assert not os.path.exists("/usr/stock.log") and not os.path.exists("/working")
     assert sandbox_processes(WRITABLE_ROOT_UIDS) == []
+
+
+def test_an_agentbench_row_that_writes_the_system_loads_and_scores_on_a_writable_root(tmp_path):
+    """A row whose init writes /usr and adds a user (refused on the read-only root) loads with
+    ``root_uids`` and its reference command scores 1 in an environment with ``writable_root``; the
+    shell judge keeps that command on the same state."""
+    from shell_helpers import LOADER_UID, bash, item, make
+
+    from mintrl.data.base import InvalidRow
+    from mintrl.env.shell.loader import load_os_tasks
+    from mintrl.judge.shell import ShellJudge
+
+    row = {
+        "description": "How many lines does /usr/stock.log have?",
+        "create": {"init": "printf 'a\\nb\\nc\\n' > /usr/stock.log && useradd -m stockman"},
+        "evaluation": {"check": [None, {"language": "python", "file": "check/integer-match.py"}],
+                       "example": "wc -l < /usr/stock.log"},
+    }  # fmt: skip
+    path = tmp_path / "os.json"
+    path.write_text(json.dumps([row]))
+    with pytest.raises(InvalidRow, match="create.init"):
+        load_os_tasks(str(path), uid=LOADER_UID)
+    (entry,) = load_os_tasks(str(path), uid=LOADER_UID, root_uids=WRITABLE_ROOT_BASES[1])
+    assert (entry["label"], entry["check"]) == ("3", "integer")
+    env = make(writable_root=True, root_uid_base=WRITABLE_ROOT_BASES[0])
+    try:
+        env.reset([item(entry)])
+        seen = env.step([0], [bash("wc -l < /usr/stock.log; id -un stockman")]).observations[0]
+        assert "3\nstockman" in seen
+        assert env.step([0], ["<answer>3</answer>"]).rewards == [1.0]
+    finally:
+        env.close()
+    judge = ShellJudge(uid=LOADER_UID, writable_root=True, root_uids=WRITABLE_ROOT_BASES[2])
+    assert judge.action_ok(entry, "wc -l < /usr/stock.log") is True
+    assert judge.action_ok(entry, "echo 4") is False
+    assert not os.path.exists("/usr/stock.log")
+    assert sandbox_processes(WRITABLE_ROOT_UIDS) == []

@@ -5,7 +5,7 @@ the environment would (:func:`mintrl.env.shell.protocol.parse_action`) and uses 
 privileged ``entry`` (the task: init script, reference command, label, check):
 
 - a ```bash block: the agent's command runs in a fresh sandboxed shell on the task's initial state
-  (its init script; :func:`mintrl.env.shell.session.run_script`); the command is kept when its
+  (its init script and start command; :func:`mintrl.env.shell.loader.run_task`); the command is kept when its
   output is the answer (``label`` under the task's ``check``), else revised at the step where
   the block starts with the reference action (``entry["reference_action"]``: the reference
   command in a ```bash block) as the correction. A block wholly in the accepted prefix was judged
@@ -29,8 +29,9 @@ from typing import Any
 
 from mintrl.core.checks import check_int, check_range
 from mintrl.env.shell.environment import check_task
+from mintrl.env.shell.loader import run_task
 from mintrl.env.shell.protocol import answers_match, find_command, parse_action
-from mintrl.env.shell.session import ShellLimits, run_script
+from mintrl.env.shell.session import ShellLimits
 from mintrl.env.shell.tasks import reference_action
 from mintrl.judge.action import ActionJudge
 
@@ -44,6 +45,8 @@ class ShellJudge(ActionJudge):
         max_action_chars: longer actions are invalid, as in the environment (characters, >= 1).
         uid: sandbox uid of its shells (used only as root; not one of the environment's slots).
         memory_mb, processes: the sandbox limits of its shells (MiB, processes).
+        writable_root: run its shells on a writable root as root of a user namespace (as
+            ``env.writable_root``; root only), mapped to the host uids ``root_uids`` onwards (65536).
 
     Raises:
         ValueError: a field out of its range (named ``judge.<field>``).
@@ -60,20 +63,31 @@ class ShellJudge(ActionJudge):
         uid: int = 64400,
         memory_mb: int = 512,
         processes: int = 32,
+        writable_root: bool = False,
+        root_uids: int = 2_110_000_000,
     ):
         check_range("judge.command_timeout_s", command_timeout_s, 0.0, low_open=True)
         super().__init__(max_action_chars)
         check_int("judge.uid", uid)
         self.command_timeout_s, self.uid = float(command_timeout_s), uid
         self.limits = ShellLimits(
-            wall_s=3 * self.command_timeout_s + 5.0, memory_mb=memory_mb, processes=processes, field="judge"
+            wall_s=3 * self.command_timeout_s + 5.0,
+            memory_mb=memory_mb,
+            processes=processes,
+            writable_root=bool(writable_root),
+            field="judge",
         )
+        self.root_uids = int(root_uids)
         self._lock = threading.Lock()
 
     def _answers(self, entry: dict, command: str) -> bool:
-        """True when ``command`` prints the task's answer on its initial state."""
+        """True when ``command`` prints the task's answer on its initial state (after its init and
+        its start command, as the agent's shell has them)."""
         with self._lock:
-            result = run_script(entry["init"], command, self.uid, self.limits, self.command_timeout_s)
+            result = run_task(
+                entry["init"], entry.get("start", ""), command, self.uid, self.limits,
+                self.command_timeout_s, self.root_uids,
+            )  # fmt: skip
         return result.finished and answers_match(result.output, entry["label"], entry["check"])
 
     def check_entry(self, entry: dict[str, Any]) -> None:

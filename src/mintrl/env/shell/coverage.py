@@ -13,7 +13,7 @@ would not answer with an error message), and its output (stripped) is the answer
 match row with no example), the answer is the label (it scores 1 by construction: counted in
 ``answer_only``).
 
-Run: ``python -m mintrl.env.shell.coverage <folder> [uid]``.
+Run: ``python -m mintrl.env.shell.coverage <folder> [uid] [--writable-root]``.
 """
 
 from __future__ import annotations
@@ -87,14 +87,17 @@ def reference_score(env: ShellEnvironment, entry: dict[str, Any]) -> tuple[float
         env.close()
 
 
-def file_coverage(folder: str, path: str, uid: int, env: ShellEnvironment) -> FileCoverage:
-    """The numbers of one data file (see :class:`FileCoverage`); load-time runs as ``uid``."""
+def file_coverage(
+    folder: str, path: str, uid: int, env: ShellEnvironment, root_uids: int | None = None
+) -> FileCoverage:
+    """The numbers of one data file (see :class:`FileCoverage`); load-time runs as ``uid`` (on a
+    writable root mapped to ``root_uids`` onwards when given)."""
     cov = FileCoverage(os.path.relpath(path, folder))
     with open(path, encoding="utf-8") as f:
         raw = [json.loads(line) for line in f if line.strip()] if path.endswith(".jsonl") else json.load(f)
     cov.rows = len(raw) if isinstance(raw, list) else 1
     skip = RowFilter(skip=True)
-    entries = load_os_tasks(path, skip, scripts_dir_of(folder, path), uid)
+    entries = load_os_tasks(path, skip, scripts_dir_of(folder, path), uid, root_uids=root_uids)
     cov.loaded, cov.refused = len(entries), list(skip.skipped)
     for entry in entries:
         reward, answer = reference_score(env, entry)
@@ -105,11 +108,16 @@ def file_coverage(folder: str, path: str, uid: int, env: ShellEnvironment) -> Fi
     return cov
 
 
-def os_coverage(folder: str, uid: int = 64300, uid_base: int = 64400) -> list[FileCoverage]:
+def os_coverage(
+    folder: str, uid: int = 64300, uid_base: int = 64400, writable_root: bool = False
+) -> list[FileCoverage]:
     """:class:`FileCoverage` of every data file under ``folder`` (load-time runs as ``uid``, the
-    episodes in an environment of one shell as ``uid_base``; both used only as root)."""
-    env = ShellEnvironment(max_shells=1, uid_base=uid_base, command_timeout_s=10.0)
-    return [file_coverage(folder, path, uid, env) for path in data_files(folder)]
+    episodes in an environment of one shell as ``uid_base``; both used only as root). With
+    ``writable_root`` both run on a writable root (``env.writable_root``), as root of user
+    namespaces mapped to the host uids 2_100_000_000 (load) and 2_000_000_000 (episodes) onwards."""
+    env = ShellEnvironment(max_shells=1, uid_base=uid_base, command_timeout_s=10.0, writable_root=writable_root)
+    root_uids = 2_100_000_000 if writable_root else None
+    return [file_coverage(folder, path, uid, env, root_uids) for path in data_files(folder)]
 
 
 def report(covs: list[FileCoverage]) -> str:
@@ -126,4 +134,5 @@ def report(covs: list[FileCoverage]) -> str:
 
 
 if __name__ == "__main__":
-    print(report(os_coverage(sys.argv[1], *(int(a) for a in sys.argv[2:3]))))
+    args = [a for a in sys.argv[1:] if a != "--writable-root"]
+    print(report(os_coverage(args[0], *(int(a) for a in args[1:2]), writable_root="--writable-root" in sys.argv)))

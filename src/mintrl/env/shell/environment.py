@@ -126,6 +126,11 @@ class ShellEnvironment(SerialEnvironment):
         max_turns: actions after which an episode ends with reward 0.0 (actions, >= 1), or None.
         max_shells: live shells at once (slots, >= 1); slot ``k`` runs as uid ``uid_base + k``.
         uid_base: first unprivileged uid of the slots (used only when running as root).
+        writable_root: run each shell as root of a user namespace of its own on a copy-on-write root
+            (every folder writable, ``useradd`` works, all writes gone with the shell), as AgentBench's
+            container runs a task (:class:`~mintrl.env.shell.session.ShellLimits`); root only.
+        root_uid_base: with ``writable_root``, slot ``k``'s namespace maps its uids 0..65535 to the
+            host uids ``root_uid_base + 65536 k`` onwards (a range nothing else uses).
         cpu_s, cpu_cores, memory_mb, processes, file_size_mb, open_files, tmp_mb, tmpfs_dirs: the sandbox
             limits of each shell (:class:`~mintrl.env.shell.session.ShellLimits`; seconds, cores,
             MiB, processes, MiB, descriptors, MiB, absolute paths).
@@ -155,6 +160,8 @@ class ShellEnvironment(SerialEnvironment):
         max_turns: int | None = None,
         max_shells: int = 128,
         uid_base: int = 64000,
+        writable_root: bool = False,
+        root_uid_base: int = 2_000_000_000,
         cpu_s: int = 60,
         cpu_cores: float = 1.0,
         memory_mb: int = 512,
@@ -179,6 +186,9 @@ class ShellEnvironment(SerialEnvironment):
             check_int(f"env.{name}", value)
         check_int("env.max_turns", max_turns, none_ok=True)
         check_int("env.uid_base", uid_base, 1)
+        check_int("env.root_uid_base", root_uid_base, 65536)
+        if writable_root and root_uid_base + 65536 * max_shells > 2**32 - 65536:
+            raise ValueError(f"env.root_uid_base: {max_shells} slots of 65536 uids from {root_uid_base} pass 2**32")
         self.command_timeout_s, self.init_timeout_s = float(command_timeout_s), float(init_timeout_s)
         self.episode_timeout_s = float(episode_timeout_s)
         self.max_output_chars, self.max_action_chars, self.max_turns = max_output_chars, max_action_chars, max_turns
@@ -192,8 +202,10 @@ class ShellEnvironment(SerialEnvironment):
             open_files=open_files,
             tmp_mb=tmp_mb,
             tmpfs_dirs=tuple(tmpfs_dirs),
+            writable_root=bool(writable_root),
         )
         self.uid_base, self.tmp_dir, self.max_shells = int(uid_base), tmp_dir, max_shells
+        self.root_uid_base = int(root_uid_base)
         self._slots: queue.Queue[int] = queue.Queue()
         for k in range(max_shells):
             self._slots.put(k)
@@ -245,6 +257,7 @@ class ShellEnvironment(SerialEnvironment):
             self.tmp_dir,
             init=ep.entry["init"],
             init_timeout_s=min(self.init_timeout_s, left),
+            root_uids=self.root_uid_base + 65536 * ep.slot,
         )
         ep.started = started
         check_init(ep.session.init_result, "the task's init script")

@@ -51,6 +51,7 @@ Differences from AgentBench, which runs each task as root in a Docker container:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
@@ -181,7 +182,13 @@ def _is_file(spec: Any) -> bool:
 
 
 def run_task(
-    init: str, start: str, command: str, uid: int, limits: ShellLimits, timeout_s: float
+    init: str,
+    start: str,
+    command: str,
+    uid: int,
+    limits: ShellLimits,
+    timeout_s: float,
+    root_uids: int | None = None,
 ) -> CommandResult | None:
     """Run a task's init, then its start command (its output, and its background programs', sent
     to ``/dev/null``) and ``command`` in the shell of one fresh sandbox (as the environment does),
@@ -190,6 +197,8 @@ def run_task(
     Args:
         init, start: the entry's fields ("" for none). command: "" to run none.
         timeout_s: time limit of each of the three (seconds).
+        root_uids: with ``limits.writable_root``, the sandbox's host uid range
+            (:class:`~mintrl.env.shell.session.ShellSession`).
 
     Returns:
         ``command``'s result, or None when there is none.
@@ -197,7 +206,7 @@ def run_task(
     Raises:
         RuntimeError: the init or the start failed or did not come back (named, with its output's end).
     """
-    with ShellSession(uid, limits, 65536, init=init, init_timeout_s=timeout_s) as session:
+    with ShellSession(uid, limits, 65536, init=init, init_timeout_s=timeout_s, root_uids=root_uids) as session:
         check_init(session.init_result, "the init script")
         if start.strip():
             check_init(session.run(f"{{\n{start}\n}} >/dev/null 2>&1", timeout_s), "the start command")
@@ -217,7 +226,14 @@ def _init(row: dict[str, Any], scripts_dir: str) -> str:
 
 
 def os_task_entry(
-    row: dict[str, Any], i: int, name: str, scripts_dir: str, uid: int, limits: ShellLimits, timeout_s: float
+    row: dict[str, Any],
+    i: int,
+    name: str,
+    scripts_dir: str,
+    uid: int,
+    limits: ShellLimits,
+    timeout_s: float,
+    root_uids: int | None = None,
 ) -> dict[str, Any]:
     """One AgentBench OS row as a task entry (:mod:`mintrl.env.shell.tasks`, with ``start``), its
     init and start run once in the sandbox (then its reference command, for a check row).
@@ -226,6 +242,7 @@ def os_task_entry(
         row: the row as read from the file; ``i``: its index; ``name``: the file name (for messages).
         scripts_dir: folder of ``{"file": ...}`` scripts. uid, limits: the sandbox's uid and limits.
         timeout_s: time limit of the init, the start and the reference command (seconds).
+        root_uids: with ``limits.writable_root``, the load-time sandbox's host uid range.
 
     Raises:
         InvalidRow: a missing or empty ``description``, a bad script, ``evaluation`` without
@@ -243,14 +260,14 @@ def os_task_entry(
         reference = _code(example, "evaluation.example", scripts_dir).strip() if example is not None else ""
         if "match" in evaluation:
             label, check = _match(evaluation["match"])
-            run_task(init, start, "", uid, limits, timeout_s)
+            run_task(init, start, "", uid, limits, timeout_s, root_uids)
         else:
             if "check" not in evaluation:
                 raise ValueError("field 'evaluation': needs 'match', or 'check' and 'example'")
             check = check_chain(evaluation["check"])
             if not reference:
                 raise ValueError("field 'evaluation.example': a check chain needs the example script")
-            run = run_task(init, start, f"{{\n{reference}\n}} 2>/dev/null", uid, limits, timeout_s)
+            run = run_task(init, start, f"{{\n{reference}\n}} 2>/dev/null", uid, limits, timeout_s, root_uids)
             if not run.finished:
                 raise ValueError("field 'evaluation.example': the reference command did not come back in the sandbox")
             label = run.output.strip()
@@ -281,6 +298,7 @@ def load_os_tasks(
     uid: int = 64300,
     limits: ShellLimits | None = None,
     timeout_s: float = 10.0,
+    root_uids: int | None = None,
 ) -> list[dict[str, Any]]:
     """The task entries of a local AgentBench OS ``.json`` / ``.jsonl`` file, in file order.
 
@@ -290,6 +308,9 @@ def load_os_tasks(
         uid: the sandbox uid of the load-time runs (used only as root).
         limits: their sandbox limits (default :data:`LOAD_LIMITS`).
         timeout_s: time limit of each init, start and reference command (seconds).
+        root_uids: None: the rows run as an unprivileged uid on the read-only system folders;
+            else on a writable root (as AgentBench's container: ``useradd``, writes to ``/usr``),
+            as root of a user namespace mapped to the host uids ``root_uids .. root_uids + 65535``.
 
     Raises:
         InvalidRow: a bad row (see :func:`os_task_entry`) unless ``rows`` skips it.
@@ -297,10 +318,12 @@ def load_os_tasks(
     """
     rows = rows or RowFilter()
     limits = limits or LOAD_LIMITS
+    if root_uids is not None:
+        limits = dataclasses.replace(limits, writable_root=True)
     name = os.path.basename(path)
     scripts_dir = scripts_dir or os.path.dirname(os.path.abspath(path))
     entries = [
-        rows(lambda i=i, row=row: os_task_entry(row, i, name, scripts_dir, uid, limits, timeout_s))
+        rows(lambda i=i, row=row: os_task_entry(row, i, name, scripts_dir, uid, limits, timeout_s, root_uids))
         for i, row in enumerate(read_json_rows(path))
     ]
     return [e for e in entries if e is not None]

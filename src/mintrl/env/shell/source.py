@@ -26,6 +26,11 @@ class ShellTasks(EnvTaskSource):
         min_files, max_files, max_depth, min_lines, max_lines, kinds: the generator's difficulty
             (:class:`~mintrl.env.shell.tasks.Difficulty`, units there).
         uid: sandbox uid of the load-time runs of a file's rows (used only as root).
+        writable_root: run a file's rows at load time on a writable root, as root of a user
+            namespace (AgentBench's container: inits that write ``/usr`` or call ``useradd``);
+            pair with ``env.writable_root``. Root only.
+        root_uids: the first of the 65536 host uids that load-time namespace maps to (with
+            ``writable_root``; a range nothing else uses).
         source: the fields of :class:`~mintrl.env.source.EnvTaskSource`, as keywords: ``path`` (a
             local AgentBench OS ``.json``/``.jsonl`` file, :mod:`mintrl.env.shell.loader`, each
             row's init run once in the sandbox at load time; or None to generate tasks),
@@ -55,6 +60,8 @@ class ShellTasks(EnvTaskSource):
         max_lines: int = 3,
         kinds: Sequence[str] = ("count_files", "file_content"),
         uid: int = 64300,
+        writable_root: bool = False,
+        root_uids: int = 2_100_000_000,
         **source,
     ):
         super().__init__(**source)
@@ -67,9 +74,10 @@ class ShellTasks(EnvTaskSource):
             kinds=tuple(kinds),
         )
         self.scripts_dir, self.uid = scripts_dir, uid
+        self.root_uids = int(root_uids) if writable_root else None
 
     def load(self, rows: RowFilter | None) -> list[dict[str, Any]]:
-        return load_os_tasks(self.path, rows, self.scripts_dir, self.uid)
+        return load_os_tasks(self.path, rows, self.scripts_dir, self.uid, root_uids=self.root_uids)
 
     def key(self, entry: dict[str, Any]) -> tuple[str, str, str]:
         """The instruction, the init script and the start command: two tasks that ask the same of
