@@ -101,6 +101,7 @@ import re
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -120,6 +121,7 @@ INIT_RUNNER = (
 ADDR_NO_RANDOMIZE = 0x0040000  # the personality flag that turns ASLR off for a process's next execs
 _READ_CHUNK = 1 << 20  # bytes per read
 _CLOSE_WAIT_S = 5.0  # seconds the launcher gets to reap the sandbox after SIGTERM
+_CHECK_SETUP_S = 30.0  # seconds a state check may take beyond its scripts' limits (killing the sandbox, mounts)
 _FIRST_POLL_S, _LAST_POLL_S = 0.001, 0.05  # seconds between looks at bash once a status line is in
 
 
@@ -220,6 +222,23 @@ class CommandResult:
         return self.exit_code is not None
 
 
+@dataclass(frozen=True)
+class CheckResult:
+    """What one state-check script gave (:meth:`ShellSession.run_checks`).
+
+    Attributes:
+        exit_code: its exit status (0..255; 128 + N where signal N ended it), or None where it did not
+            come back in time or could not start (the check failed).
+        stdout: the first ``max_output_bytes`` bytes of its stdout (UTF-8, bad bytes kept as
+            surrogate escapes); its stderr is dropped, as AgentBench drops it.
+        timed_out: it ran past the time limit.
+    """
+
+    exit_code: int | None
+    stdout: str
+    timed_out: bool = False
+
+
 def ansi_c_quote(text: str) -> str:
     """``text`` as a bash ANSI-C quoted word (``$'...'``): backslash, quote and every control or
     non-ASCII byte of its UTF-8 escaped, so the word is one line of printable ASCII."""
@@ -308,8 +327,11 @@ class ShellSession:
         self.identity_check: str | None = None
         self.init_result: CommandResult | None = None
         self.isolation: dict | None = None
+        self.check_error: str | None = None
         self._run_dir = tempfile.mkdtemp(prefix="mintrl-shell-", dir=tmp_dir)
         status_r, status_w = os.pipe()
+        # the check channel: between this process and the launcher's parent only (never the sandbox's)
+        self._control, control_launcher = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         init_r, init_w = os.pipe() if init_data is not None else (None, None)
         passed = [[3, status_w]] + ([[INIT_FD, init_r]] if init_r is not None else [])  # bash's fd 3 and 4
         try:
@@ -324,22 +346,25 @@ class ShellSession:
                 writable_root_uid=root_uids if limits.writable_root else None,
             )
             cfg["pass_fds"] = passed
+            cfg["control_fd"] = control_launcher.fileno()
             self._proc = start_launcher(
                 cfg,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                pass_fds=tuple(source for _, source in passed),
+                pass_fds=(*(source for _, source in passed), control_launcher.fileno()),
             )
         except BaseException:
             for fd in (status_r, init_w):
                 if fd is not None:
                     os.close(fd)
+            self._control.close()
             shutil.rmtree(self._run_dir, ignore_errors=True)
             raise
         finally:
             for _, source in passed:
                 os.close(source)  # only the sandbox holds them now
+            control_launcher.close()  # only the launcher's parent holds it now
         self._status = status_r
         if init_w is not None:  # the init pipe's buffer may be smaller than the script: a writer of its own
             self._feeder = threading.Thread(target=_feed, args=(init_w, init_data), daemon=True)
@@ -461,6 +486,62 @@ class ShellSession:
             if status is not None:
                 poll = min(2 * poll, _LAST_POLL_S)  # a forged status line: bash is rarely looked at
 
+    def run_checks(self, scripts: list[tuple[str, str]], answer: str, timeout_s: float) -> list[CheckResult]:
+        """Run a state check's chain as AgentBench's ``_evaluate_by_check_scripts`` does, on the
+        sandbox's final state, and end the session (it is dead afterwards; callable once).
+
+        The launcher's parent (host root, outside the sandbox) takes the request on a channel the
+        sandbox never holds, kills every process of the sandbox (its PID 1, so that the kernel kills
+        the rest and waits for them) keeping its mount and user namespaces, then runs each script in
+        a process of its own on the agent's final tree with the host's programs, libraries, loader
+        files and alternatives bound over the agent's copies (a writable root's), no procfs, the
+        sandbox's identity and limits, ``no_new_privs`` and the seccomp filter with ``ptrace``,
+        ``process_vm_readv`` and ``process_vm_writev`` refused, as PID 1 of a PID namespace of its
+        own (see ``launcher.py``). Script ``k`` runs as ``bash -c text -- answer out_1 ... out_k-1``
+        or ``python3 -c text answer out_1 ...`` (``out_j``: the stdout of script ``j``), and the chain
+        stops at the first exit code that is not 0.
+
+        Args:
+            scripts: ``(language, text)`` per script, ``language`` ``"bash"`` or ``"python"`` (a
+                row's ``null`` entry: the caller puts the example script there).
+            answer: the agent's answer (the first parameter of every script).
+            timeout_s: wall-clock limit of each script (seconds).
+
+        Returns:
+            One :class:`CheckResult` per script run (fewer than ``scripts`` where one failed); an
+            empty list where the check could not run at all (the session was dead or the launcher
+            refused: the check failed).
+
+        Raises:
+            RuntimeError: the session is dead (closed, timed out or ended before).
+        """
+        if not self.alive or self._proc is None:
+            raise RuntimeError("the shell session has ended")
+        request = {
+            "scripts": [[language, text] for language, text in scripts],
+            "answer": answer,
+            "timeout_s": float(timeout_s),
+            "max_output_bytes": self.max_output_bytes,
+        }
+        body = json.dumps(request).encode("utf-8", "surrogateescape")
+        self.alive = False  # the launcher kills the sandbox on this request
+        reply: dict = {}
+        try:
+            self._control.settimeout(_CLOSE_WAIT_S)
+            self._control.sendall(len(body).to_bytes(8, "big") + body)
+            self._control.settimeout(float(timeout_s) * max(1, len(scripts)) + _CHECK_SETUP_S)
+            head = _receive(self._control, 8)
+            reply = json.loads(_receive(self._control, int.from_bytes(head, "big")).decode("utf-8", "surrogateescape"))
+            self._proc.wait(timeout=_CLOSE_WAIT_S)  # the launcher writes its report and ends
+        except (OSError, EOFError, ValueError, subprocess.TimeoutExpired):
+            pass
+        finally:
+            self._die()
+        if "results" not in reply:
+            self.check_error = str(reply.get("error", "the launcher gave no check result"))
+            return []
+        return [CheckResult(r["exit_code"], r["stdout"], bool(r.get("timed_out"))) for r in reply["results"]]
+
     def _take_status(self, number: int, status: int | None) -> int | None:
         """Read the status channel now: the exit status in the last line for command ``number``
         (``status`` when none came). Raises EOFError at the channel's end."""
@@ -572,6 +653,7 @@ class ShellSession:
             except OSError:
                 pass
         os.close(self._status)
+        self._control.close()
         if self._feeder is not None:
             self._feeder.join(timeout=_CLOSE_WAIT_S)  # its pipe has no reader left: it has ended
         self._proc = None
@@ -696,6 +778,21 @@ def _feed(fd: int, data: bytes) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _receive(sock: socket.socket, size: int) -> bytes:
+    """Exactly ``size`` bytes from ``sock`` (its timeout applies to each read).
+
+    Raises:
+        EOFError: the channel ended first.
+    """
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(min(size - len(data), _READ_CHUNK))
+        if not chunk:
+            raise EOFError("the check channel ended")
+        data += chunk
+    return bytes(data)
 
 
 def _decode(data: bytes | bytearray) -> str:

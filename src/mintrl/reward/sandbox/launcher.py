@@ -89,6 +89,7 @@ import errno
 import json
 import os
 import resource
+import select
 import shutil
 import signal
 import stat
@@ -128,6 +129,9 @@ ARCHES = {
 # keyrings are per uid, not per namespace, so a row could leave a value in its slot uid's user keyring
 # for a later row to read, or read the session keyring it inherited from the trainer
 KEYRING_SYSCALLS = {"x86_64": (248, 249, 250), "aarch64": (217, 218, 219)}
+# per architecture: the syscall numbers of (ptrace, process_vm_readv, process_vm_writev), refused to a state
+# check's processes: no program the agent left can read or write the memory of the check's interpreter
+CHECK_SYSCALLS = {"x86_64": (101, 310, 311), "aarch64": (117, 270, 271)}
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")  # the only host devices a sandbox sees
 DEVICE_LINKS = {
     "fd": "/proc/self/fd",
@@ -707,14 +711,15 @@ def _join_new_session_keyring():
     return libc.syscall(ctypes.c_long(numbers[2]), ctypes.c_long(1), ctypes.c_void_p(None)) >= 0
 
 
-def _refuse_namespaces():
+def _refuse_namespaces(extra=()):
     """A seccomp filter (``no_new_privs`` already set): ``unshare`` and ``clone`` asking for a new
     user namespace fail with EPERM, ``setns`` fails with EPERM, ``clone3`` (whose flags a filter
     cannot read) with ENOSYS, so that libc falls back to ``clone``; the keyring syscalls (``add_key``,
     ``request_key``, ``keyctl``) fail with EPERM, so that no row stores or reads a key (a uid's keyring
     outlives the run and is shared by every row of that uid); every syscall of another ABI
-    (i386 through ``int 0x80``, x32: numbers a filter of this ABI would not see) fails with EPERM.
-    Returns whether it is installed (False on an architecture without its syscall numbers here)."""
+    (i386 through ``int 0x80``, x32: numbers a filter of this ABI would not see) fails with EPERM;
+    so does each syscall number of ``extra`` (a state check refuses ``ptrace``, ``process_vm_readv``
+    and ``process_vm_writev``: :data:`CHECK_SYSCALLS`). Returns whether it is installed (False on an architecture without its syscall numbers here)."""
     arch, numbers, _, second_abi = ARCHES.get(os.uname().machine, (None, None, None, None))
     if arch is None:
         return False
@@ -732,6 +737,7 @@ def _refuse_namespaces():
         (jeq, 0, 1, setns_nr),
         (ret, 0, 0, eperm),
         *[op for nr in KEYRING_SYSCALLS[os.uname().machine] for op in ((jeq, 0, 1, nr), (ret, 0, 0, eperm))],
+        *[op for nr in extra for op in ((jeq, 0, 1, nr), (ret, 0, 0, eperm))],
         (jeq, 1, 0, unshare_nr),
         (jeq, 0, 3, clone_nr),
         (ld_abs, 0, 0, 16),  # args[0], its low 32 bits: the flags of unshare and clone
@@ -867,6 +873,421 @@ def _child(cfg, isolation, root, report_fd, harness_source, writable=None):
     os._exit(125)
 
 
+# -- state checks: the check chain on the sandbox's final tree, after every process of it has died ------
+
+# folders a state check sees as the host has them (read-only clones), whatever the agent left there:
+# programs, libraries, the loader's configuration and the alternatives' links; every other path (/home,
+# /root, /etc otherwise, /var, /tmp, /usr/local/bin, what the agent made) is the agent's final state
+PRISTINE_FOLDERS = (
+    "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32", "/usr/libexec",
+    "/usr/local/lib", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/alternatives",
+    "/etc/ld.so.conf.d",
+)  # fmt: skip
+PRISTINE_FILES = ("/etc/ld.so.preload", "/etc/ld.so.cache", "/etc/ld.so.conf")  # an empty file where the host has none
+# the agent's own programs come last: a name the host has is always the host's program
+CHECK_PATH = "/usr/sbin:/usr/bin:/usr/local/sbin:/usr/local/bin"
+CHECK_INTERPRETERS = {"bash": "/usr/bin/bash", "python": "/usr/bin/python3"}
+CHECK_STAGE = "/proc"  # the check's view has no procfs: a read-only tmpfs (the stage of its mounts) covers it
+MAX_REQUEST_BYTES = 64 << 20
+
+
+def _setns(fd, kind, what):
+    if libc.setns(ctypes.c_int(fd), ctypes.c_int(kind)) != 0:
+        raise OSError(ctypes.get_errno(), f"setns into {what}")
+
+
+def _host_clone(path, userns_fd):
+    """A detached read-only, nosuid, nodev clone of the host's ``path`` (a folder or a file; that mount
+    only), idmapped through ``userns_fd`` when given, as a descriptor (close-on-exec).
+
+    Raises:
+        OSError: the kernel refused.
+    """
+    here, flags = ctypes.c_int(AT_FDCWD), ctypes.c_uint(OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC)
+    fd = libc.syscall(ctypes.c_long(OPEN_TREE_NR), here, path.encode(), flags)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), f"open_tree {path}")
+    idmap = MOUNT_ATTR_IDMAP if userns_fd is not None else 0
+    attr = _MountAttr(idmap | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, 0, 0, userns_fd or 0)
+    size, empty = ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint(AT_EMPTY_PATH)
+    if libc.syscall(ctypes.c_long(MOUNT_SETATTR_NR), ctypes.c_int(fd), b"", empty, ctypes.byref(attr), size) != 0:
+        err = ctypes.get_errno()
+        os.close(fd)
+        raise OSError(err, f"mount_setattr of {path}")
+    return fd
+
+
+def _pristine_clones(userns_fd):
+    """``([(path, descriptor)], [(path, link)], [path])``: a detached clone (:func:`_host_clone`) of
+    each host folder of :data:`PRISTINE_FOLDERS` and file of :data:`PRISTINE_FILES` that exists as
+    one (not a symlink), the target of each of them that is a symlink on the host (``/lib64 ->
+    usr/lib64``), and the files of :data:`PRISTINE_FILES` the host lacks. Made as host root in the
+    launcher's mount namespace, where the host's tree is in reach."""
+    clones, links, missing = [], [], []
+    for path in (*PRISTINE_FOLDERS, *PRISTINE_FILES):
+        if os.path.islink(path):
+            links.append((path, os.readlink(path)))
+        elif os.path.isdir(path) if path in PRISTINE_FOLDERS else os.path.isfile(path):
+            clones.append((path, _host_clone(path, userns_fd)))
+        elif path in PRISTINE_FILES:
+            missing.append(path)
+    return clones, links, missing
+
+
+def _remove(path):
+    """Remove whatever is at ``path`` (a folder with its content, a file, a link); nothing if absent."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def _mount_point(path, folder):
+    """Make ``path`` of the agent's tree a ``folder`` (or a file) that is no symlink, replacing what the
+    agent left there otherwise, so that a mount on it lands there and nowhere else.
+
+    Raises:
+        OSError: a folder above ``path`` is a symlink (the check's view cannot be built).
+    """
+    parent = os.path.dirname(path)
+    if os.path.realpath(parent) != parent:
+        raise OSError(errno.ELOOP, f"a folder above {path} is a symlink in the agent's tree")
+    try:
+        mode = os.lstat(path).st_mode
+        if stat.S_ISLNK(mode) or stat.S_ISDIR(mode) != folder:
+            _remove(path)
+    except FileNotFoundError:
+        pass
+    if not os.path.lexists(path):
+        if folder:
+            os.mkdir(path, 0o755)
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644))
+
+
+def _attach(fd, target):
+    moved = ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH)
+    here = ctypes.c_int(AT_FDCWD)
+    if libc.syscall(ctypes.c_long(MOVE_MOUNT_NR), ctypes.c_int(fd), b"", here, target.encode(), moved) != 0:
+        raise OSError(ctypes.get_errno(), f"move_mount to {target}")
+
+
+def _check_view(cfg, clones, links, missing, writable):
+    """Turn this mount namespace (a copy of the sandbox's final one, owned by the host's user
+    namespace, so that nothing inside may change a mount of it) into a state check's view (the agent's
+    tree changed as its root, the namespace's uid 0, would: file system uid and gid ``uid_base``): each clone
+    attached over the agent's folder or file, each root-level symlink of the host restored, each
+    missing loader file an empty one, every hidden (package) folder and every private host entry
+    under the clones covered again, the root's own tmpfs made read-only where the sandbox had a
+    ``writable`` root (a top-level link stays the host's), and a read-only tmpfs over ``/proc``: no
+    procfs at all. In default mode (nothing cloned) only ``/proc`` is covered: the sandbox's system
+    folders were the host's, read-only.
+
+    Raises:
+        OSError: a step failed (the check does not run).
+    """
+    _mount("tmpfs", CHECK_STAGE, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=64k,mode=755")
+    empty = CHECK_STAGE + "/empty"
+    os.close(os.open(empty, os.O_WRONLY | os.O_CREAT, 0o444))
+    if writable:  # what this process writes in the agent's tree is its root's (a file of host root would not map)
+        libc.setfsgid(ctypes.c_uint(cfg["writable_root"]["uid_base"]))
+        libc.setfsuid(ctypes.c_uint(cfg["writable_root"]["uid_base"]))
+    for path, link in links:
+        if os.path.lexists(path) and not (os.path.islink(path) and os.readlink(path) == link):
+            _remove(path)
+        if not os.path.lexists(path):
+            os.symlink(link, path)
+    for path, fd in clones:
+        _mount_point(path, path not in PRISTINE_FILES)
+        _attach(fd, path)
+        os.close(fd)
+    for path in missing:
+        _mount_point(path, False)
+        _mount(empty, path, None, MS_BIND)
+        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    under = lambda p: any(p == c or p.startswith(c + "/") for c, _ in clones)  # noqa: E731
+    for path in cfg.get("hidden", ()):
+        if under(path) and os.path.isdir(path):
+            _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
+    for path in (cfg.get("writable_root") or {}).get("private", ()):
+        if under(path) and os.path.lexists(path) and not os.path.islink(path):
+            if os.path.isdir(path):
+                _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
+            else:
+                _mount(empty, path, None, MS_BIND)
+    if writable:
+        _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    _mount(None, CHECK_STAGE, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def _check_process(cfg, namespaces, argv, env, workdir, out_w, go_r):
+    """The process of one check script (host root, forked by the launcher parent after the sandbox
+    died). Builds the check's view in a mount namespace of its own (:func:`_check_view`) from the
+    sandbox's pinned ``namespaces`` (``{"mnt": fd, "user": fd | None}``), makes a new PID namespace,
+    waits until the parent has put it in the sandbox's cgroups (``go_r``), then forks the script as
+    that namespace's PID 1 (no process inside may signal it, and every process it starts dies when
+    it ends): the sandbox's identity (a writable root's namespace root with :data:`ROOT_CAPABILITIES`,
+    else the sandbox uid with none), its limits, ``no_new_privs``, the seccomp filter with
+    :data:`CHECK_SYSCALLS` refused, parent-death SIGKILL, stdout on ``out_w``, stdin and stderr on
+    ``/dev/null``. Exits with the script's exit status (128 + the signal that killed it). Never returns.
+    """
+    try:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.read(go_r, 1) != b"g":  # the launcher is gone, or could not place this process in the cgroups
+            os._exit(125)
+        userns = namespaces.get("user")
+        clones, links, missing = _pristine_clones(userns) if userns is not None else ([], [], [])
+        _setns(namespaces["mnt"], CLONE_NEWNS, "the sandbox's mount namespace")
+        if not _unshare(CLONE_NEWNS):
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) of the check")
+        _mount(None, "/", None, MS_REC | MS_PRIVATE)
+        _check_view(cfg, clones, links, missing, writable=userns is not None)
+        if not _unshare(CLONE_NEWPID):
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID) of the check")
+        alive_r, alive_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(alive_w)
+            _exec_check(cfg, userns, argv, env, workdir, out_w, alive_r)
+        os.close(out_w)
+        os.close(alive_r)
+        _, status = os.waitpid(pid, 0)
+        os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+    except BaseException as exc:  # noqa: BLE001 - the check did not run: its own exit code
+        os.write(2, f"mintrl-sandbox launcher (check): {type(exc).__name__}: {exc}\n".encode())
+    os._exit(125)
+
+
+def _exec_check(cfg, userns, argv, env, workdir, out_w, alive_r):
+    """PID 1 of a check's PID namespace: drop to the sandbox's identity and exec ``argv`` (``alive_r``:
+    a pipe whose other end only the check process holds). Never returns."""
+    err = 2
+    try:
+        err = os.dup(2)  # close-on-exec: where this process reports a failure before the exec
+        null = os.open("/dev/null", os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(null, 2)
+        _set_limits(cfg["limits"])  # before setns: raising a hard limit needs the host's CAP_SYS_RESOURCE
+        if userns is not None:
+            _setns(userns, CLONE_NEWUSER, "the writable root's user namespace")
+            os.setgroups([])
+            os.setresgid(0, 0, 0)
+            os.setresuid(0, 0, 0)
+            _drop_capability_bounds(keep=ROOT_CAPABILITIES)
+        else:
+            _drop_capability_bounds()
+            os.setgroups([])
+            os.setgid(cfg["gid"])
+            os.setuid(cfg["uid"])
+        _join_new_session_keyring()
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if select.select([alive_r], [], [], 0)[0]:  # the check process (its parent, unseen here) is gone
+            os._exit(125)
+        os.close(alive_r)
+        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or not _refuse_namespaces(
+            CHECK_SYSCALLS.get(os.uname().machine, ())
+        ):
+            raise OSError(errno.EPERM, "no_new_privs or the seccomp filter refused")
+        try:
+            os.chdir(workdir)
+        except OSError:
+            os.chdir("/")
+        os.execve(argv[0], argv, env)
+    except BaseException as exc:  # noqa: BLE001
+        os.write(err, f"mintrl-sandbox launcher (check): {type(exc).__name__}: {exc}\n".encode())
+    os._exit(125)
+
+
+def _check_argv(language, text, params):
+    """``argv`` of one check script as AgentBench runs it (``bash -c script -- *params``, ``python3 -c
+    script *params``), its interpreter by the absolute path of the host's program.
+
+    Raises:
+        ValueError: another language, or a NUL character in the script or a parameter.
+    """
+    if language not in CHECK_INTERPRETERS:
+        raise ValueError(f"a check script in {language!r} (only bash and python run)")
+    interpreter = CHECK_INTERPRETERS[language]
+    argv = [interpreter, "-c", text, *(["--"] if language == "bash" and params else []), *params]
+    if any("\0" in a for a in argv):
+        raise ValueError("a NUL character in a check script or its parameters")
+    return argv
+
+
+def _run_check_script(cfg, namespaces, cgroups, argv, timeout_s, max_output):
+    """Run one check script (:func:`_check_process`) with a wall-clock limit of ``timeout_s``
+    seconds; returns ``{"exit_code": int | None (timed out, or its process could not start),
+    "stdout": its first ``max_output`` bytes as text (UTF-8, surrogateescape), "timed_out": bool}``."""
+    env = {
+        "PATH": CHECK_PATH,
+        "LANG": "C.UTF-8",
+        "HOME": "/tmp/work",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONNOUSERSITE": "1",
+    }
+    out_r, out_w = os.pipe()
+    go_r, go_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(out_r)
+        os.close(go_w)
+        _check_process(cfg, namespaces, argv, env, "/tmp/work", out_w, go_r)
+    os.close(out_w)
+    os.close(go_r)
+    for folder in cgroups:
+        try:
+            with open(os.path.join(folder, "cgroup.procs"), "w") as f:
+                f.write(str(pid))
+        except OSError:
+            pass
+    os.write(go_w, b"g")
+    os.close(go_w)
+    pidfd = os.pidfd_open(pid)
+    deadline = time.monotonic() + timeout_s
+    data, timed_out, ended = bytearray(), False, False
+    while not ended or out_r is not None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            os.kill(pid, signal.SIGKILL)  # its child, PID 1 of the check's namespace, gets SIGKILL with it
+            break
+        ready, _, _ = select.select([fd for fd in (out_r, None if ended else pidfd) if fd is not None], [], [], left)
+        if pidfd in ready:
+            ended = True
+        if out_r in ready:
+            chunk = os.read(out_r, 1 << 16)
+            if not chunk:
+                os.close(out_r)
+                out_r = None
+            elif len(data) < max_output:
+                data += chunk[: max_output - len(data)]
+    if out_r is not None:
+        os.close(out_r)
+    os.close(pidfd)
+    _, status = os.waitpid(pid, 0)
+    code = None if timed_out or not os.WIFEXITED(status) else os.WEXITSTATUS(status)
+    return {"exit_code": code, "stdout": bytes(data).decode("utf-8", "surrogateescape"), "timed_out": timed_out}
+
+
+def _run_check_chain(cfg, namespaces, cgroups, request):
+    """AgentBench's ``_evaluate_by_check_scripts`` on the sandbox's final tree: each script of
+    ``request["scripts"]`` (``[language, text]``) with the parameters ``[answer, stdout of each
+    earlier script]``, until one exits non-zero. Returns the reply: ``{"results": [{"exit_code",
+    "stdout", "timed_out"}, ...]}`` (one per script run) or ``{"error": why}``."""
+    params = [str(request["answer"])]
+    results = []
+    for language, text in request["scripts"]:
+        try:
+            argv = _check_argv(language, text, params)
+        except ValueError as exc:
+            results.append({"exit_code": None, "stdout": "", "timed_out": False, "error": str(exc)})
+            break
+        result = _run_check_script(
+            cfg, namespaces, cgroups, argv, float(request["timeout_s"]), int(request["max_output_bytes"])
+        )
+        results.append(result)
+        if result["exit_code"] != 0:
+            break
+        params.append(result["stdout"])
+    return {"results": results}
+
+
+def _read_message(fd):
+    """One length-prefixed (8 bytes, big-endian) JSON message from the socket ``fd``; None at its end."""
+    head = b""
+    while len(head) < 8:
+        chunk = os.read(fd, 8 - len(head))
+        if not chunk:
+            return None
+        head += chunk
+    size = int.from_bytes(head, "big")
+    if size > MAX_REQUEST_BYTES:
+        return None
+    body = bytearray()
+    while len(body) < size:
+        chunk = os.read(fd, min(1 << 20, size - len(body)))
+        if not chunk:
+            return None
+        body += chunk
+    return json.loads(body.decode("utf-8", "surrogateescape"))
+
+
+def _write_message(fd, message):
+    body = json.dumps(message).encode("utf-8", "surrogateescape")
+    data = memoryview(len(body).to_bytes(8, "big") + body)
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _wait_sandbox(pid, control_fd):
+    """Wait for the sandbox's PID 1 to end, or for a check request on ``control_fd`` (None: none can
+    come). On a request: pin the sandbox's mount and user namespaces (descriptors), SIGKILL its PID 1
+    (the kernel kills every other process of its PID namespace and waits for them) and reap it.
+    Returns ``(wait4's result, request or None, {"mnt": fd, "user": fd | None} or why it failed)``."""
+    pidfd = os.pidfd_open(pid) if control_fd is not None else None
+    while pidfd is not None:
+        try:
+            ready, _, _ = select.select([pidfd, control_fd], [], [])
+        except InterruptedError:
+            continue
+        if pidfd in ready:
+            break
+        request = _read_message(control_fd)
+        if request is None:  # the session went away: nothing more will come
+            break
+        namespaces = {}
+        try:
+            own_user = os.readlink("/proc/self/ns/user")
+            namespaces["mnt"] = os.open(f"/proc/{pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            user = os.readlink(f"/proc/{pid}/ns/user")
+            if user != own_user:
+                namespaces["user"] = os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            namespaces = f"the sandbox ended before its check: {exc}"
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.close(pidfd)
+        return os.wait4(pid, 0), request, namespaces
+    if pidfd is not None:
+        os.close(pidfd)
+    return os.wait4(pid, 0), None, None
+
+
+def _answer_check(cfg, control_fd, request, namespaces, cgroups):
+    """Run the check chain of ``request`` (:func:`_run_check_chain`) and send the reply on
+    ``control_fd``; an error reply where the sandbox's namespaces were not pinned or a step failed."""
+    # the sandbox's PID is reaped (no signal may go to it now); a SIGTERM (the session gave up) ends this
+    # process, and with it (parent-death SIGKILL) the check's process and its PID namespace
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if isinstance(namespaces, str):
+        reply = {"error": namespaces}
+    else:
+        try:
+            # this process's children went to the sandbox's (now dead) PID namespace: back to its own
+            own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                _setns(own, CLONE_NEWPID, "the launcher's own PID namespace")
+            finally:
+                os.close(own)
+            reply = _run_check_chain(cfg, namespaces, cgroups, request)
+        except Exception as exc:  # noqa: BLE001 - reported to the session, which scores the check failed
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        for fd in namespaces.values():
+            os.close(fd)
+    try:
+        _write_message(control_fd, reply)
+    except OSError:
+        pass
+
+
 def main():
     cfg = json.loads(sys.argv[1])
     harness_source = None
@@ -893,8 +1314,11 @@ def main():
         os.makedirs(cfg["new_root"], exist_ok=True)  # before the child makes every mount read-only
     report_r, report_w = os.pipe()  # the child reports each isolation it made (one letter each)
     go_r, go_w = os.pipe()  # the child starts once it is in the cgroup
+    control_fd = cfg.get("control_fd")  # the session's end of a check request, never the sandbox's
     pid = os.fork()
     if pid == 0:
+        if control_fd is not None:
+            os.close(control_fd)
         os.close(report_r)
         os.close(go_w)
         if os.read(go_r, 1) != b"g":  # the parent is gone: nobody would bound this sandbox
@@ -939,7 +1363,7 @@ def main():
     signal.signal(signal.SIGTERM, on_term)
     start = time.monotonic()
     signal.setitimer(signal.ITIMER_REAL, lim["wall_s"])
-    _, status, usage = os.wait4(pid, 0)
+    (_, status, usage), request, namespaces = _wait_sandbox(pid, control_fd)
     signal.setitimer(signal.ITIMER_REAL, 0)
     reported = os.read(report_r, 16)
     isolation["read_only"] = b"r" in reported
@@ -958,6 +1382,8 @@ def main():
         "isolation": isolation,
         "oom_kills": _oom_kills(cgroups["memory"]) if isolation["memory_cgroup"] else 0,
     }
+    if request is not None:
+        _answer_check(cfg, control_fd, request, namespaces, made)
     for folder in made:
         _remove_cgroup(folder)  # every process of the sandbox is gone with its PID 1
     with open(cfg["status_path"], "w") as f:
