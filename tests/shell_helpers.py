@@ -18,6 +18,9 @@ TEST_UIDS = (*range(UID_BASE, UID_BASE + SLOTS), JUDGE_UID, LOADER_UID)
 # writable-root sandboxes: each a range of 65536 host uids (and gids) from its base; no other test's uids
 WRITABLE_ROOT_BASES = tuple(3_000_000_000 + k * 65536 for k in range(4))
 WRITABLE_ROOT_UIDS = range(WRITABLE_ROOT_BASES[0], WRITABLE_ROOT_BASES[-1] + 65536)
+# the state-check tests' writable roots (tests/unit/test_state_checks.py): ranges 8..11 from the same start
+STATE_CHECK_BASES = tuple(3_000_000_000 + k * 65536 for k in range(8, 12))
+WRITABLE_ROOT_UIDS = range(WRITABLE_ROOT_BASES[0], STATE_CHECK_BASES[-1] + 65536)  # every range above
 
 
 def task(question: str, init: str, label: str, check: str = "exact", reference: str = "") -> dict:
