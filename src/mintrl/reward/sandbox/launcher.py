@@ -1024,7 +1024,7 @@ def _check_view(cfg, clones, links, missing, writable):
     _mount(None, CHECK_STAGE, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
 
 
-def _check_process(cfg, namespaces, argv, env, workdir, out_w, go_r):
+def _check_process(cfg, namespaces, argv, env, workdir, out_w, go_r, pid_w):
     """The process of one check script (host root, forked by the launcher parent after the sandbox
     died). Builds the check's view in a mount namespace of its own (:func:`_check_view`) from the
     sandbox's pinned ``namespaces`` (``{"mnt": fd, "user": fd | None}``), makes a new PID namespace,
@@ -1033,7 +1033,8 @@ def _check_process(cfg, namespaces, argv, env, workdir, out_w, go_r):
     it ends): the sandbox's identity (a writable root's namespace root with :data:`ROOT_CAPABILITIES`,
     else the sandbox uid with none), its limits, ``no_new_privs``, the seccomp filter with
     :data:`CHECK_SYSCALLS` refused, parent-death SIGKILL, stdout on ``out_w``, stdin and stderr on
-    ``/dev/null``. Exits with the script's exit status (128 + the signal that killed it). Never returns.
+    ``/dev/null``; its PID (this namespace's) goes out on ``pid_w``. Exits with the script's exit status
+    (128 + the signal that killed it). Never returns.
     """
     try:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -1052,7 +1053,10 @@ def _check_process(cfg, namespaces, argv, env, workdir, out_w, go_r):
         pid = os.fork()
         if pid == 0:
             os.close(alive_w)
+            os.close(pid_w)
             _exec_check(cfg, userns, argv, env, workdir, out_w, alive_r)
+        os.write(pid_w, str(pid).encode())  # the parent kills it at the time limit: its namespace dies with it
+        os.close(pid_w)
         os.close(out_w)
         os.close(alive_r)
         _, status = os.waitpid(pid, 0)
@@ -1132,13 +1136,16 @@ def _run_check_script(cfg, namespaces, cgroups, argv, timeout_s, max_output):
     }
     out_r, out_w = os.pipe()
     go_r, go_w = os.pipe()
+    pid_r, pid_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(out_r)
         os.close(go_w)
-        _check_process(cfg, namespaces, argv, env, "/tmp/work", out_w, go_r)
+        os.close(pid_r)
+        _check_process(cfg, namespaces, argv, env, "/tmp/work", out_w, go_r, pid_w)
     os.close(out_w)
     os.close(go_r)
+    os.close(pid_w)
     for folder in cgroups:
         try:
             with open(os.path.join(folder, "cgroup.procs"), "w") as f:
@@ -1154,7 +1161,7 @@ def _run_check_script(cfg, namespaces, cgroups, argv, timeout_s, max_output):
         left = deadline - time.monotonic()
         if left <= 0:
             timed_out = True
-            os.kill(pid, signal.SIGKILL)  # its child, PID 1 of the check's namespace, gets SIGKILL with it
+            _kill_check(pid, pid_r)
             break
         ready, _, _ = select.select([fd for fd in (out_r, None if ended else pidfd) if fd is not None], [], [], left)
         if pidfd in ready:
@@ -1169,9 +1176,25 @@ def _run_check_script(cfg, namespaces, cgroups, argv, timeout_s, max_output):
     if out_r is not None:
         os.close(out_r)
     os.close(pidfd)
-    _, status = os.waitpid(pid, 0)
+    os.close(pid_r)
+    _, status = os.waitpid(pid, 0)  # after its script's PID namespace is gone, every process of it reaped
     code = None if timed_out or not os.WIFEXITED(status) else os.WEXITSTATUS(status)
     return {"exit_code": code, "stdout": bytes(data).decode("utf-8", "surrogateescape"), "timed_out": timed_out}
+
+
+def _kill_check(pid, pid_r):
+    """SIGKILL the script of the check process ``pid``, PID 1 of its PID namespace, whose PID the check
+    process sent on ``pid_r`` (the kernel then kills every process of that namespace, and the check
+    process exits once they are gone); the check process itself where the script has not started."""
+    os.set_blocking(pid_r, False)
+    try:
+        script = int(os.read(pid_r, 32) or b"0")
+    except (BlockingIOError, ValueError):
+        script = 0
+    try:
+        os.kill(script if script > 0 else pid, signal.SIGKILL)  # the check process reaps the script: no reuse
+    except ProcessLookupError:
+        pass
 
 
 def _run_check_chain(cfg, namespaces, cgroups, request):
