@@ -8,12 +8,24 @@ Every session is a real sandbox with a real bash."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 
 import pytest
-from shell_helpers import STATE_CHECK_BASES, UID_BASE, WRITABLE_ROOT_UIDS, sandbox_processes
+from shell_helpers import (
+    LOADER_UID,
+    STATE_CHECK_BASES,
+    UID_BASE,
+    WRITABLE_ROOT_UIDS,
+    bash,
+    item,
+    make,
+    sandbox_processes,
+)
 
+from mintrl.data.base import RowFilter
+from mintrl.env.shell.loader import STATE_CHECK, load_os_tasks
 from mintrl.env.shell.session import CheckResult, ShellLimits, ShellSession
 
 LIMITS = ShellLimits(wall_s=60.0, memory_mb=512, processes=64, writable_root=True)
@@ -251,3 +263,91 @@ def test_a_dead_session_cannot_be_checked():
         shell.run("exit", 10.0)
         with pytest.raises(RuntimeError, match="has ended"):
             shell.run_checks([("bash", "true")], "", 10.0)
+
+
+# ------------------------------------------------------------- AgentBench rows with state checks, loaded
+
+
+def load_rows(tmp_path, rows, root_uids: int | None = STATE_CHECK_BASES[1]):
+    """The entries of ``rows`` (a file in ``tmp_path``, scripts under it) and why the others were skipped."""
+    (tmp_path / "check").mkdir(exist_ok=True)
+    (tmp_path / "check" / "calc.sh").write_text(CALC_CHECK)
+    path = tmp_path / "os.json"
+    path.write_text(json.dumps(rows))
+    skip = RowFilter(skip=True)
+    return load_os_tasks(str(path), skip, uid=LOADER_UID, root_uids=root_uids), skip.skipped
+
+
+CALC_ROW = {
+    "description": "Make a calc command that prints the value of an expression with 6 decimals.",
+    "create": {"local": "default"},
+    "evaluation": {"check": {"file": "check/calc.sh"}, "example": HONEST_CALC},
+}
+MOVE_ROW = {
+    "description": "Move my.config to the current folder and tell me where it was.",
+    "create": {"init": "mkdir -p /home/u1/x && echo cfg > /home/u1/x/my.config"},
+    "start": "mkdir /home/u2 && cd /home/u2",
+    "evaluation": {
+        "check": [
+            {"language": "python", "code": "from sys import argv\nassert argv[1].strip() == '/home/u1/x/my.config'"},
+            "test ! -e /home/u1/x/my.config",
+            "test -e /home/u2/my.config",
+        ],
+        "example": "mv /home/u1/x/my.config /home/u2/ && echo /home/u1/x/my.config",
+    },
+}
+
+
+def test_state_check_rows_load_on_a_writable_root_when_the_example_passes_and_the_initial_state_fails(tmp_path):
+    suid = "ls -l /usr/bin/find | awk '{if ($1 ~ /^-..s/) exit 1; else exit 0}'"
+    rows = [
+        CALC_ROW,
+        MOVE_ROW,
+        {  # the init changes a host program: the check sees the host's, so it passes unsolved
+            "description": "Fix the SUID hole.",
+            "create": {"init": "chmod u+s /usr/bin/find"},
+            "evaluation": {"check": {"code": suid}, "example": "chmod u-s /usr/bin/find"},
+        },
+        {"description": "Add nobody2.", "evaluation": {"check": "id -un nobody2", "example": "true"}},
+        {"description": "Add u.", "evaluation": {"check": ["id -un u", None], "example": "useradd u"}},
+    ]
+    entries, skipped = load_rows(tmp_path, rows)
+    assert [(e["check"], e["label"]) for e in entries] == [("state", ""), ("state", "/home/u1/x/my.config")]
+    assert entries[0]["state_check"] == [["bash", CALC_CHECK]]
+    assert entries[1]["state_check"][0] == ["python", MOVE_ROW["evaluation"]["check"][0]["code"]]
+    assert [m.split(": ", 1)[1] for m in skipped] == [
+        "field 'evaluation.check': the initial state passes it with an empty answer (nothing to do)",
+        "field 'evaluation.check[0]': the example's final state fails it here (exit code 1)",
+        # null runs the example again on the final state: useradd u exits 9 (the name is taken)
+        "field 'evaluation.check[1]': the example's final state fails it here (exit code 9)",
+    ]
+    _, refused = load_rows(tmp_path, [CALC_ROW], root_uids=None)
+    assert [m.split(": ", 1)[1] for m in refused] == [
+        f"field 'evaluation.check[0]': 'check/calc.sh' is not a comparison script: {STATE_CHECK}"
+    ]
+
+
+def test_the_environment_scores_a_state_check_on_the_episodes_final_state(tmp_path):
+    entries, skipped = load_rows(tmp_path, [CALC_ROW, MOVE_ROW])
+    assert skipped == []
+    calc, move = entries
+    env = make(writable_root=True, root_uid_base=STATE_CHECK_BASES[0])
+
+    def rewards(entry, actions):
+        env.reset([item(entry)])
+        got = [env.step([0], [action]).rewards[0] for action in actions]
+        assert env.live_shells() == 0 and sandbox_processes(WRITABLE_ROOT_UIDS) == []
+        return got
+
+    try:
+        assert rewards(calc, [bash(HONEST_CALC), "<answer>done</answer>"]) == [0.0, 1.0]
+        assert rewards(calc, ["<answer>done</answer>"]) == [0.0]  # nothing written: the check fails
+        forged = f"{WRONG_CALC} && {FORGER} && cp /tmp/forger /usr/bin/python3"
+        assert rewards(calc, [bash(forged), "<answer>done</answer>"]) == [0.0, 0.0]
+        move_it = bash(MOVE_ROW["evaluation"]["example"])
+        assert rewards(move, [move_it, "<answer>/home/u1/x/my.config</answer>"]) == [0.0, 1.0]
+        assert rewards(move, [move_it, "<answer>/home/u2</answer>"]) == [0.0, 0.0]
+        # a command past its time limit kills the shell: the check runs on the state rebuilt by replay
+        assert rewards(move, [move_it, bash("sleep 5"), "<answer>/home/u1/x/my.config</answer>"]) == [0.0, 0.0, 1.0]
+    finally:
+        env.close()

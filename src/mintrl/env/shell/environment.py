@@ -17,7 +17,12 @@ environment error; its programs end with the shell). An action (:mod:`mintrl.env
   characters, with a note when cut) and a non-zero exit code are the next observation; kind
   ``run`` for exit 0, ``run_error`` otherwise;
 - an ``<answer>`` tag: the episode ends with reward 1.0 when the answer matches the task's label
-  under the task's check (:func:`~mintrl.env.shell.protocol.answers_match`), else 0.0;
+  under the task's check (:func:`~mintrl.env.shell.protocol.answers_match`), else 0.0; for a loaded
+  row whose check tests the final state (check ``state``, :mod:`mintrl.env.shell.loader`), 1.0 when
+  its ``state_check`` chain passes on the episode's final machine with the answer
+  (:meth:`~mintrl.env.shell.session.ShellSession.run_checks`: every process the agent left killed
+  first, the host's programs, libraries and loader files over the agent's; a shell killed by a
+  timeout rebuilt by replay first), else 0.0;
 - anything else: ``invalid``; the observation states the protocol, the episode goes on.
 
 **A command that does not come back** within ``command_timeout_s``, or a shell that ends (``exit``,
@@ -52,6 +57,7 @@ from mintrl.env.shell.session import CommandResult, ShellLimits, ShellSession, c
 
 log = logging.getLogger(__name__)
 
+STATE = "state"  # the check of a loaded row whose check chain tests the final state (entry["state_check"])
 COUNTERS = ("commands", "command_errors", "timeouts", "restarts", "invalid_actions", "errors", "seconds")
 
 
@@ -89,10 +95,24 @@ def check_task(entry: Any) -> None:
             raise ValueError(f"field {key!r}: missing or not a string")
     if not isinstance(entry.get("start", ""), str):
         raise ValueError("field 'start': not a string")
+    if entry.get("check") == STATE:
+        scripts = entry.get("state_check")
+        if not (isinstance(scripts, list) and scripts and all(_is_script(s) for s in scripts)):
+            raise ValueError("field 'state_check': not a list of [language, text] (language bash or python)")
+        return
     try:
         check_names(entry.get("check"))
     except ValueError:
         raise ValueError(f"field 'check': {entry.get('check')!r} is not one of {CHECKS}") from None
+
+
+def _is_script(script: Any) -> bool:
+    return (
+        isinstance(script, (list, tuple))
+        and len(script) == 2
+        and script[0] in ("bash", "python")
+        and isinstance(script[1], str)
+    )
 
 
 class _EpisodeOver(Exception):
@@ -324,6 +344,8 @@ class ShellEnvironment(SerialEnvironment):
         ep.turns += 1
         action = parse_action(text, self.max_action_chars)
         if action.kind == "answer":
+            if ep.entry["check"] == STATE:
+                return "", self._state_reward(ep, action.text), True, "answer", False
             reward = float(answers_match(action.text, ep.entry["label"], ep.entry["check"]))
             return "", reward, True, "answer", False
         if action.kind == "invalid":
@@ -336,6 +358,24 @@ class ShellEnvironment(SerialEnvironment):
                 log.info("shell episode ended: %s", over)
                 return "", 0.0, True, "run_error", False
         return self.turn_outcome(ep, observation, kind)
+
+    def _state_reward(self, ep: _Episode, answer: str) -> float:
+        """1.0 when the task's state check chain (``entry["state_check"]``) passes on the episode's
+        final state with ``answer``, else 0.0: every script run, each exit code 0
+        (:meth:`~mintrl.env.shell.session.ShellSession.run_checks`, each script limited to
+        ``init_timeout_s``). A shell killed by a timeout is rebuilt first by replay (its state is the
+        episode's); where no shell time is left or a replay fails, 0.0. The shell ends with the check."""
+        scripts = [(language, text) for language, text in ep.entry["state_check"]]
+        try:
+            if ep.session is None:
+                self._start_shell(ep)
+            results = ep.session.run_checks(scripts, answer, self.init_timeout_s)
+        except _EpisodeOver as over:
+            log.info("shell episode ended before its state check: %s", over)
+            return 0.0
+        finally:
+            self._stop_shell(ep)
+        return float(len(results) == len(scripts) and all(r.exit_code == 0 for r in results))
 
     def live_shells(self) -> int:
         """Shells alive now (processes)."""

@@ -29,7 +29,16 @@ default the data file's folder), with an optional ``"language"``: ``bash`` (the 
     host by :func:`mintrl.env.shell.protocol.answers_match`; each gets the answer and the example's
     output, so several join with ``+``); the example's stdout (stripped; AgentBench passes stdout) is the
     label, computed once at load time in a fresh sandbox from the init state (init, start, then
-    the example).
+    the example). Any other chain tests the agent's *final state* (``check/0.sh``-style scripts
+    running a ``calc`` or ``count`` command the agent was to write, ``runuser``/``sudo`` checks, a
+    Python assertion on the answer, a chain without ``null``): with a writable root (``root_uids``)
+    it is the entry's ``state_check`` (``[[language, text], ...]``, ``null`` as the example) with
+    check ``state``, run as AgentBench runs it on the episode's final state at its end
+    (:meth:`mintrl.env.shell.session.ShellSession.run_checks`: every process of the agent killed
+    first, the host's programs, libraries and loader files bound over the agent's); the row loads
+    only where the example, run on the init state, leaves a state that passes it with its stdout
+    as the answer (which is then the label); without a writable root it is an invalid row
+    (:data:`STATE_CHECK`).
 
 Differences from AgentBench, which runs each task as root in a Docker container:
 
@@ -37,10 +46,13 @@ Differences from AgentBench, which runs each task as root in a Docker container:
   the agent's *final* state at the end: running the example in the agent's sandbox would let the
   agent change what it prints (delete the files it counts, then answer 0), since the agent controls
   that sandbox. For a question about the initial state both give the same label.
-- a check script that tests the final state (any script other than ``null`` and the comparisons
-  above: ``check/0.sh``-style scripts with ``calc`` or ``count`` commands the agent was to write,
-  ``{"code": "sudo whoami | ..."}``, a Python assertion on the answer, a chain without ``null``)
-  is an invalid row with the reason "state checks run in the agent's sandbox, which it controls";
+- a state check sees the host's programs in ``/usr/bin``, ``/usr/sbin`` and the library folders,
+  whatever the agent (or the init) changed there: a program the agent writes counts in
+  ``/usr/local/bin`` (or another folder the host lacks), not as a new name in ``/usr/bin``; a row
+  whose init changes a host program (``chmod u+s /usr/bin/find``) would pass its check unsolved, so
+  a state row whose chain passes on the initial state is invalid; the check runs as the namespace's root in ``~`` =
+  ``/tmp/work`` with ``HOME`` there, without ``/proc``;
+- without a writable root, a state check is an invalid row (:data:`STATE_CHECK`);
 - the init, start and agent run as an unprivileged sandbox user in ``~`` = ``/tmp/work``; only the
   private tmpfs folders (``/tmp``, ``/root``, ``/home`` by default) are writable, so a row whose
   init or start writes elsewhere (``/usr``, ``/etc``, ``useradd``) fails there and is an invalid
@@ -52,6 +64,7 @@ Differences from AgentBench, which runs each task as root in a Docker container:
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import shlex
@@ -69,7 +82,7 @@ CHECK_SCRIPTS = {
     "in": "in",
 }
 LANGUAGES = {"bash": "bash", "python": "python3"}  # a script's language -> the program that runs it (-c)
-STATE_CHECK = "state checks run in the agent's sandbox, which it controls"
+STATE_CHECK = "a state check needs a writable root (the loader's root_uids, env.writable_root)"
 LOAD_LIMITS = ShellLimits(open_files=1024)  # the load-time runs' limits (the environment's defaults)
 
 
@@ -122,13 +135,24 @@ def init_script(value: Any, scripts_dir: str) -> str:
     if not isinstance(value, list):
         language, text = _script(value, "create.init", scripts_dir)
         if language == "bash":
-            return text
+            return seeded(text)
         value = [value]
     lines = []
     for k, script in enumerate(value):
         language, text = _script(script, f"create.init[{k}]", scripts_dir)
+        text = seeded(text) if language == "bash" else text
         lines.append(f"{LANGUAGES[language]} -c {shlex.quote(text)} || exit $?")
     return "\n".join(lines)
+
+
+def seeded(script: str) -> str:
+    """A bash script with ``$RANDOM`` seeded from its own text (``RANDOM=<seed>`` first): the same
+    task lays out the same files in its load-time run, in every episode and in the judge's runs, so
+    that a label computed at load time is the episode's answer (AgentBench draws anew in each
+    container and computes the expected output there). Randomness from ``/dev/urandom``, ``date``
+    or Python stays unseeded."""
+    seed = int(hashlib.sha256(script.encode("utf-8")).hexdigest()[:8], 16) % 32768
+    return f"RANDOM={seed}\n{script}"
 
 
 def _match(value: Any) -> tuple[str, str]:
@@ -175,6 +199,74 @@ def check_chain(value: Any) -> str:
     if not names:
         raise ValueError(f"field 'evaluation.check': no comparison script: {STATE_CHECK}")
     return "+".join(dict.fromkeys(names))
+
+
+def state_scripts(value: Any, example: str, scripts_dir: str) -> list[list[str]]:
+    """The ``[language, text]`` of each script of an ``evaluation.check`` chain that tests the final
+    state (run by :meth:`~mintrl.env.shell.session.ShellSession.run_checks`), ``null`` as the
+    ``example`` script (bash), as AgentBench's ``_evaluate_by_check_scripts`` runs them.
+
+    Raises:
+        ValueError: a bad script, or a ``null`` without an example (the field named).
+    """
+    chain = value if isinstance(value, list) else [value]
+    scripts = []
+    for k, spec in enumerate(chain):
+        if spec is None:
+            if not example:
+                raise ValueError(f"field 'evaluation.check[{k}]': null (the example) without an example script")
+            scripts.append(["bash", example])
+        else:
+            scripts.append(list(_script(spec, f"evaluation.check[{k}]", scripts_dir)))
+    return scripts
+
+
+def check_state(
+    init: str,
+    start: str,
+    example: str,
+    scripts: list[list[str]],
+    uid: int,
+    limits: ShellLimits,
+    timeout_s: float,
+    root_uids: int,
+) -> str:
+    """Run a state-check row's example in a fresh sandbox as the agent would (init, start, then the
+    example in the shell) and its check chain on the final state with the example's stdout as the
+    answer (stripped, as the action protocol strips an answer), which must pass; then the chain on
+    the initial state (init and start only) with an empty answer, which must fail (else the reward
+    would not depend on the agent's work: e.g. an init that changes a host program, which the check
+    sees as the host has it). Returns the example's answer (the row's label).
+
+    Raises:
+        RuntimeError: the init or the start failed (named).
+        ValueError: the example did not come back, or the chain did not pass (the failing script, its
+            exit code): the row cannot be solved in this sandbox (a missing program, no network); or
+            the chain passes on the initial state.
+    """
+    answer = None
+    for solved in (True, False):
+        with ShellSession(uid, limits, 65536, init=init, init_timeout_s=timeout_s, root_uids=root_uids) as session:
+            check_init(session.init_result, "the init script")
+            if start.strip():
+                check_init(session.run(f"{{\n{start}\n}} >/dev/null 2>&1", timeout_s), "the start command")
+            if solved:
+                run = session.run(f"{{\n{example}\n}} 2>/dev/null", timeout_s)
+                if not run.finished:
+                    raise ValueError(
+                        "field 'evaluation.example': the reference command did not come back in the sandbox"
+                    )
+                answer = run.output.strip()
+            results = session.run_checks([(language, text) for language, text in scripts], answer or "", timeout_s)
+        failed = next((k for k, r in enumerate(results) if r.exit_code != 0), len(results))
+        if solved and failed < len(scripts):
+            why = "did not run" if failed == len(results) else f"exit code {results[failed].exit_code}"
+            raise ValueError(f"field 'evaluation.check[{failed}]': the example's final state fails it here ({why})")
+        if not solved and failed == len(scripts):
+            raise ValueError(
+                "field 'evaluation.check': the initial state passes it with an empty answer (nothing to do)"
+            )
+    return answer
 
 
 def _is_file(spec: Any) -> bool:
@@ -264,13 +356,24 @@ def os_task_entry(
         else:
             if "check" not in evaluation:
                 raise ValueError("field 'evaluation': needs 'match', or 'check' and 'example'")
-            check = check_chain(evaluation["check"])
+            try:
+                check = check_chain(evaluation["check"])
+            except ValueError:
+                if root_uids is None:
+                    raise
+                check = "state"  # a chain that tests the final state: run at the episode's end
             if not reference:
                 raise ValueError("field 'evaluation.example': a check chain needs the example script")
-            run = run_task(init, start, f"{{\n{reference}\n}} 2>/dev/null", uid, limits, timeout_s, root_uids)
-            if not run.finished:
-                raise ValueError("field 'evaluation.example': the reference command did not come back in the sandbox")
-            label = run.output.strip()
+            if check == "state":
+                state = state_scripts(evaluation["check"], reference, scripts_dir)
+                label = check_state(init, start, reference, state, uid, limits, timeout_s, root_uids)
+            else:
+                run = run_task(init, start, f"{{\n{reference}\n}} 2>/dev/null", uid, limits, timeout_s, root_uids)
+                if not run.finished:
+                    raise ValueError(
+                        "field 'evaluation.example': the reference command did not come back in the sandbox"
+                    )
+                label = run.output.strip()
     except RuntimeError as err:  # the init or the start failed in the sandbox
         where = "start" if "start command" in str(err) else "create.init"
         raise InvalidRow(f"{name} row {i}: field '{where}': {err}") from None
@@ -283,6 +386,7 @@ def os_task_entry(
         "reference": reference,
         "label": label,
         "check": check,
+        **({"state_check": state} if check == "state" else {}),
         "kind": "loaded",
         "source": name,
         "index": i,
