@@ -9,6 +9,7 @@ Every session is a real sandbox with a real bash."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 
@@ -27,6 +28,7 @@ from shell_helpers import (
 from mintrl.data.base import RowFilter
 from mintrl.env.shell.loader import STATE_CHECK, load_os_tasks
 from mintrl.env.shell.session import CheckResult, ShellLimits, ShellSession
+from mintrl.reward.sandbox import launch
 
 LIMITS = ShellLimits(wall_s=60.0, memory_mb=512, processes=64, writable_root=True)
 DEFAULT_LIMITS = ShellLimits(wall_s=60.0, memory_mb=512, processes=64)
@@ -238,10 +240,18 @@ def test_a_check_runs_as_the_namespaces_root_with_a_containers_capabilities_and_
         " libc.prctl(21, 0, 0, 0, 0), os.getcwd())"
     )
     script = f"id -u; ls -A /proc; echo \"$PATH\"; python3 -c '{probe}'"
+    # what stays hidden from the check's processes as from the agent's: installed packages, what others
+    # cannot read on the host under the folders the check sees as the host has them
+    hidden = [p for p in launch.hidden_paths() if p.startswith("/usr/")]
+    private = [p for p in launch.private_paths(("/usr",)) if os.path.isdir(p)]
+    assert hidden and private, "premise: a package folder and a private folder under /usr"
+    script += f"; for d in {hidden[0]} {private[0]}; do ls -A $d | wc -l; done"
     with session(3) as shell:
+        sockets = shell.run("ls -l /proc/*/fd 2>/dev/null | grep -c socket", 10.0).output  # none: no check channel
         results = checked(shell, [("bash", script)])
+    assert sockets == "0\n"
     path = "/usr/sbin:/usr/bin:/usr/local/sbin:/usr/local/bin"
-    assert results == [CheckResult(0, f"0\nempty\n{path}\n{CONTAINER_CAPS} 1 2 /tmp/work\n")]
+    assert results == [CheckResult(0, f"0\nempty\n{path}\n{CONTAINER_CAPS} 1 2 /tmp/work\n0\n0\n")]
 
 
 def test_a_check_past_its_time_limit_fails_and_leaves_no_process():
@@ -351,3 +361,28 @@ def test_the_environment_scores_a_state_check_on_the_episodes_final_state(tmp_pa
         assert rewards(move, [move_it, bash("sleep 5"), "<answer>/home/u1/x/my.config</answer>"]) == [0.0, 0.0, 1.0]
     finally:
         env.close()
+
+
+def test_code_the_host_programs_reach_through_links_or_configuration_is_the_hosts():
+    """Every python3 imports sitecustomize, which Debian links to /etc/python3.x/sitecustomize.py: the
+    agent rewrites it, and in its own view python3 and the check say True (before the link targets
+    were in the check's view, the check did too: exit 0, stdout 'True'); the check sees the host's.
+    PAM's configuration and /etc/environment (where pam_env would take an LD_PRELOAD for runuser's
+    command) are the host's too."""
+    site = "/usr/lib/python3.11/sitecustomize.py"
+    if not os.path.islink(site):
+        pytest.skip("premise: the host's sitecustomize is a link into /etc")
+    target = os.path.realpath(site)
+    forged = f"printf 'import os\\nprint(\"True\", flush=True)\\nos._exit(0)\\n' > {target}"
+    with session(3) as shell:
+        assert shell.run(f"{WRONG_CALC} && {forged}", 10.0).exit_code == 0
+        assert shell.run("python3 -c 'print(1 == 2)'", 10.0).output == "True\n"  # in the agent's own view
+        assert shell.run(f"({CALC_CHECK})", 10.0).exit_code == 0
+        shell.run(
+            "echo LD_PRELOAD=/tmp/x.so >> /etc/environment; echo 'auth sufficient pam_permit.so' > /etc/pam.d/runuser",
+            10.0,
+        )
+        sizes = "wc -c < /etc/environment; wc -c < /etc/pam.d/runuser; "
+        results = checked(shell, [("bash", sizes + "python3 -c 'print(1 == 2)'; " + CALC_CHECK)])
+    host = [os.path.getsize(p) if os.path.exists(p) else 0 for p in ("/etc/environment", "/etc/pam.d/runuser")]
+    assert results == [CheckResult(1, f"{host[0]}\n{host[1]}\nFalse\n")]

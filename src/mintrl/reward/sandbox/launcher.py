@@ -82,6 +82,32 @@ namespace that owns no network, PID or IPC namespace (the host's ``/proc/sys`` s
 it) and with the same limits, cgroups, keyring, ``no_new_privs`` and seccomp filter. Where any step
 is refused (not root, no idmapped mounts or overlays in user namespaces, a bad ``uid_base``), the
 sandbox does not start: its PID 1 writes why on stderr and exits 125 (never a read-only fallback).
+
+**State checks** (program mode, config key ``control_fd``: a socket inherited by this parent only,
+closed in the child before anything else, so that no process of the sandbox ever holds it): a check
+of the sandbox's final state as AgentBench runs it after the agent's last turn
+(``ShellSession.run_checks``). On a request (8-byte length, JSON ``{"scripts": [[language, text],
+...], "answer", "timeout_s", "max_output_bytes"}``) the parent opens the sandbox's mount and user
+namespaces from its PID 1 (descriptors keep them), SIGKILLs PID 1 (the kernel kills every other
+process of the PID namespace and waits for them: nothing the agent started runs during the check),
+reaps it, and runs each script in turn (:func:`_run_check_chain`): a process of its own (host root)
+clones the host's folders of programs, libraries and loader configuration (the config's
+``writable_root.pristine``: folders, files and where the host's links in them lead; idmapped
+through the sandbox's user namespace), joins the sandbox's mount namespace, makes a copy of it owned
+by the host's user namespace (nothing inside may change its mounts) and there binds the clones over
+the agent's copies, restores the host's root-level links (``/lib64 -> usr/lib64``), covers the
+hidden and private folders again and ``/proc`` with a read-only tmpfs (no procfs), makes the root's
+own tmpfs read-only (:func:`_check_view`); everything else (``/home``, ``/root``, ``/etc`` otherwise,
+``/var``, ``/tmp``, ``/usr/local/bin``, what the agent made) is the agent's final state. The script
+then runs as PID 1 of a new PID namespace (no process it starts may signal it; all die with it) in
+the sandbox's cgroups, as the sandbox's root (writable root: :data:`ROOT_CAPABILITIES`) or uid
+(default: no capability, only ``/proc`` covered: the system folders were the host's, read-only),
+with its limits, ``no_new_privs``, the seccomp filter plus ``ptrace``, ``process_vm_readv`` and
+``process_vm_writev`` refused (:data:`CHECK_SYSCALLS`), ``PATH`` = :data:`CHECK_PATH` and the host's
+interpreter by absolute path (``bash -c text -- *params``, ``python3 -c text *params``; ``params``:
+the answer, then each earlier script's stdout), killed at ``timeout_s``. The parent replies
+``{"results": [{"exit_code", "stdout", "timed_out"}, ...]}`` (the chain stops at the first exit code
+that is not 0) or ``{"error": why}``; the exit codes it reports are its own ``waitpid``'s.
 """
 
 import ctypes
@@ -875,15 +901,6 @@ def _child(cfg, isolation, root, report_fd, harness_source, writable=None):
 
 # -- state checks: the check chain on the sandbox's final tree, after every process of it has died ------
 
-# folders a state check sees as the host has them (read-only clones), whatever the agent left there:
-# programs, libraries, the loader's configuration and the alternatives' links; every other path (/home,
-# /root, /etc otherwise, /var, /tmp, /usr/local/bin, what the agent made) is the agent's final state
-PRISTINE_FOLDERS = (
-    "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32", "/usr/libexec",
-    "/usr/local/lib", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/alternatives",
-    "/etc/ld.so.conf.d",
-)  # fmt: skip
-PRISTINE_FILES = ("/etc/ld.so.preload", "/etc/ld.so.cache", "/etc/ld.so.conf")  # an empty file where the host has none
 # the agent's own programs come last: a name the host has is always the host's program
 CHECK_PATH = "/usr/sbin:/usr/bin:/usr/local/sbin:/usr/local/bin"
 CHECK_INTERPRETERS = {"bash": "/usr/bin/bash", "python": "/usr/bin/python3"}
@@ -917,19 +934,22 @@ def _host_clone(path, userns_fd):
     return fd
 
 
-def _pristine_clones(userns_fd):
-    """``([(path, descriptor)], [(path, link)], [path])``: a detached clone (:func:`_host_clone`) of
-    each host folder of :data:`PRISTINE_FOLDERS` and file of :data:`PRISTINE_FILES` that exists as
-    one (not a symlink), the target of each of them that is a symlink on the host (``/lib64 ->
-    usr/lib64``), and the files of :data:`PRISTINE_FILES` the host lacks. Made as host root in the
+def _pristine_clones(pristine, userns_fd):
+    """``([(path, descriptor, is_folder)], [(path, link)], [path])``: a detached clone
+    (:func:`_host_clone`) of each host folder of ``pristine["folders"]``, file of
+    ``pristine["files"]`` and path of ``pristine["links"]`` (where the host's links in those folders
+    lead) that exists as one (not a symlink), the target of each folder or file that is a symlink on
+    the host (``/lib64 -> usr/lib64``), and the files the host lacks. Made as host root in the
     launcher's mount namespace, where the host's tree is in reach."""
     clones, links, missing = [], [], []
-    for path in (*PRISTINE_FOLDERS, *PRISTINE_FILES):
+    for path in (*pristine["folders"], *pristine["files"], *pristine.get("links", ())):
         if os.path.islink(path):
             links.append((path, os.readlink(path)))
-        elif os.path.isdir(path) if path in PRISTINE_FOLDERS else os.path.isfile(path):
-            clones.append((path, _host_clone(path, userns_fd)))
-        elif path in PRISTINE_FILES:
+        elif os.path.isdir(path) and path not in pristine["files"]:
+            clones.append((path, _host_clone(path, userns_fd), True))
+        elif os.path.isfile(path) and path not in pristine["folders"]:
+            clones.append((path, _host_clone(path, userns_fd), False))
+        elif path in pristine["files"]:
             missing.append(path)
     return clones, links, missing
 
@@ -976,6 +996,12 @@ def _attach(fd, target):
         raise OSError(ctypes.get_errno(), f"move_mount to {target}")
 
 
+def _bind_empty(empty, path):
+    """Bind the read-only empty file ``empty`` over the file ``path``."""
+    _mount(empty, path, None, MS_BIND)
+    _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
 def _check_view(cfg, clones, links, missing, writable):
     """Turn this mount namespace (a copy of the sandbox's final one, owned by the host's user
     namespace, so that nothing inside may change a mount of it) into a state check's view (the agent's
@@ -1001,15 +1027,14 @@ def _check_view(cfg, clones, links, missing, writable):
             _remove(path)
         if not os.path.lexists(path):
             os.symlink(link, path)
-    for path, fd in clones:
-        _mount_point(path, path not in PRISTINE_FILES)
+    for path, fd, folder in clones:
+        _mount_point(path, folder)
         _attach(fd, path)
         os.close(fd)
     for path in missing:
         _mount_point(path, False)
-        _mount(empty, path, None, MS_BIND)
-        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    under = lambda p: any(p == c or p.startswith(c + "/") for c, _ in clones)  # noqa: E731
+        _bind_empty(empty, path)
+    under = lambda p: any(p == c or p.startswith(c + "/") for c, _, _ in clones)  # noqa: E731
     for path in cfg.get("hidden", ()):
         if under(path) and os.path.isdir(path):
             _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
@@ -1018,7 +1043,7 @@ def _check_view(cfg, clones, links, missing, writable):
             if os.path.isdir(path):
                 _mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=555")
             else:
-                _mount(empty, path, None, MS_BIND)
+                _bind_empty(empty, path)
     if writable:
         _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     _mount(None, CHECK_STAGE, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -1041,7 +1066,9 @@ def _check_process(cfg, namespaces, argv, env, workdir, out_w, go_r, pid_w):
         if os.read(go_r, 1) != b"g":  # the launcher is gone, or could not place this process in the cgroups
             os._exit(125)
         userns = namespaces.get("user")
-        clones, links, missing = _pristine_clones(userns) if userns is not None else ([], [], [])
+        clones, links, missing = [], [], []
+        if userns is not None:  # the sandbox had a writable root: the agent may have changed any folder
+            clones, links, missing = _pristine_clones(cfg["writable_root"]["pristine"], userns)
         _setns(namespaces["mnt"], CLONE_NEWNS, "the sandbox's mount namespace")
         if not _unshare(CLONE_NEWNS):
             raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS) of the check")
