@@ -32,8 +32,18 @@ def test_each_row_of_an_agentbench_sweep_composes_on_the_named_checkout(monkeypa
         assert (cfg.trainer.max_steps, cfg.data.prompts_per_step, cfg.task_name) == (6, 4, sweep)
         if env == "shell":
             assert cfg.data.prompts.scripts_dir == "/checkout/data/os_interaction/scripts/7"
-            assert (cfg.env.writable_root, cfg.judge.writable_root, cfg.data.prompts.writable_root) == (
-                True,
-                True,
-                True,
-            )
+            assert (cfg.env.writable_root, cfg.data.prompts.writable_root) == (True, True)
+            judge = cfg.judge._target_.rsplit(".", 1)[1]
+            assert judge == "KeepJudge" or (judge, cfg.judge.writable_root) == ("ShellJudge", True), row
+
+
+def test_a_method_with_a_judge_gets_the_shell_judge_on_a_writable_root():
+    with initialize_config_dir(config_dir=os.path.abspath(CONFIGS), version_base=None):
+        cfg = compose(
+            "train", overrides=["preset=cpu_agentbench_os", "data.prompts.path=/x.json", "method=mintrl_const"]
+        )
+    assert (cfg.judge._target_, cfg.judge.writable_root, cfg.env.writable_root) == (
+        "mintrl.judge.shell.ShellJudge",
+        True,
+        True,
+    )

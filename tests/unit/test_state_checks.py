@@ -26,8 +26,9 @@ from shell_helpers import (
 )
 
 from mintrl.data.base import RowFilter
-from mintrl.env.shell.loader import STATE_CHECK, load_os_tasks
+from mintrl.env.shell.loader import STATE_CHECK, STATE_CHECKS_OFF, load_os_tasks
 from mintrl.env.shell.session import CheckResult, ShellLimits, ShellSession
+from mintrl.judge.shell import ShellJudge
 from mintrl.reward.sandbox import launch
 
 LIMITS = ShellLimits(wall_s=60.0, memory_mb=512, processes=64, writable_root=True)
@@ -278,14 +279,15 @@ def test_a_dead_session_cannot_be_checked():
 # ------------------------------------------------------------- AgentBench rows with state checks, loaded
 
 
-def load_rows(tmp_path, rows, root_uids: int | None = STATE_CHECK_BASES[1]):
+def load_rows(tmp_path, rows, root_uids: int | None = STATE_CHECK_BASES[1], state_checks: bool = True):
     """The entries of ``rows`` (a file in ``tmp_path``, scripts under it) and why the others were skipped."""
     (tmp_path / "check").mkdir(exist_ok=True)
     (tmp_path / "check" / "calc.sh").write_text(CALC_CHECK)
     path = tmp_path / "os.json"
     path.write_text(json.dumps(rows))
     skip = RowFilter(skip=True)
-    return load_os_tasks(str(path), skip, uid=LOADER_UID, root_uids=root_uids), skip.skipped
+    entries = load_os_tasks(str(path), skip, uid=LOADER_UID, root_uids=root_uids, state_checks=state_checks)
+    return entries, skip.skipped
 
 
 CALC_ROW = {
@@ -335,6 +337,11 @@ def test_state_check_rows_load_on_a_writable_root_when_the_example_passes_and_th
     assert [m.split(": ", 1)[1] for m in refused] == [
         f"field 'evaluation.check[0]': 'check/calc.sh' is not a comparison script: {STATE_CHECK}"
     ]
+    _, off = load_rows(tmp_path, [CALC_ROW], state_checks=False)  # a writable root, state checks not asked for
+    assert [m.split(": ", 1)[1] for m in off] == [
+        f"field 'evaluation.check[0]': 'check/calc.sh' is not a comparison script: {STATE_CHECKS_OFF}"
+    ]
+    assert ShellJudge(uid=LOADER_UID).answer_ok(entries[0], "anything") is True  # the state decides, not the answer
 
 
 def test_the_environment_scores_a_state_check_on_the_episodes_final_state(tmp_path):

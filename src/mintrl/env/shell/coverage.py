@@ -13,7 +13,7 @@ would not answer with an error message), and its output (stripped) is the answer
 match row with no example), the answer is the label (it scores 1 by construction: counted in
 ``answer_only``).
 
-Run: ``python -m mintrl.env.shell.coverage <folder> [uid] [--writable-root]``.
+Run: ``python -m mintrl.env.shell.coverage <folder> [uid] [--writable-root] [--state-checks]``.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def reference_score(env: ShellEnvironment, entry: dict[str, Any]) -> tuple[float
 
 
 def file_coverage(
-    folder: str, path: str, uid: int, env: ShellEnvironment, root_uids: int | None = None
+    folder: str, path: str, uid: int, env: ShellEnvironment, root_uids: int | None = None, state_checks: bool = False
 ) -> FileCoverage:
     """The numbers of one data file (see :class:`FileCoverage`); load-time runs as ``uid`` (on a
     writable root mapped to ``root_uids`` onwards when given)."""
@@ -97,7 +97,9 @@ def file_coverage(
         raw = [json.loads(line) for line in f if line.strip()] if path.endswith(".jsonl") else json.load(f)
     cov.rows = len(raw) if isinstance(raw, list) else 1
     skip = RowFilter(skip=True)
-    entries = load_os_tasks(path, skip, scripts_dir_of(folder, path), uid, root_uids=root_uids)
+    entries = load_os_tasks(
+        path, skip, scripts_dir_of(folder, path), uid, root_uids=root_uids, state_checks=state_checks
+    )
     cov.loaded, cov.refused = len(entries), list(skip.skipped)
     for entry in entries:
         reward, answer = reference_score(env, entry)
@@ -109,15 +111,16 @@ def file_coverage(
 
 
 def os_coverage(
-    folder: str, uid: int = 64300, uid_base: int = 64400, writable_root: bool = False
+    folder: str, uid: int = 64300, uid_base: int = 64400, writable_root: bool = False, state_checks: bool = False
 ) -> list[FileCoverage]:
     """:class:`FileCoverage` of every data file under ``folder`` (load-time runs as ``uid``, the
     episodes in an environment of one shell as ``uid_base``; both used only as root). With
     ``writable_root`` both run on a writable root (``env.writable_root``), as root of user
-    namespaces mapped to the host uids 2_100_000_000 (load) and 2_000_000_000 (episodes) onwards."""
+    namespaces mapped to the host uids 2_100_000_000 (load) and 2_000_000_000 (episodes) onwards,
+    and with ``state_checks`` too the rows whose check tests the final state load."""
     env = ShellEnvironment(max_shells=1, uid_base=uid_base, command_timeout_s=10.0, writable_root=writable_root)
     root_uids = 2_100_000_000 if writable_root else None
-    return [file_coverage(folder, path, uid, env, root_uids) for path in data_files(folder)]
+    return [file_coverage(folder, path, uid, env, root_uids, state_checks) for path in data_files(folder)]
 
 
 def report(covs: list[FileCoverage]) -> str:
@@ -134,5 +137,6 @@ def report(covs: list[FileCoverage]) -> str:
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--writable-root"]
-    print(report(os_coverage(args[0], *(int(a) for a in args[1:2]), writable_root="--writable-root" in sys.argv)))
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    flags = {"writable_root": "--writable-root" in sys.argv, "state_checks": "--state-checks" in sys.argv}
+    print(report(os_coverage(args[0], *(int(a) for a in args[1:2]), **flags)))

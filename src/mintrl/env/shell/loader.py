@@ -83,6 +83,10 @@ CHECK_SCRIPTS = {
 }
 LANGUAGES = {"bash": "bash", "python": "python3"}  # a script's language -> the program that runs it (-c)
 STATE_CHECK = "a state check needs a writable root (the loader's root_uids, env.writable_root)"
+STATE_CHECKS_OFF = (
+    "state checks are off (data.prompts.state_checks=false): a check script that runs what the agent wrote "
+    "trusts what it prints, e.g. AgentBench's dev check/0.sh passes a constant calc printing '0)<1 or (True'"
+)
 LOAD_LIMITS = ShellLimits(open_files=1024)  # the load-time runs' limits (the environment's defaults)
 
 
@@ -326,6 +330,7 @@ def os_task_entry(
     limits: ShellLimits,
     timeout_s: float,
     root_uids: int | None = None,
+    state_checks: bool = False,
 ) -> dict[str, Any]:
     """One AgentBench OS row as a task entry (:mod:`mintrl.env.shell.tasks`, with ``start``), its
     init and start run once in the sandbox (then its reference command, for a check row).
@@ -335,6 +340,8 @@ def os_task_entry(
         scripts_dir: folder of ``{"file": ...}`` scripts. uid, limits: the sandbox's uid and limits.
         timeout_s: time limit of the init, the start and the reference command (seconds).
         root_uids: with ``limits.writable_root``, the load-time sandbox's host uid range.
+        state_checks: load a row whose check tests the final state (with ``root_uids``); False:
+            it is an invalid row (:data:`STATE_CHECKS_OFF`).
 
     Raises:
         InvalidRow: a missing or empty ``description``, a bad script, ``evaluation`` without
@@ -358,9 +365,11 @@ def os_task_entry(
                 raise ValueError("field 'evaluation': needs 'match', or 'check' and 'example'")
             try:
                 check = check_chain(evaluation["check"])
-            except ValueError:
+            except ValueError as err:
                 if root_uids is None:
                     raise
+                if not state_checks:
+                    raise ValueError(f"{err.args[0].split(': a state check')[0]}: {STATE_CHECKS_OFF}") from None
                 check = "state"  # a chain that tests the final state: run at the episode's end
             if not reference:
                 raise ValueError("field 'evaluation.example': a check chain needs the example script")
@@ -403,6 +412,7 @@ def load_os_tasks(
     limits: ShellLimits | None = None,
     timeout_s: float = 10.0,
     root_uids: int | None = None,
+    state_checks: bool = False,
 ) -> list[dict[str, Any]]:
     """The task entries of a local AgentBench OS ``.json`` / ``.jsonl`` file, in file order.
 
@@ -415,6 +425,9 @@ def load_os_tasks(
         root_uids: None: the rows run as an unprivileged uid on the read-only system folders;
             else on a writable root (as AgentBench's container: ``useradd``, writes to ``/usr``),
             as root of a user namespace mapped to the host uids ``root_uids .. root_uids + 65535``.
+        state_checks: with ``root_uids``, load rows whose check tests the final state (run at the
+            episode's end, :meth:`~mintrl.env.shell.session.ShellSession.run_checks`); False: they
+            are invalid rows (:data:`STATE_CHECKS_OFF`).
 
     Raises:
         InvalidRow: a bad row (see :func:`os_task_entry`) unless ``rows`` skips it.
@@ -427,7 +440,11 @@ def load_os_tasks(
     name = os.path.basename(path)
     scripts_dir = scripts_dir or os.path.dirname(os.path.abspath(path))
     entries = [
-        rows(lambda i=i, row=row: os_task_entry(row, i, name, scripts_dir, uid, limits, timeout_s, root_uids))
+        rows(
+            lambda i=i, row=row: os_task_entry(
+                row, i, name, scripts_dir, uid, limits, timeout_s, root_uids, state_checks
+            )
+        )
         for i, row in enumerate(read_json_rows(path))
     ]
     return [e for e in entries if e is not None]

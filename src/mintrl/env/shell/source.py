@@ -31,6 +31,9 @@ class ShellTasks(EnvTaskSource):
             pair with ``env.writable_root``. Root only.
         root_uids: the first of the 65536 host uids that load-time namespace maps to (with
             ``writable_root``; a range nothing else uses).
+        state_checks: with ``writable_root``, load rows whose check tests the final state (run at
+            the episode's end); False: they are invalid rows. A check script that runs what the
+            agent wrote trusts what it prints (docs/integrity.md).
         source: the fields of :class:`~mintrl.env.source.EnvTaskSource`, as keywords: ``path`` (a
             local AgentBench OS ``.json``/``.jsonl`` file, :mod:`mintrl.env.shell.loader`, each
             row's init run once in the sandbox at load time; or None to generate tasks),
@@ -62,6 +65,7 @@ class ShellTasks(EnvTaskSource):
         uid: int = 64300,
         writable_root: bool = False,
         root_uids: int = 2_100_000_000,
+        state_checks: bool = False,
         **source,
     ):
         super().__init__(**source)
@@ -75,9 +79,12 @@ class ShellTasks(EnvTaskSource):
         )
         self.scripts_dir, self.uid = scripts_dir, uid
         self.root_uids = int(root_uids) if writable_root else None
+        self.state_checks = bool(state_checks)
 
     def load(self, rows: RowFilter | None) -> list[dict[str, Any]]:
-        return load_os_tasks(self.path, rows, self.scripts_dir, self.uid, root_uids=self.root_uids)
+        return load_os_tasks(
+            self.path, rows, self.scripts_dir, self.uid, root_uids=self.root_uids, state_checks=self.state_checks
+        )
 
     def key(self, entry: dict[str, Any]) -> tuple[str, str, str]:
         """The instruction, the init script and the start command: two tasks that ask the same of
