@@ -18,7 +18,9 @@ from mintrl.allocation import (
     recency_huber_loss,
     reward_variance,
 )
+from mintrl.allocation.base import Allocation
 from mintrl.allocation.decisions import BranchDecision, DecisionLog
+from mintrl.allocation.rail import RailAllocation
 
 
 def test_reward_variance_and_realized_gain_by_hand():
@@ -71,7 +73,7 @@ def test_live_decisions_say_whether_they_explored_and_actions_have_their_metric_
 
 
 def test_decision_log_hands_each_decision_out_once():
-    log = DecisionLog()
+    log = DecisionLog(RailAllocation.decision_kinds)
     first = BranchDecision("live", 1, "m2_t0.8", 2, 0.05, 0.0625, True, 1.5)
     log.add(first)
     assert log.take() == [first] and log.take() == []
@@ -79,6 +81,21 @@ def test_decision_log_hands_each_decision_out_once():
         "step": 3, "kind": "live", "group": 1, "action": "m2_t0.8", "budget": 2, "predicted": 0.05,
         "realized": 0.0625, "kept": True, "anchor_surprisal": 1.5,
     }  # fmt: skip
+    with pytest.raises(ValueError, match="decision kind 'entropy' is not declared by the allocation"):
+        log.add(BranchDecision("entropy", 1, "m2_t1", 2, None, 0.0, True, 1.5))
+
+
+def test_each_allocation_declares_its_decision_kinds_on_its_class():
+    names = {cls.__name__: [k.name for k in cls.decision_kinds] for cls in Allocation.__subclasses__()}
+    assert {
+        n: names[n] for n in ("RailAllocation", "EntropyAllocation", "RandomAnchorAllocation", "UniformAllocation")
+    } == {
+        "RailAllocation": ["shadow", "live", "explore"],
+        "EntropyAllocation": ["entropy"],
+        "RandomAnchorAllocation": ["random"],
+        "UniformAllocation": [],
+    }
+    assert all(k.meaning for cls in Allocation.__subclasses__() for k in cls.decision_kinds)
 
 
 def test_intervene_actions_extend_the_grid_and_get_shadow_anchors():

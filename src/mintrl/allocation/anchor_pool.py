@@ -15,19 +15,17 @@ if TYPE_CHECKING:
     from mintrl.core.batch import Rollout
     from mintrl.data.base import PromptItem
 
-Anchor = tuple[float, "Rollout", int]  # (first-token surprisal in nats, control rollout, token index)
+PoolAnchor = tuple[float, "Rollout", int]  # (first-token surprisal in nats, control rollout, token index)
 
 
-def control_anchor_pool(rollouts: Sequence[Rollout], brancher: Brancher, delimiters: Sequence[str]) -> list[Anchor]:
+def control_anchor_pool(rollouts: Sequence[Rollout], brancher: Brancher, delimiters: Sequence[str]) -> list[PoolAnchor]:
     """Every anchor of the step's control rollouts (:meth:`Brancher.anchors`: step or turn starts written by the
     policy), in rollout order, as ``(surprisal, rollout, token index)``."""
-    return [
-        (surprisal, r, k) for r in rollouts if r.is_control for k, _, _, surprisal in brancher.anchors(r, delimiters)
-    ]
+    return [(a.surprisal, r, a.token) for r in rollouts if r.is_control for a in brancher.anchors(r, delimiters)]
 
 
 def branch_each(
-    ordered: Iterable[Anchor],
+    ordered: Iterable[PoolAnchor],
     rollouts: Sequence[Rollout],
     items: Sequence[PromptItem],
     brancher: Brancher,
@@ -43,7 +41,7 @@ def branch_each(
     Returns:
         The new scored rollouts and the realised gain of each branch (reward^2, RAIL eq. 2:
         ``I(Y_b) - I(Y_0)`` against the group's rewards so far); one :class:`BranchDecision` of ``kind`` per
-        branch is added to ``log`` (no prediction).
+        branch is added to ``log`` (no prediction; ``kind`` one of the allocation's declared kinds).
     """
     rewards = defaultdict(list)  # group -> rewards so far (branches join their group)
     for r in rollouts:
@@ -56,7 +54,7 @@ def branch_each(
             break
         children = brancher.branch(r, k, m, temperature, items[r.group])
         gains.append(realized_gain(rewards[r.group], [c.reward for c in children]))
-        log.add(BranchDecision(kind, r.group, name, len(children), None, gains[-1], True, surprisal))
+        log.add(BranchDecision(kind.name, r.group, name, len(children), None, gains[-1], True, surprisal))
         rewards[r.group] += [c.reward for c in children]
         new += children
     return new, gains

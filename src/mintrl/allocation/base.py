@@ -1,9 +1,15 @@
-"""The allocation contract (``allocation=`` config group): where to branch extra rollouts."""
+"""The allocation contract (``allocation=`` config group): where to branch extra rollouts.
+
+A new allocation is a subclass of :class:`Allocation` in its own module with a config file
+``configs/allocation/<name>.yaml`` (its ``_target_`` and knobs); docs/extending.md walks through one.
+"""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, ClassVar, Sequence
+
+from mintrl.allocation.decisions import DecisionKind
 
 if TYPE_CHECKING:
     from mintrl.allocation.branching import Brancher
@@ -23,10 +29,15 @@ class Allocation(ABC):
         spend_all: after the allocation branched, the budget it left goes to fresh rollouts spread
             over the prompts (:mod:`mintrl.allocation.top_up`), so every step generates exactly
             ``budget_per_step`` rollouts (rows compared at equal budget); False: a cap only.
+        decision_kinds: the kinds of :class:`~mintrl.allocation.decisions.BranchDecision` the allocation
+            makes (a class attribute, in the order the reports list them); empty for one that logs no
+            decisions. Its :class:`~mintrl.allocation.decisions.DecisionLog` refuses other kinds, and the
+            decisions callback and the reports read them from here.
     """
 
     budget_per_step: int | None = None
     spend_all: bool = False
+    decision_kinds: ClassVar[tuple[DecisionKind, ...]] = ()
 
     @abstractmethod
     def allocate(

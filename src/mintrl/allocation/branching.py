@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from mintrl.allocation.anchor import Anchor
 from mintrl.allocation.features import answer_diversity
 from mintrl.core.batch import BranchRecord, Rollout
 from mintrl.reward.base import score_rewards
@@ -11,14 +12,12 @@ from mintrl.text.answer import extract_answer
 from mintrl.text.steps import split_steps, token_index_of_char
 
 
-def anchors(rollout: Rollout, tokenizer, delimiters: Sequence[str]) -> list[tuple[int, int, int, float]]:
+def anchors(rollout: Rollout, tokenizer, delimiters: Sequence[str]) -> list[Anchor]:
     """Candidate anchors of a rollout: the starts of its steps after the first (MInTRL's step
     segmentation), where the next token was written by the policy.
 
     Returns:
-        ``(token index, step index, number of steps, surprisal)`` per anchor; the surprisal
-        ``-log pi_t(first token after the anchor)`` (nats) is a one-sample estimate of the anchor's
-        entropy, free from the rollout's own log-probs.
+        One :class:`~mintrl.allocation.anchor.Anchor` per step start, in order.
     """
     steps = split_steps(tokenizer.decode(rollout.response_ids), delimiters)
     out, seen = [], set()
@@ -26,7 +25,7 @@ def anchors(rollout: Rollout, tokenizer, delimiters: Sequence[str]) -> list[tupl
         k = token_index_of_char(tokenizer, rollout.response_ids, step.start)
         if 0 < k < len(rollout.response_ids) and k not in seen and not rollout.intervention[k]:
             seen.add(k)
-            out.append((k, s, len(steps), -rollout.logprobs[k]))
+            out.append(Anchor(k, s, len(steps), -rollout.logprobs[k]))
     return out
 
 
@@ -50,8 +49,9 @@ class Brancher:
         self.temperature, self.top_p, self.max_response_tokens = temperature, top_p, max_response_tokens
         self.intervene = intervene  # (parent, anchor, length, item) -> [semi-on-policy rollout] | []
 
-    def anchors(self, rollout: Rollout, delimiters: Sequence[str]) -> list[tuple[int, int, int, float]]:
-        """Candidate anchors of ``rollout``: its step boundaries (:func:`anchors`)."""
+    def anchors(self, rollout: Rollout, delimiters: Sequence[str]) -> list[Anchor]:
+        """Candidate anchors of ``rollout`` (:class:`~mintrl.allocation.anchor.Anchor`): its step boundaries
+        (:func:`anchors`)."""
         return anchors(rollout, self.tokenizer, delimiters)
 
     def metrics(self) -> dict[str, float]:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from mintrl.allocation.anchor_pool import branch_each, branch_stats, control_anchor_pool
 from mintrl.allocation.base import Allocation
-from mintrl.allocation.decisions import BranchDecision, DecisionLog
+from mintrl.allocation.decisions import BranchDecision, DecisionKind, DecisionLog
+
+ENTROPY = DecisionKind("entropy", "entropy branching: an anchor in the step's top entropy quantile")
 
 
 class EntropyAllocation(Allocation):
@@ -23,6 +25,8 @@ class EntropyAllocation(Allocation):
         ValueError: percentile outside [0, 1), non-positive budgets or temperature.
     """
 
+    decision_kinds = (ENTROPY,)
+
     def __init__(
         self,
         budget_per_step: int,
@@ -39,7 +43,7 @@ class EntropyAllocation(Allocation):
         self.budget_per_step, self.percentile = budget_per_step, percentile
         self.branch_budget, self.temperature = branch_budget, temperature
         self.spend_all = bool(spend_all)
-        self.decisions = DecisionLog()
+        self.decisions = DecisionLog(self.decision_kinds)
 
     def allocate(self, rollouts, items, brancher, budget, delimiters):
         """Branches (scored rollouts) and stats ``allocation/branches`` and, when it branched,
@@ -51,7 +55,7 @@ class EntropyAllocation(Allocation):
         values = sorted(s for s, _, _ in pool)
         threshold = values[min(int(self.percentile * len(values)), len(values) - 1)]
         ordered = [a for a in sorted(pool, key=lambda a: -a[0]) if a[0] >= threshold]  # highest entropy first
-        args = (budget, self.branch_budget, self.temperature, "entropy", self.decisions)
+        args = (budget, self.branch_budget, self.temperature, ENTROPY, self.decisions)
         new, gains = branch_each(ordered, rollouts, items, brancher, *args)
         return new, branch_stats(gains)
 

@@ -6,10 +6,14 @@ import math
 from collections import Counter, defaultdict
 
 from mintrl.allocation.base import Allocation
-from mintrl.allocation.decisions import BranchDecision, DecisionLog
+from mintrl.allocation.decisions import BranchDecision, DecisionKind, DecisionLog
 from mintrl.allocation.features import FEATURES, anchor_features, pool_entropy
 from mintrl.allocation.gain import realized_gain
 from mintrl.allocation.rail_controller import RailController
+
+SHADOW = DecisionKind("shadow", "RAIL's shadow phase: budgets tried in increasing order, accept-or-stop")
+LIVE = DecisionKind("live", "RAIL's live phase: the controller's best action past the gate (eq. 10)")
+EXPLORE = DecisionKind("explore", "a live decision that took a uniformly random action (probability rho_t)")
 
 
 def _mean(values):
@@ -34,6 +38,8 @@ class RailAllocation(Allocation):
             intervene_lengths: beyond the paper, judge-review-plus-correction actions; empty = off).
     """
 
+    decision_kinds = (SHADOW, LIVE, EXPLORE)
+
     def __init__(self, budget_per_step: int, anchors_per_prompt: int = 1, spend_all: bool = False, **controller):
         if budget_per_step <= 0 or anchors_per_prompt <= 0:
             raise ValueError(
@@ -43,7 +49,7 @@ class RailAllocation(Allocation):
         self.spend_all = bool(spend_all)
         self.rail = RailController(len(FEATURES), **controller)
         self.failed: Counter = Counter()  # failed anchors per prompt (keyed by question)
-        self.decisions = DecisionLog()
+        self.decisions = DecisionLog(self.decision_kinds)
 
     def _state(self, surprisal, step, steps, budget, group, item, brancher):
         """The anchor's state ``z`` (:func:`mintrl.allocation.features.anchor_features`); the
@@ -69,18 +75,23 @@ class RailAllocation(Allocation):
         for g, group in sorted(groups.items()):
             item = items[g]
             candidates = sorted(
-                ((s, r, k, i, n) for r in group if r.is_control for k, i, n, s in brancher.anchors(r, delimiters)),
+                (
+                    (a.surprisal, r, a.token, a.step, a.steps)
+                    for r in group
+                    if r.is_control
+                    for a in brancher.anchors(r, delimiters)
+                ),
                 key=lambda c: -c[0],
             )[: self.anchors_per_prompt]
             for surprisal, parent, k, step, steps in candidates:
                 z = self._state(surprisal, step, steps, budget, group, item, brancher)
-                kind = "shadow"
+                kind = SHADOW
                 if self.rail.phase == "shadow":
                     hard = not any(r.reward >= 1.0 for r in group)
                     trials = self.rail.shadow_plan(hard)
                 else:
                     action, _ = self.rail.decide(z)
-                    kind = "explore" if self.rail.last_explored else "live"
+                    kind = EXPLORE if self.rail.last_explored else LIVE
                     log["decisions"] += 1
                     if action is None:
                         continue
@@ -105,7 +116,9 @@ class RailAllocation(Allocation):
                     actions[action] += 1
                     log["branches"] += 1
                     keep = gain > 0 or not shadow  # a shadow trial is kept only when it raised the variance
-                    self.decisions.add(BranchDecision(kind, g, act.name, len(children), guess, gain, keep, surprisal))
+                    self.decisions.add(
+                        BranchDecision(kind.name, g, act.name, len(children), guess, gain, keep, surprisal)
+                    )
                     if keep:
                         group += children
                         kept += children

@@ -7,7 +7,9 @@ import random
 
 from mintrl.allocation.anchor_pool import branch_each, branch_stats, control_anchor_pool
 from mintrl.allocation.base import Allocation
-from mintrl.allocation.decisions import BranchDecision, DecisionLog
+from mintrl.allocation.decisions import BranchDecision, DecisionKind, DecisionLog
+
+RANDOM = DecisionKind("random", "random-anchor branching: an anchor drawn uniformly at random from the step's pool")
 
 
 class RandomAnchorAllocation(Allocation):
@@ -27,6 +29,8 @@ class RandomAnchorAllocation(Allocation):
         ValueError: non-positive budgets or temperature.
     """
 
+    decision_kinds = (RANDOM,)
+
     def __init__(
         self,
         budget_per_step: int,
@@ -43,14 +47,14 @@ class RandomAnchorAllocation(Allocation):
         self.budget_per_step, self.branch_budget, self.temperature = budget_per_step, branch_budget, temperature
         self.spend_all = bool(spend_all)
         self.rng = random.Random(seed)
-        self.decisions = DecisionLog()
+        self.decisions = DecisionLog(self.decision_kinds)
 
     def allocate(self, rollouts, items, brancher, budget, delimiters):
         """Branches (scored rollouts) and stats ``allocation/branches`` and, when it branched,
         ``allocation/realized_gain`` (mean reward-variance gain of its branches, RAIL eq. 2)."""
         pool = control_anchor_pool(rollouts, brancher, delimiters)
         self.rng.shuffle(pool)
-        args = (budget, self.branch_budget, self.temperature, "random", self.decisions)
+        args = (budget, self.branch_budget, self.temperature, RANDOM, self.decisions)
         new, gains = branch_each(pool, rollouts, items, brancher, *args)
         return new, branch_stats(gains)
 

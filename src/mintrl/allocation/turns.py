@@ -11,25 +11,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from mintrl.allocation.anchor import Anchor
+
 if TYPE_CHECKING:
     from mintrl.core.batch import Rollout
 
 
-def turn_anchors(rollout: Rollout) -> list[tuple[int, int, int, float]]:
+def turn_anchors(rollout: Rollout) -> list[Anchor]:
     """Candidate anchors of an episode: the start of each action turn whose first token the policy
     wrote (not the intervention).
 
     Returns:
-        ``(token index, turn index, number of turns, surprisal)`` per anchor, in turn order; the
-        surprisal ``-log pi_t(first token of the action)`` (nats) is a one-sample estimate of the
-        anchor's entropy, the same estimate as single-turn anchors
-        (:func:`mintrl.allocation.branching.anchors`). Empty for a rollout without turns.
+        One :class:`~mintrl.allocation.anchor.Anchor` per such turn, in turn order (``step`` is the turn
+        index, ``steps`` the episode's number of turns). Empty for a rollout without turns.
     """
     out = []
     for t, turn in enumerate(rollout.turns):
         k = turn.action_start
         if k < len(rollout.response_ids) and not rollout.intervention[k] and not rollout.environment[k]:
-            out.append((k, t, len(rollout.turns), -rollout.logprobs[k]))
+            out.append(Anchor(k, t, len(rollout.turns), -rollout.logprobs[k]))
     return out
 
 

@@ -43,6 +43,7 @@ SPLIT_TAGS = {
 }
 DECISIONS_FILE = "allocation_decisions.jsonl"
 UNKNOWN = "unknown"
+UNDECLARED = "(not declared by the allocation)"
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -156,6 +157,69 @@ def read_decisions(job: Job) -> list[dict]:
     return out
 
 
+def declared_kinds(job: Job) -> list[dict]:
+    """The decision kinds the job's allocation declares (:attr:`mintrl.allocation.base.Allocation.decision_kinds`),
+    as ``[{"name", "meaning"}, ...]`` in declared order: from the ``allocation_kinds.json`` the run's decisions
+    callback wrote, else from the class of the job config's ``allocation._target_``; empty when neither is
+    there or the class cannot be imported.
+
+    Raises:
+        ValueError: ``allocation_kinds.json`` is not valid JSON (names it).
+    """
+    from mintrl.allocation.decisions import KINDS_FILE
+
+    path = Path(job.path) / KINDS_FILE
+    if path.is_file():
+        try:
+            return list(json.loads(path.read_text()).get("kinds") or [])
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from e
+    target = ((job.config or {}).get("allocation") or {}).get("_target_")
+    if not target:
+        return []
+    from hydra.utils import get_class
+
+    try:
+        cls = get_class(target)
+    except Exception:  # a class of another checkout: the report falls back to the kinds the decisions name
+        return []
+    return [k.as_record() for k in getattr(cls, "decision_kinds", ())]
+
+
+def decisions_by_kind(jobs: Sequence[Job]) -> list[dict]:
+    """The jobs' executed branches (:func:`read_decisions`, pooled) per decision kind: every kind the jobs'
+    allocations declare (:func:`declared_kinds`, in declared order, with none made included), then kinds the
+    decisions name that no allocation declared (meaning :data:`UNDECLARED`).
+
+    Returns:
+        ``[{"kind", "meaning", "n", "kept", "predicted", "realized"}]``: decisions (count), those whose rollouts
+        joined the group (count), mean predicted gain over the decisions with a prediction and mean realised gain
+        (reward^2, RAIL eq. 2; None without values).
+    """
+    meanings: dict[str, str] = {}
+    for job in jobs:
+        for k in declared_kinds(job):
+            meanings.setdefault(str(k["name"]), str(k.get("meaning", "")))
+    decisions = [d for job in jobs for d in read_decisions(job)]
+    for d in decisions:
+        meanings.setdefault(str(d.get("kind")), UNDECLARED)
+    out = []
+    for kind, meaning in meanings.items():
+        mine = [d for d in decisions if str(d.get("kind")) == kind]
+        predicted = [float(d["predicted"]) for d in mine if d.get("predicted") is not None]
+        out.append(
+            {
+                "kind": kind,
+                "meaning": meaning,
+                "n": len(mine),
+                "kept": sum(bool(d.get("kept", True)) for d in mine),
+                "predicted": _mean(predicted),
+                "realized": _mean([float(d["realized"]) for d in mine if d.get("realized") is not None]),
+            }
+        )
+    return out
+
+
 @dataclass
 class AgentRow:
     """One row of one level: the jobs of an experiment on a level, one per seed, pooled over folders.
@@ -220,8 +284,8 @@ def summarize_agent_row(row: AgentRow) -> dict:
         its held-out episodes, :func:`mintrl.analysis.agent_stats.wilson_interval`, ``"method": "wilson"``; keys
         ``mean``, ``low``, ``high``, low/high None without an interval; None without a value), ``generated``
         (episodes generated per task, mean over seeds; None when not logged), ``branches`` and ``top_up`` (per
-        step, mean over seeds; None when not logged) and ``split`` (:func:`median_split` of the pooled steps,
-        seconds).
+        step, mean over seeds; None when not logged), ``split`` (:func:`median_split` of the pooled steps,
+        seconds) and ``decisions`` (:func:`decisions_by_kind` of its jobs).
     """
     success = per_seed(row.jobs, heldout_success)
     sizes = {heldout_episodes(j) for j in row.jobs}
@@ -250,4 +314,5 @@ def summarize_agent_row(row: AgentRow) -> dict:
         "branches": mean_of(branches_per_step),
         "top_up": mean_of(top_up_per_step),
         "split": median_split([s for j in row.jobs for s in step_split(j)]),
+        "decisions": decisions_by_kind(row.jobs),
     }

@@ -148,6 +148,41 @@ def live_table(report: dict) -> list[str]:
     ]
 
 
+def decisions_table(report: dict) -> list[str]:
+    """Per level, row and decision kind its allocation declares (or its decisions name): the decisions, those
+    kept, the mean predicted and the mean realised gain (reward^2, RAIL eq. 2); rows without kinds are left out."""
+    out = [
+        "### Branch decisions per kind",
+        "",
+        "| level | row | kind | who chose the branch | decisions | kept | mean predicted | mean realised |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    listed = 0
+    for row, s in zip(report["rows"], report["summaries"]):
+        for d in s.get("decisions", []):
+            cells = [
+                row.level,
+                row.label,
+                f"`{d['kind']}`",
+                d["meaning"],
+                str(d["n"]),
+                str(d["kept"]),
+                "n/a" if d["predicted"] is None else f"{d['predicted']:+.4f}",
+                "n/a" if d["realized"] is None else f"{d['realized']:+.4f}",
+            ]
+            out.append("| " + " | ".join(cell(c) for c in cells) + " |")
+            listed += 1
+    if not listed:
+        return []
+    return out + [
+        "",
+        "Kinds: the ones each row's allocation declares on its class (`decision_kinds`, recorded in the job's "
+        "`allocation_kinds.json`), then any others its `allocation_decisions.jsonl` names. Gains in reward^2 (RAIL "
+        "eq. 2), means over the row's decisions of every seed; predicted only where a controller predicts.",
+        "",
+    ]
+
+
 def calibration_table(report: dict) -> list[str]:
     """R3's calibration: quartile bins of predicted gain with the mean realised gain and its interval."""
     bins = report["measures"].get("R3", {}).get("bins") or []
@@ -207,6 +242,7 @@ def render_agents_section(report: dict, figure: str) -> str:
         *rows_tables(report),
         *split_table(report),
         *claims_table(report),
+        *decisions_table(report),
         *calibration_table(report),
         "### Figure",
         "",
