@@ -1,10 +1,11 @@
-"""Adding an allocation: a controller in a new module with its own config file composes under a method,
-branches on the model-free :class:`FakeBrancher`, and its own decision kinds (declared on its class) reach the
-decisions file and the agents report's table of decisions per kind (docs/extending.md walks through the same)."""
+"""Adding an allocation: docs/extending.md's walkthrough controller, in a new module with its own config file,
+composes under a method, branches on the model-free :class:`FakeBrancher`, and its own decision kinds (declared
+on its class) reach the decisions file and the agents report's table of decisions per kind."""
 
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -23,60 +24,24 @@ from mintrl.training.callbacks.allocation_decisions import write_decisions
 
 REPO = Path(__file__).resolve().parents[2]
 
-CONTROLLER = '''
-"""``allocation=calm_or_bold``: per group, one branch: at its calmest anchor (lowest surprisal) when no rollout
-of the group succeeded, else at its boldest (highest surprisal)."""
-
-from mintrl.allocation.base import Allocation
-from mintrl.allocation.decisions import BranchDecision, DecisionKind, DecisionLog
-from mintrl.allocation.gain import realized_gain
-
-CALM = DecisionKind("calm", "the lowest-surprisal anchor of a group with no success")
-BOLD = DecisionKind("bold", "the highest-surprisal anchor of a group with a success")
+WALKTHROUGH = (REPO / "docs" / "extending.md").read_text().split("### Walkthrough: a new controller end to end")[1]
 
 
-class CalmOrBoldAllocation(Allocation):
-    """One branch of ``branch_budget`` rollouts per group (see the module)."""
+def _block(language: str) -> str:
+    """The walkthrough's first fenced ``language`` block, unindented."""
+    return textwrap.dedent(re.search(rf"```{language}\n(.*?)```", WALKTHROUGH, re.S).group(1))
 
-    decision_kinds = (CALM, BOLD)
 
-    def __init__(self, budget_per_step: int, branch_budget: int = 2, temperature: float = 1.0):
-        self.budget_per_step, self.branch_budget, self.temperature = budget_per_step, branch_budget, temperature
-        self.decisions = DecisionLog(self.decision_kinds)
-
-    def allocate(self, rollouts, items, brancher, budget, delimiters):
-        new = []
-        for g in sorted({r.group for r in rollouts}):
-            group = [r for r in rollouts if r.group == g]
-            solved = any(r.reward >= 1.0 for r in group)
-            pool = [(a, r) for r in group for a in brancher.anchors(r, delimiters)]
-            anchor, parent = (max if solved else min)(pool, key=lambda p: p[0].surprisal)
-            m = budget.take(self.branch_budget)
-            children = brancher.branch(parent, anchor.token, m, self.temperature, items[g])
-            gain = realized_gain([r.reward for r in group], [c.reward for c in children])
-            kind = BOLD if solved else CALM
-            self.decisions.add(BranchDecision(kind.name, g, "m2_t1", m, None, gain, True, anchor.surprisal))
-            new += children
-        return new, {"allocation/branches": float(len(self.decisions._pending))}
-
-    def take_decisions(self):
-        return self.decisions.take()
-'''
-
-CONFIG = """\
-# A calm-or-bold branching allocation (the test's own controller).
-_target_: calm_or_bold.CalmOrBoldAllocation
-budget_per_step: ${rollouts_per_step:${data.prompts_per_step},4}   # 4 rollouts per prompt
-branch_budget: 2
-temperature: 1.0
-"""
+# the docs' controller and config, as a module outside the package (calm_or_bold) on the import path
+CONTROLLER = _block("python")
+CONFIG = _block("yaml").replace("mintrl.allocation.calm_or_bold.", "calm_or_bold.")
 
 
 @pytest.fixture
 def new_allocation(tmp_path, monkeypatch):
     """The controller's module on the import path and its config file in an extra config folder."""
     (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "calm_or_bold.py").write_text(textwrap.dedent(CONTROLLER))
+    (tmp_path / "src" / "calm_or_bold.py").write_text(CONTROLLER)
     (tmp_path / "configs" / "allocation").mkdir(parents=True)
     (tmp_path / "configs" / "allocation" / "calm_or_bold.yaml").write_text(CONFIG)
     monkeypatch.syspath_prepend(str(tmp_path / "src"))
@@ -93,7 +58,7 @@ def _compose(configs: Path, *overrides: str):
 def test_a_new_allocation_in_its_own_file_reaches_the_decisions_table(new_allocation):
     cfg = _compose(new_allocation / "configs", "method=rail", "allocation=calm_or_bold", "data.prompts_per_step=2")
     allocation = instantiate(cfg.allocation)
-    assert (type(allocation).__name__, allocation.budget_per_step) == ("CalmOrBoldAllocation", 8)
+    assert (type(allocation).__name__, allocation.budget_per_step) == ("CalmOrBoldAllocation", 16)
 
     # group 0 failed both rollouts: its calmest anchor is rollout 1's token 2 (surprisal 0.5); group 1 solved one:
     # its boldest is rollout 2's token 1 (surprisal 3.0). Branches of group 0 succeed, those of group 1 fail.
@@ -106,7 +71,8 @@ def test_a_new_allocation_in_its_own_file_reaches_the_decisions_table(new_alloca
     brancher = FakeBrancher(lambda parent, anchor, temperature, i: 1.0 if parent.group == 0 else 0.0)
     budget = RolloutBudget(8)
     budget.take(4)
-    new, _ = allocation.allocate(rollouts, [None, None], brancher, budget, ())
+    new, stats = allocation.allocate(rollouts, [None, None], brancher, budget, ())
+    assert stats == {"allocation/branches": 2.0} and len(new) == 4
     assert brancher.calls == [(0, 2, 2, 1.0), (1, 1, 2, 1.0)] and budget.remaining == 0
     assert [c.response_ids for c in new[:1]] == [[100, 101, 7]]  # the parent's first 2 tokens, then its own
     decisions = allocation.take_decisions()
