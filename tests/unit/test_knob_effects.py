@@ -30,7 +30,7 @@ def grid_jobs() -> tuple[list[Job], dict[str, float]]:
     for (reviews, chunk), by_seed in GRID.items():
         for seed, final in by_seed.items():
             name = f"r{reviews}_c{chunk}_s{seed}"
-            overrides = ["experiment=math/mintrl_const_cpu", f"seed={seed}", f"rollout.max_reviews={reviews}"]
+            overrides = ["method=mintrl_const", f"seed={seed}", f"rollout.max_reviews={reviews}"]
             overrides.append(f"rollout.chunk_size={chunk}")
             jobs.append(Job(name, Path(name), overrides, config={"rollout": {"continuation_len": 16}}))
             finals[name] = final

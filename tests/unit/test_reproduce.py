@@ -1,5 +1,5 @@
 """`make reproduce`: the report on a fabricated multirun with hand-computed values (tests/multirun_helpers.py's
-REPRO_*), the verdicts, and the sweep configs (every row composes with the hard task at equal budget)."""
+REPRO_*), the verdicts, and the sweep configs (every row composes with the 3-term task at equal budget)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from mintrl.analysis.claims import how_to_decide, inverted_u, new_seeds, seed_sw
 from mintrl.analysis.measures import gap_narrowing
 from mintrl.analysis.report import build_report, figure_paths
 from mintrl.analysis.rows import ROW_NAMES, Row, equal_budget, find_row, paper_order, row_budget, rows_of
-from mintrl.analysis.runs import Job, job_span, seed_of, wall_time
+from mintrl.analysis.runs import Job, job_span, method_from_config, seed_of, wall_time
 from mintrl.analysis.stats import paired_difference, seeds_needed, verdict
 from mintrl.analysis.tables import fmt_commits, fmt_diff, fmt_interval, fmt_seconds, render_markdown
 from mintrl.build.config import CONFIG_DIR
@@ -156,7 +156,7 @@ def test_intensity_seeds_from_several_folders_pool(methods, intensity, tmp_path)
     assert [p["n"] for p in first["points"]] == [3, 2, 2, 3]
     assert first["claims"][3].verdict == "undecided"
     # seed 2 has its no-intervention job (methods: seeds 0-2), seed 3 not: the next step says to run it
-    assert "add INTENSITY_ARGS=seed=2,3, with the no-intervention row of seed=3 (experiment=no_intervention))" in (
+    assert "add INTENSITY_ARGS=seed=2,3, with the no-intervention row of seed=3 (method=no_intervention))" in (
         first["claims"][3].next_step
     )
 
@@ -172,7 +172,7 @@ def test_next_step_names_the_seeds_a_stopped_sweep_left_unfinished(methods, tmp_
     assert step == (
         "Finish seed=2 for 1 of 2 settings (MInTRL-Const rollout.max_reviews=4). More seeds per "
         "setting (add INTENSITY_ARGS=seed=3,4, with the no-intervention row of seed=3,4 "
-        "(experiment=no_intervention)) and settings on both sides of the best fraction."
+        "(method=no_intervention)) and settings on both sides of the best fraction."
     )
 
 
@@ -232,10 +232,10 @@ def test_seeds_added_by_a_second_multirun_are_pooled_and_their_commits_named(tmp
 
     first = write_reproduce_multirun(tmp_path / "first")
     later = tmp_path / "later"
-    for job, (experiment, final) in enumerate((("math/mintrl_const_cpu", 0.45), ("math/grpo_cpu", 0.25))):
+    for job, (method, final) in enumerate((("mintrl_const", 0.45), ("grpo", 0.25))):
         scalars = {"val/pass@1": [(0, 0.05), (6, final)], "perf/step_seconds": [(s, 10.0) for s in range(1, 7)]}
-        config = repro_config(4, 0) if experiment == "math/grpo_cpu" else repro_config(2, 2)
-        write_job(later / str(job), [f"experiment={experiment}", "seed=3", "+sweep=reproduce_core"], scalars, config)
+        config = repro_config(4, 0, method=method) if method == "grpo" else repro_config(2, 2, method=method)
+        write_job(later / str(job), [f"method={method}", "seed=3", "+sweep=reproduce_core"], scalars, config)
         (later / str(job) / "manifest.json").write_text(json.dumps({"commit": "b" * 40}))
     (first / "0" / "provenance.json").write_text(json.dumps({"commit": "a" * 40}))  # an older run's name
     report = build_report([first, later], repo_dir=tmp_path)
@@ -268,12 +268,12 @@ def test_unequal_budget_is_flagged():
         from multirun_helpers import repro_config
 
         return Job(
-            name=name, path=Path(name), overrides=[f"experiment={name}", "seed=0"], config=repro_config(2, 2, steps)
+            name=name, path=Path(name), overrides=[f"method={name}", "seed=0"], config=repro_config(2, 2, steps, name)
         )
 
-    rows = rows_of([job("math/mintrl_const_cpu", 6), job("math/grpo_cpu", 12)])
-    assert not equal_budget(rows)
-    assert equal_budget(rows_of([job("math/mintrl_const_cpu", 6), job("math/grpo_cpu", 6)]))
+    rows = rows_of([job("mintrl_const", 6), job("no_intervention", 12)])
+    assert [r.name for r in rows] == ["MInTRL-Const", "no-intervention"] and not equal_budget(rows)
+    assert equal_budget(rows_of([job("mintrl_const", 6), job("no_intervention", 6)]))
 
 
 def test_wall_time_from_file_times(tmp_path):
@@ -329,18 +329,19 @@ def _compose(*overrides, hydra_config=False):
 @pytest.mark.parametrize("sweep", ["reproduce_core", "reproduce_full", "reproduce_intensity"])
 def test_every_row_composes_with_the_hard_task_at_equal_budget(sweep):
     params = _compose(f"+sweep={sweep}", hydra_config=True).hydra.sweeper.params
-    rows = params.experiment.split(",")
-    assert params.seed == "0,1,2"
+    rows = params.method.split(",")
+    assert params.seed == "0,1,2" and "experiment" not in params
     expected = {
-        "reproduce_core": ["math/mintrl_const_cpu", "math/grpo_cpu", "no_intervention"],
-        "reproduce_full": ["math/mintrl_const_cpu", "math/grpo_cpu", "no_intervention", "math/mintrl_proxy_cpu",
-                           "math/mentor_cpu", "math/intervention_grpo_cpu"],
-        "reproduce_intensity": ["math/mintrl_const_cpu"],
+        "reproduce_core": ["mintrl_const", "grpo", "no_intervention"],
+        "reproduce_full": ["mintrl_const", "grpo", "no_intervention", "mintrl_proxy", "mentor", "intervention_grpo"],
+        "reproduce_intensity": ["mintrl_const"],
     }[sweep]  # fmt: skip
-    assert rows == expected and all(r in ROW_NAMES for r in rows)
+    assert rows == expected
     budgets = set()
     for row in rows:
-        cfg = _compose(f"+sweep={sweep}", f"experiment={row}", "seed=2")
+        cfg = _compose(f"+sweep={sweep}", f"method={row}", "seed=2")
+        config = OmegaConf.to_container(cfg, resolve=False)
+        assert method_from_config(config) == ROW_NAMES[expected.index(row)]  # the report's row, in the paper's order
         kw = cfg.data.prompts.task_kwargs
         assert (kw.min_terms, kw.max_terms, kw.max_digits, list(kw.operators)) == (3, 3, 1, ["+"]), row
         assert cfg.callbacks.checkpoint.save_last is False and cfg.callbacks.get("best") is None  # callbacks=sweep
@@ -350,11 +351,11 @@ def test_every_row_composes_with_the_hard_task_at_equal_budget(sweep):
             (r.n_control + r.n_semi, cfg.trainer.max_steps, cfg.data.prompts_per_step, r.max_response_tokens,
              cfg.data.prompts.val_size, cfg.data.val_samples_per_prompt, cfg.trainer.val_check_interval)
         )  # fmt: skip
-        if row == "math/grpo_cpu":
+        if row == "grpo":
             assert (r.n_control, r.n_semi) == (4, 0) and cfg.judge._target_.endswith("KeepJudge")
         if row == "no_intervention":
             assert cfg.objective._target_.endswith("AdvantageRegression") and cfg.judge._target_.endswith("KeepJudge")
-        if row == "math/mentor_cpu":
+        if row == "mentor":
             assert cfg.objective.alpha_decay_steps == 12  # alpha decays over the whole run
     assert budgets == {(4, 12, 8, 64, 96, 2, 6)}
 
@@ -369,7 +370,7 @@ def test_guided_and_lora_sweeps_run_their_rows_with_the_core_settings(sweep):
     }[sweep]  # fmt: skip
     presets = params.preset.split(",") if "preset" in params else [None]
     assert (params.method.split(","), presets) == expected
-    core = _compose("+sweep=reproduce_core", "experiment=math/mintrl_const_cpu")
+    core = _compose("+sweep=reproduce_core", "method=mintrl_const")
     settings = (  # the core sweep's settings, repeated in these sweeps' files
         "data.prompts", "data.prompts_per_step", "data.val_samples_per_prompt", "trainer.max_steps",
         "trainer.val_check_interval", "rollout.max_response_tokens", "callbacks",
@@ -392,7 +393,7 @@ def test_guided_and_lora_sweeps_run_their_rows_with_the_core_settings(sweep):
 
 def test_intensity_sweep_varies_the_three_knobs_around_the_core_setting():
     params = _compose("+sweep=reproduce_intensity", hydra_config=True).hydra.sweeper.params
-    core = _compose("+sweep=reproduce_core", "experiment=math/mintrl_const_cpu").rollout
+    core = _compose("+sweep=reproduce_core", "method=mintrl_const").rollout
     for knob in ("chunk_size", "max_reviews", "continuation_len"):
         low, high = (int(v) for v in params[f"rollout.{knob}"].split(","))
         assert low < core[knob] < high, knob  # the core rows' setting lies inside the grid
@@ -405,8 +406,14 @@ def test_make_targets_run_the_sweeps_then_the_report():
     core = dry("reproduce")
     assert (
         "-m +sweep=reproduce_core hydra.sweep.dir=/tmp/r" in core
-        and "mintrl.cli.reproduce /tmp/r --out docs/reproduction.md" in core
+        and "mintrl.cli.reproduce /tmp/r --out /tmp/r/reproduction.md" in core  # not the committed report
     )
+    assert (
+        "mintrl.cli.reproduce /tmp/r --out docs/reproduction.md"
+        in run_make("reproduce", "REPRO_DIR=/tmp/r", "REPRO_OUT=docs/reproduction.md", dry=True).stdout
+    )  # regenerating the committed report is asked for by name
+    assert "--out /tmp/r/reproduction.md" in dry("reproduce-full")
+    assert "reproduce-report:" in (REPO / "Makefile").read_text()
     full = dry("reproduce-full")
     assert (
         "+sweep=reproduce_full" in full

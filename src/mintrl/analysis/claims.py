@@ -278,9 +278,7 @@ def intensity_next_step(intensity_rows: Sequence[Row], baseline: Row | None) -> 
     have = config_seeds(seeds_run(baseline))
     unfinished = sorted({int(s) for _, seeds in gaps for s in seeds if s.isdigit()})
     lacking = [m for m in unfinished + more if str(m) not in have]
-    base = (
-        f", with the no-intervention row of seed={seed_sweep(lacking)} (experiment=no_intervention)" if lacking else ""
-    )
+    base = f", with the no-intervention row of seed={seed_sweep(lacking)} (method=no_intervention)" if lacking else ""
     by_seeds: dict[tuple[str, ...], list[str]] = {}
     for name, seeds in gaps:
         by_seeds.setdefault(tuple(seeds), []).append(name)

@@ -1,8 +1,9 @@
-"""The report behind ``make reproduce`` and ``mintrl-reproduce``: the paper's comparison on the hard task, with
+"""The report behind ``make reproduce`` and ``mintrl-reproduce``: the paper's comparison on the 3-term task
+(``data=arithmetic_3terms``: three one-digit terms, ``+``), with
 intervals over seeds and a measured verdict for each of the paper's claims.
 
 Input: a Hydra multirun of ``configs/sweep/reproduce_core.yaml`` (or ``reproduce_full.yaml``), i.e. rows
-``experiment=<row>`` crossed with ``seed=0,1,2``, and for the full reproduction a second multirun of
+``method=<row>`` crossed with ``seed=0,1,2``, and for the full reproduction a second multirun of
 ``reproduce_intensity.yaml`` (MInTRL-Const with chunk size x reviews x correction length); several folders of
 each are pooled (:func:`mintrl.analysis.runs.read_multiruns`: seeds added by a later multirun). Jobs are grouped
 by seed into rows named as the paper names its methods (:mod:`mintrl.analysis.rows`).
@@ -157,7 +158,7 @@ def write_report(
     paths = list(figures.values())
     # plot_curves labels a row by its "varying" overrides: give it the row's name instead
     named = [{**r.stats, "varying": [r.name.replace("=", ":")], "no_intervention": False} for r in report["rows"]]
-    plt.close(plot_curves(named, paths[0], title="Held-out pass@1 (hard task)"))
+    plt.close(plot_curves(named, paths[0], title="Held-out pass@1 (3-term task)"))
     plt.close(plot_training(report["rows"], paths[1]))
     if report["points"]:
         plt.close(plot_intensity_points(report["points"], paths[2]))

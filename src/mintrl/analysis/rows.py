@@ -1,9 +1,11 @@
 """The rows of the reproduction report: the settings of a multirun over seeds, named as the paper names its
 methods, in the paper's order, with the budget every job of a row ran with.
 
-A row is the jobs whose overrides are equal apart from ``seed=...``; it is named after its ``experiment=``
-override (:data:`ROW_NAMES`: the reproduction configs run ``experiment=math/<method>_cpu``, the names under
-which the committed runs in ``results/`` recorded them), with its other swept overrides appended.
+A row is the jobs of one setting apart from ``seed=...`` (:func:`mintrl.analysis.runs.group_by_seed`); it is
+named after the method its jobs' composed configs run (:func:`mintrl.analysis.runs.method_of`: objective,
+judge, allocation, guide), so ``method=grpo``, a sweep's ``method: grpo`` and the ``experiment=math/grpo_cpu``
+the committed runs in ``results/`` recorded all land in the row ``GRPO``; the other swept overrides are
+appended to the name.
 """
 
 from __future__ import annotations
@@ -14,25 +16,18 @@ from typing import Callable, Sequence
 from mintrl.analysis.measures import budget
 from mintrl.analysis.runs import (
     Job,
-    experiment_of,
     group_by_seed,
     is_no_intervention,
-    parse_override,
+    method_of,
+    names_the_method,
     seed_of,
     swept,
 )
 from mintrl.analysis.stats import seed_key
 from mintrl.analysis.summary import summarize_seeds
 
-# experiment config -> the row's name in the paper's terms
-ROW_NAMES = {
-    "math/mintrl_const_cpu": "MInTRL-Const",
-    "math/grpo_cpu": "GRPO",
-    "no_intervention": "no-intervention",
-    "math/mintrl_proxy_cpu": "MInTRL-Proxy",
-    "math/mentor_cpu": "MENTOR-style",
-    "math/intervention_grpo_cpu": "intervention-GRPO",
-}
+# the report's rows (mintrl.analysis.runs.method_of), in the paper's order
+ROW_NAMES = ("MInTRL-Const", "GRPO", "no-intervention", "MInTRL-Proxy", "MENTOR-style", "intervention-GRPO")
 CONST, GRPO, NO_INTERVENTION = "MInTRL-Const", "GRPO", "no-intervention"
 BUDGET_KEYS = ("max_steps", "prompts_per_step", "rollouts_per_prompt", "max_response_tokens")
 
@@ -42,7 +37,8 @@ class Row:
     """One setting of a multirun: jobs equal apart from ``seed=...``.
 
     Attributes:
-        name: the paper's name of the row (:data:`ROW_NAMES`), else the swept overrides.
+        name: the paper's name of the row's method (:data:`ROW_NAMES`) and its other swept overrides, else the
+            swept overrides.
         jobs: the row's jobs, one per seed.
         stats: the row of :func:`mintrl.analysis.summary.summarize_seeds` (final pass@1, area, curve, ...).
     """
@@ -53,13 +49,13 @@ class Row:
 
 
 def row_name(jobs: Sequence[Job], varying: Sequence[str]) -> str:
-    """The paper's name of a row from its ``experiment=`` (:data:`ROW_NAMES`), with its other swept overrides
-    (``varying``, :func:`mintrl.analysis.runs.swept`) appended; else the swept overrides; ``(no-intervention)``
-    marks an unnamed baseline."""
-    exp = experiment_of(jobs[0])
-    others = [o for o in varying if parse_override(o)[0] != "experiment"]
-    if exp in ROW_NAMES:
-        return " ".join([ROW_NAMES[exp], *others])
+    """The paper's name of a row's method (:func:`mintrl.analysis.runs.method_of`, read from the composed
+    config), with its other swept overrides (``varying``, :func:`mintrl.analysis.runs.swept`) appended, those
+    that only spell the method (``method=``, an alias ``experiment=``) left out; for another method, the swept
+    overrides, ``(no-intervention)`` marking a baseline."""
+    method = method_of(jobs[0])
+    if method is not None:
+        return " ".join([method, *(o for o in varying if not names_the_method(o))])
     label = " ".join(varying) or "all jobs"
     return f"{label} (no-intervention)" if is_no_intervention(jobs[0].overrides, jobs[0].config) else label
 
@@ -76,8 +72,7 @@ def rows_of(jobs: Sequence[Job]) -> list[Row]:
 def paper_order(row: Row) -> int:
     """Sort key: the rows of :data:`ROW_NAMES` in that order (MInTRL-Const, GRPO, no-intervention, ...), then
     any other row (a stable sort keeps their order of appearance)."""
-    names = list(ROW_NAMES.values())
-    return names.index(row.name) if row.name in names else len(names)
+    return ROW_NAMES.index(row.name) if row.name in ROW_NAMES else len(ROW_NAMES)
 
 
 def find_row(rows: Sequence[Row], name: str) -> Row | None:

@@ -175,13 +175,29 @@ def experiment_of(job: Job) -> str | None:
     return next((v for k, v in map(parse_override, job.overrides) if k == "experiment"), None)
 
 
+def names_the_method(override: str) -> bool:
+    """Whether an override only spells which method a job runs: ``method=<name>``, or ``experiment=`` of a
+    one-line alias of a method (:data:`RECORDED_METHOD_EXPERIMENTS`)."""
+    key, value = parse_override(override)
+    return key == "method" or (key == "experiment" and value in RECORDED_METHOD_EXPERIMENTS)
+
+
+def setting_key(job: Job) -> tuple:
+    """What makes a job's setting, apart from its seed: its method's paper name (:func:`method_of`) and its
+    other overrides (compared with :func:`normalize_override`, in any order). Where the method is known, the
+    overrides that only spell it (:func:`names_the_method`) are left out, so ``method=grpo``,
+    ``experiment=math/grpo_cpu`` (as results/ recorded it) and a sweep's ``method: grpo`` give one key."""
+    method = method_of(job)
+    overrides = (o for o in job.overrides if not is_seed_override(o) and not (method and names_the_method(o)))
+    return method, tuple(sorted(normalize_override(o) for o in overrides))
+
+
 def group_by_seed(jobs: Sequence[Job]) -> list[list[Job]]:
-    """Jobs whose overrides are equal apart from ``seed=...`` (compared with :func:`normalize_override`, in any
-    order), as groups in order of first appearance."""
+    """Jobs of one setting, equal apart from ``seed=...`` (:func:`setting_key`), as groups in order of first
+    appearance."""
     groups: dict[tuple, list[Job]] = {}
     for job in jobs:
-        key = tuple(sorted(normalize_override(o) for o in job.overrides if not is_seed_override(o)))
-        groups.setdefault(key, []).append(job)
+        groups.setdefault(setting_key(job), []).append(job)
     return list(groups.values())
 
 
@@ -199,6 +215,71 @@ def swept(jobs: Sequence[Job], job: Job) -> list[str]:
     when all jobs share them, e.g. a multirun of one job)."""
     common = set.intersection(*({normalize_override(o) for o in j.overrides} for j in jobs))
     return [o for o in job.overrides if normalize_override(o) not in common and not is_seed_override(o)]
+
+
+# --- the method a job runs ------------------------------------------------------------------------
+
+# the one-line experiment files that only chose a method, under which results/ recorded the reproduction's
+# runs (deleted since, except no_intervention): experiment -> the paper's name of the method
+RECORDED_METHOD_EXPERIMENTS = {
+    "math/mintrl_const_cpu": "MInTRL-Const",
+    "math/grpo_cpu": "GRPO",
+    "no_intervention": "no-intervention",
+    "math/mintrl_proxy_cpu": "MInTRL-Proxy",
+    "math/mentor_cpu": "MENTOR-style",
+    "math/intervention_grpo_cpu": "intervention-GRPO",
+}
+# the objective's InterventionGRPO knobs (importance, semi_advantage) -> the paper's name
+INTERVENTION_GRPO_ROWS = {("rollout", "mentor"): "MENTOR-style", ("behaviour", "group"): "intervention-GRPO"}
+
+
+def _class_name(config: dict, dotted: str) -> str | None:
+    target = config_value(config, f"{dotted}._target_")
+    return target.rsplit(".", 1)[-1] if isinstance(target, str) else None
+
+
+def method_from_config(config: dict | None) -> str | None:
+    """The paper's name of the method a composed config (``.hydra/config.yaml``) runs, read from its
+    components, whatever the command line spelled:
+
+    * ``AdvantageRegression`` (MInTRL eq. 11): ``no-intervention`` when the run never intervenes
+      (:func:`is_no_intervention`), else ``MInTRL-Const`` with a constant ``objective.kappa`` and
+      ``MInTRL-Proxy`` with ``kappa: null`` (the policy's own log-probs);
+    * ``GRPO`` that never intervenes, with no semi-on-policy rollouts and std-scaled advantages (Dr. GRPO,
+      ``scale_std: false``, is another method);
+    * ``InterventionGRPO``: ``MENTOR-style`` (``importance: rollout``, ``semi_advantage: mentor``) or
+      ``intervention-GRPO`` (``behaviour``, ``group``) on rollouts that intervene.
+
+    A run with a guide other than ``NoGuide``, an allocation other than ``UniformAllocation``, an SFT stage, or
+    ``train: false`` runs another method (BREAD, RAIL, SFT+GRPO, the base row, ...).
+
+    Returns:
+        the name, or None for another method, a config without those keys, or no config.
+    """
+    if not config or config.get("train") is False or config.get("sft") is not None:
+        return None
+    if _class_name(config, "guide") not in ("NoGuide", None) or _class_name(config, "allocation") not in (
+        "UniformAllocation",
+        None,
+    ):
+        return None
+    objective, knobs = _class_name(config, "objective"), config_value(config, "objective") or {}
+    never = is_no_intervention((), config)
+    if objective == "AdvantageRegression" and "kappa" in knobs:
+        if never:
+            return "no-intervention"
+        return "MInTRL-Proxy" if knobs["kappa"] is None else "MInTRL-Const"
+    if objective == "GRPO" and never and knobs.get("scale_std") is True:
+        return "GRPO" if _is_zero(config_value(config, "rollout.n_semi")) else None
+    if objective == "InterventionGRPO" and not never:
+        return INTERVENTION_GRPO_ROWS.get((knobs.get("importance"), knobs.get("semi_advantage")))
+    return None
+
+
+def method_of(job: Job) -> str | None:
+    """The paper's name of the method a job ran: from its composed config (:func:`method_from_config`), else
+    from an ``experiment=`` override of :data:`RECORDED_METHOD_EXPERIMENTS`; None when neither names one."""
+    return method_from_config(job.config) or RECORDED_METHOD_EXPERIMENTS.get(experiment_of(job) or "")
 
 
 # --- the no-intervention baseline -----------------------------------------------------------------

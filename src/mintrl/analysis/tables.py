@@ -213,7 +213,7 @@ def render_markdown(report: dict, figures: dict[str, str]) -> str:
     first = rows[0].jobs[0] if rows and rows[0].jobs else None
     b = budget(first) if first is not None else {}
     out = [
-        "# Reproduction: MInTRL vs GRPO on the hard embedded task",
+        "# Reproduction: MInTRL vs GRPO on the 3-term task (`data=arithmetic_3terms`)",
         "",
         f"Written by `mintrl-reproduce` on {time.strftime('%Y-%m-%d %H:%M %Z')}; numbers below are measured, not copied.",
         "",
