@@ -103,3 +103,17 @@ def test_a_swept_knob_stays_in_the_name_and_an_unknown_method_keeps_its_override
         "MInTRL-Const rollout.max_reviews=4",
         "method=bread rollout.max_reviews=4 (no-intervention)",  # a guided row: none of the report's (judge=none)
     ]
+
+
+def test_the_report_goes_into_the_first_multirun_folder_unless_told(tmp_path, monkeypatch):
+    """`mintrl-reproduce <multirun>` without --out writes <multirun>/reproduction.md, never a docs/ of the
+    folder it runs in (the committed report is written only by name: --out docs/reproduction.md)."""
+    from mintrl.cli.reproduce import main as reproduce_main
+
+    jobs = [([f"method={m}", "seed=0"], (f"method={m}",), 0.3) for m in ("grpo", "mintrl_const")]
+    multirun = _write(tmp_path / "multirun", jobs)
+    monkeypatch.chdir(tmp_path)
+    assert reproduce_main([str(multirun)]) == 0
+    assert not (tmp_path / "docs").exists()
+    text = (multirun / "reproduction.md").read_text()
+    assert "| MInTRL-Const | 0 (1) |" in text and "| GRPO | 0 (1) |" in text

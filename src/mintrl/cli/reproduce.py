@@ -5,16 +5,23 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Sequence
 
 from mintrl.analysis.report import write_report
 
 
+def default_out(multirun_dirs: Sequence[str]) -> str:
+    """Where the report goes without ``--out``: ``reproduction.md`` in the first multirun folder (next to the
+    runs it reads, not over the committed ``docs/reproduction.md``)."""
+    return str(Path(multirun_dirs[0]) / "reproduction.md")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``mintrl-reproduce <multirun_dir> [<multirun_dir> ...] [--intensity <dir> [<dir> ...]] [--out docs/reproduction.md]
+    """``mintrl-reproduce <multirun_dir> [<multirun_dir> ...] [--intensity <dir> [<dir> ...]] [--out <path>]
     [--repo .]``.
 
-    Writes the markdown report and its PNG figures next to it, then prints the path and each claim's
+    Writes the markdown report (default: :func:`default_out`) and its PNG figures next to it, then prints the path and each claim's
     verdict. Returns 0; exits with status 2 (argparse) and a message naming the folder when a multirun
     folder does not exist or holds no jobs, or two folders run the same row with the same seed."""
     parser = argparse.ArgumentParser(
@@ -35,11 +42,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the +sweep=reproduce_intensity multirun (claim iv); several folders pool their jobs (give the "
         "methods folders before --intensity: every folder after it counts as an intensity folder)",
     )
-    parser.add_argument("--out", default="docs/reproduction.md", help="markdown path (figures go next to it)")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="markdown path, figures next to it (default: <first multirun_dir>/reproduction.md; "
+        "--out docs/reproduction.md replaces the committed report)",
+    )
     parser.add_argument("--repo", default=".", help="git repository whose HEAD the report names (default: .)")
     args = parser.parse_args(argv)
+    out = args.out if args.out is not None else default_out(args.multirun_dir)
     try:
-        report = write_report(args.multirun_dir, args.out, args.intensity, args.repo)
+        report = write_report(args.multirun_dir, out, args.intensity, args.repo)
     except (FileNotFoundError, ValueError) as e:
         parser.error(str(e))
     print(f"report: {report['out']}")
