@@ -31,7 +31,18 @@ KNOWN_DEFECTS = {
     "max_observation_tokens) but not rollout=episodes: alone, or with a method, SemiOnPolicyRollout gets them",
 }
 EVAL_ONLY = {("data", "eval")}  # options read only under configs/eval.yaml (with its benchmark)
-BUILT_WITHOUT_A_MODEL = ("allocation", "reward", "env")  # groups instantiated from the config alone
+# Groups whose options are also built, with what the build would pass that needs no model (None for the
+# model context and the tokenizer); the options that need a model or an endpoint are not built.
+BUILT_WITHOUT_A_MODEL = {
+    "allocation": {},
+    "reward": {},
+    "env": {},
+    "sft": {},
+    "guide": {"tokenizer": None},
+    "objective": {"context": None},
+    "judge": {"context": None},
+}
+NEEDS_A_MODEL = {"judge=self_privileged", "judge=teacher", "judge=api"}  # a policy copy, a teacher, a base_url
 
 
 def component_overrides(group: str, option: str) -> tuple[str, list[str]]:
@@ -65,8 +76,10 @@ COMBINED = combined_compositions(COMPONENTS)
 def test_every_component_option_matches_its_targets(root, overrides):
     cfg = compose_config(overrides, root=root)
     assert config_errors(cfg) == [], f"{root} {' '.join(overrides)}"
-    for group in {o.split("=")[0] for o in overrides if not o.startswith("+")} & set(BUILT_WITHOUT_A_MODEL):
-        assert instantiate(OmegaConf.select(cfg, group)) is not None, group
+    for override in overrides:
+        group = override.split("=")[0]
+        if group in BUILT_WITHOUT_A_MODEL and override not in NEEDS_A_MODEL:
+            assert instantiate(OmegaConf.select(cfg, group), **BUILT_WITHOUT_A_MODEL[group]) is not None, override
 
 
 @pytest.mark.slow
@@ -153,23 +166,75 @@ def test_a_misspelt_key_and_a_missing_argument_are_named():
             "budget_per_stepp": 8,
         },
         "callbacks": {"summary": {"_target_": "mintrl.not_a_module.Thing"}},
+        "rail": {"_target_": "mintrl.allocation.rail.RailAllocation", "promote_after": 4},
+        "later": {"_target_": "mintrl.allocation.rail.RailAllocation", "_partial_": True},
     }
     errors = target_errors(config)
+    assert (
+        "rail: mintrl.allocation.rail.RailAllocation needs 'budget_per_step', which the config does not set" in errors
+    )
+    assert not any(e.startswith("later") for e in errors)  # a partial node leaves arguments to its caller
     assert any(e.startswith("allocation.budget_per_stepp:") and "takes no argument" in e for e in errors), errors
     assert any(e.startswith("callbacks.summary: _target_ mintrl.not_a_module.Thing") for e in errors), errors
 
 
-def test_a_misspelt_key_in_a_config_folder_fails_the_check(tmp_path):
-    """A copy of configs/ whose rollout=episodes file misspells ``max_turns``: the paired composition
-    of env=sql fails with the key named; the unchanged copy passes."""
-    configs = tmp_path / "configs"
+TYPOS = [  # (file under configs/, text, misspelt text, overrides, the error line expected)
+    (
+        "rollout/episodes.yaml",
+        "\nmax_turns:",
+        "\nmax_turn:",
+        ["+preset=cpu_sql", "env=sql"],
+        "rollout.max_turn: mintrl.rollout.episodes.EpisodeRollout takes no argument 'max_turn'",
+    ),  # EpisodeRollout takes **engine, forwarded to RolloutEngine.__init__
+    (
+        "method/grpo.yaml",
+        "  n_control:",
+        "  n_controls:",
+        ["method=grpo"],
+        "rollout.n_controls: mintrl.rollout.semi_on_policy.SemiOnPolicyRollout takes no argument 'n_controls'",
+    ),
+    (
+        "allocation/rail.yaml",
+        "\npromote_after:",
+        "\npromote_afer:",
+        ["allocation=rail"],
+        "allocation.promote_afer: mintrl.allocation.rail.RailAllocation takes no argument 'promote_afer'",
+    ),  # RailAllocation takes **controller, forwarded to RailController
+]
+
+
+@pytest.fixture(scope="module")
+def config_copy(tmp_path_factory):
+    """A copy of configs/ for the misspelling tests (each test restores the file it changes)."""
+    configs = tmp_path_factory.mktemp("configs") / "configs"
     shutil.copytree(CONFIG_DIR, configs)
-    overrides = ["+preset=cpu_sql", "env=sql"]
-    assert config_errors(compose_config(overrides, config_dir=configs)) == []
-    episodes = configs / "rollout" / "episodes.yaml"
-    episodes.write_text(episodes.read_text().replace("\nmax_turns:", "\nmax_turn:", 1))
-    errors = config_errors(compose_config(overrides, config_dir=configs))
-    assert "rollout.max_turn: mintrl.rollout.episodes.EpisodeRollout takes no argument 'max_turn'" in errors
+    return configs
+
+
+@pytest.mark.parametrize(("file", "text", "typo", "overrides", "error"), TYPOS, ids=[t[0] for t in TYPOS])
+def test_a_misspelt_key_in_a_config_folder_fails_the_check(config_copy, file, text, typo, overrides, error):
+    """The unchanged copy passes; with one key misspelt the check names it."""
+    path = config_copy / file
+    original = path.read_text()
+    assert original.count(text) >= 1, f"{file} no longer holds {text!r}: pick another key"
+    assert config_errors(compose_config(overrides, config_dir=config_copy)) == []
+    try:
+        path.write_text(original.replace(text, typo, 1))
+        assert error in config_errors(compose_config(overrides, config_dir=config_copy))
+    finally:
+        path.write_text(original)
+
+
+def test_a_misspelt_interpolation_fails_the_check(config_copy):
+    path = config_copy / "objective" / "grpo.yaml"
+    original = path.read_text()
+    assert "${rollout.max_response_tokens}" in original
+    try:
+        path.write_text(original.replace("${rollout.max_response_tokens}", "${rollout.max_respons_tokens}"))
+        errors = config_errors(compose_config(["objective=grpo"], config_dir=config_copy))
+        assert len(errors) == 1 and errors[0].startswith("interpolation:") and "max_respons_tokens" in errors[0]
+    finally:
+        path.write_text(original)
 
 
 def test_pairing_follows_the_presets():
