@@ -8,7 +8,8 @@ Input: a Hydra multirun of ``configs/sweep/reproduce_core.yaml`` (or ``reproduce
 each are pooled (:func:`mintrl.analysis.runs.read_multiruns`: seeds added by a later multirun). Jobs are grouped
 by seed into rows named as the paper names its methods (:mod:`mintrl.analysis.rows`).
 
-Output (:func:`write_report`): a markdown file (default ``docs/reproduction.md``,
+Output (:func:`write_report`): a markdown file (``mintrl-reproduce``: ``reproduction.md`` in the first multirun
+folder unless ``--out`` names another, e.g. the committed ``docs/reproduction.md``;
 :func:`mintrl.analysis.tables.render_markdown`) with the table (per row the mean and 95% interval over seeds
 of the final held-out pass@1 and of the area under the held-out curve, pass@1 units 0-1), the paired
 MInTRL-Const minus GRPO difference, the commits the jobs' run manifests recorded, the machine, the wall time,
