@@ -19,6 +19,7 @@ from config_signatures import (
     sweep_rows,
     target_errors,
 )
+from config_snapshots import SNAPSHOT_SWEEPS
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
@@ -112,8 +113,8 @@ def test_every_row_option_matches_its_targets(row):
 
 
 SWEEPS = row_options("sweep")
-# the reproduce sweeps' rows are checked with their snapshots (test_config_snapshots.py)
-OTHER_SWEEPS = [s for s in SWEEPS if not s.startswith("reproduce_")]
+# the reproduce_core* and reproduce_agents* rows are checked with their snapshots (test_config_snapshots.py)
+OTHER_SWEEPS = [s for s in SWEEPS if not s.startswith(SNAPSHOT_SWEEPS)]
 
 
 @pytest.mark.parametrize("sweep", OTHER_SWEEPS)
