@@ -135,8 +135,8 @@ def private_paths(folders: tuple[str, ...]) -> tuple[str, ...]:
     cannot read or list (:func:`_private_entries`: ``/etc/shadow``, ``/etc/ssl/private``, a
     service's 0600 configuration...). A writable root's root owns the host's files, so each of these
     is emptied in its copy (the password files scrubbed instead). Scanned once per process and
-    folder list (about 0.5 s for a ``/usr`` of 140k entries); the launcher scans ``/etc`` again at
-    each start."""
+    folder list (about 0.5 s for a ``/usr`` of 140k entries); :func:`launcher_config` scans ``/etc``
+    again for each sandbox."""
     return tuple(path for folder in folders if os.path.isdir(folder) for path in _private_entries(folder))
 
 
@@ -254,7 +254,8 @@ def launcher_config(
         folders = tuple(p for p in cfg["visible"] if p != "/dev" and not os.path.islink(p))
         cfg["writable_root"] = {
             "uid_base": int(writable_root_uid),
-            "private": list(private_paths(folders)),
+            # /etc scanned again for each sandbox: a file made private there since the cached scan is hidden too
+            "private": list(dict.fromkeys([*private_paths(folders), *_private_entries("/etc")])),
             "pristine": {
                 "folders": list(CHECK_PRISTINE_FOLDERS),
                 "files": list(CHECK_PRISTINE_FILES),

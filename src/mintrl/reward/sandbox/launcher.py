@@ -372,6 +372,17 @@ def _bind_read_only(source, target):
         pass  # a bind of a mount made read-only above stays read-only
 
 
+def _populate_dev(target):
+    """Fill ``target`` (the sandbox's empty ``/dev``) with the host's :data:`DEVICES`, bound one by one
+    read-only, and the :data:`DEVICE_LINKS` into ``/proc/self/fd``."""
+    for name in DEVICES:
+        if os.path.exists(f"/dev/{name}"):
+            open(f"{target}/{name}", "w").close()
+            _bind_read_only(f"/dev/{name}", f"{target}/{name}")
+    for name, link in DEVICE_LINKS.items():
+        os.symlink(link, f"{target}/{name}")
+
+
 def _new_root(top, visible, hidden=()):
     """Build the sandbox's root at ``top`` (an empty folder): a small tmpfs holding read-only bind
     mounts of the ``visible`` host paths (system binaries and libraries, ``/etc``, the interpreter's
@@ -396,12 +407,7 @@ def _new_root(top, visible, hidden=()):
         if path != "/dev":
             _bind_read_only(path, target)
             continue
-        for name in DEVICES:
-            if os.path.exists(f"/dev/{name}"):
-                open(f"{target}/{name}", "w").close()
-                _bind_read_only(f"/dev/{name}", f"{target}/{name}")
-        for name, link in DEVICE_LINKS.items():
-            os.symlink(link, f"{target}/{name}")
+        _populate_dev(target)
     for path in hidden:
         target = top + path
         if os.path.isdir(target) and os.path.realpath(target).startswith(top + "/"):
@@ -598,12 +604,7 @@ def _writable_new_root(stage, visible, hidden, userns_fd, tmp_bytes):
             os.symlink(os.readlink(path), top + path)
     if "/dev" in visible and os.path.isdir("/dev"):
         os.makedirs(top + "/dev", mode=0o755, exist_ok=True)
-        for name in DEVICES:
-            if os.path.exists(f"/dev/{name}"):
-                open(f"{top}/dev/{name}", "w").close()
-                _bind_read_only(f"/dev/{name}", f"{top}/dev/{name}")
-        for name, link in DEVICE_LINKS.items():
-            os.symlink(link, f"{top}/dev/{name}")
+        _populate_dev(top + "/dev")
     os.mkdir(top + "/proc", 0o555)
     _mount("proc", top + "/proc", None, MS_BIND | MS_REC)
     for path in hidden:
@@ -622,31 +623,6 @@ def _through_symlink(top, path):
         if os.path.islink(current):
             return True
     return False
-
-
-def private_entries(folder):
-    """The files under ``folder`` that a user with no privilege and no group cannot read (regular files
-    without the read bit for others) and the folders it cannot list or enter (without ``r`` or ``x``
-    for others), not following symlinks nor descending into such folders."""
-    found, stack = [], [folder]
-    while stack:
-        try:
-            entries = list(os.scandir(stack.pop()))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                mode = entry.stat(follow_symlinks=False).st_mode
-            except OSError:
-                continue
-            if stat.S_ISDIR(mode):
-                if mode & 0o005 != 0o005:
-                    found.append(entry.path)
-                else:
-                    stack.append(entry.path)
-            elif stat.S_ISREG(mode) and not mode & 0o004:
-                found.append(entry.path)
-    return found
 
 
 def scrubbed_shadow(text):
@@ -864,7 +840,7 @@ def _child(cfg, isolation, root, report_fd, harness_source, writable=None):
             if top:
                 os.write(report_fd, b"v" + (b"p" if _enter_root(top, writable=writable is not None) else b""))
             if writable is not None:
-                _mask_private([*writable.get("private", ()), *private_entries("/etc")])
+                _mask_private(writable.get("private", ()))
                 os.write(report_fd, b"w")
             workdir = "/tmp/work"
             os.mkdir(workdir, 0o700)
