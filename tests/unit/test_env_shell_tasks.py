@@ -17,9 +17,9 @@ from mintrl.build.config_checks import check_config
 from mintrl.core.verdict import ReviewRequest
 from mintrl.data.base import InvalidRow, RowFilter
 from mintrl.env.shell.environment import ShellEnvironment
-from mintrl.env.shell.loader import load_os_tasks
+from mintrl.env.shell.loader import load_os_tasks, run_task
 from mintrl.env.shell.protocol import EMPTY_COMMAND, NO_ACTION, answers_match, normalize, parse_action, size_bytes
-from mintrl.env.shell.session import ShellLimits, run_script
+from mintrl.env.shell.session import ShellLimits
 from mintrl.env.shell.source import ShellTasks
 from mintrl.env.shell.tasks import KINDS, PROTOCOL, Difficulty, generate_task, render_instruction
 from mintrl.judge.shell import ShellJudge
@@ -87,7 +87,7 @@ def test_generated_tasks_are_deterministic_and_their_labels_are_what_the_referen
     picked = {t["kind"]: t for t in tasks}
     assert set(picked) == set(KINDS)  # every kind among the first 30
     for kind, t in picked.items():
-        result = run_script(t["init"], t["reference"], LOADER_UID, LIMITS, 5.0)
+        result = run_task(t["init"], "", t["reference"], LOADER_UID, LIMITS, 5.0)
         assert result.finished and result.output.strip() == t["label"], kind  # (grep -c exits 1 on 0 lines)
         assert answers_match(t["label"], t["label"], t["check"])
     assert sandbox_processes() == []

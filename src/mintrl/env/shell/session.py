@@ -666,37 +666,6 @@ class ShellSession:
         self.close()
 
 
-def run_script(
-    script: str,
-    command: str,
-    uid: int,
-    limits: ShellLimits,
-    timeout_s: float,
-    max_output_bytes: int = 65536,
-    root_uids: int | None = None,
-) -> CommandResult:
-    """Run ``script`` (e.g. a task's init) as the init of one fresh session (in a process of its
-    own, see :class:`ShellSession`), then ``command`` in its shell, and close it.
-
-    Args:
-        timeout_s: time limit of each of the two (seconds).
-        root_uids: the session's host uid range with ``limits.writable_root`` (:class:`ShellSession`).
-
-    Returns:
-        The command's result.
-
-    Raises:
-        RuntimeError: the script did not come back or exited non-zero (its output's end named).
-        ValueError: the script holds a NUL character.
-        OSError: no session could be started.
-    """
-    with ShellSession(
-        uid, limits, max_output_bytes, init=script, init_timeout_s=timeout_s, root_uids=root_uids
-    ) as session:
-        check_init(session.init_result)
-        return session.run(command, timeout_s)
-
-
 def check_init(result: CommandResult | None, what: str = "the init script") -> None:
     """Raise when an init script (its :attr:`ShellSession.init_result`; None: no script) did not
     come back or exited non-zero.
