@@ -34,7 +34,7 @@ AGENT_SHELL_RESULTS ?= $(sort $(wildcard results/reproduce_agents_shell/*/))
 AGENT_SMOKE_ARGS := seed=0 trainer.max_steps=1 trainer.val_check_interval=1 data.prompts_per_step=2 \
 	data.prompts.val_size=2
 
-.PHONY: setup train test test-unit test-slow browser lint format setup-vllm test-vllm bench clean reproduce reproduce-full reproduce-smoke reproduce-report reproduce-agents reproduce-agents-smoke reproduce-agents-report gpu-wheels
+.PHONY: setup train test test-unit test-slow browser lint format setup-vllm test-vllm bench clean reproduce reproduce-full reproduce-smoke reproduce-report reproduce-agents reproduce-agents-smoke reproduce-agents-report confirm-core confirm-agents-db gpu-wheels
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -129,6 +129,26 @@ reproduce-agents-smoke: $(STAMP)
 	$(BIN)/python -m mintrl.cli.train -m +sweep=reproduce_agents_shell hydra.sweep.dir=$(REPRO_DIR)/agents_smoke/shell $(AGENT_SMOKE_ARGS) $(ARGS)
 	$(BIN)/python -m mintrl.cli.reproduce_agents $(REPRO_DIR)/agents_smoke/sql --shell $(REPRO_DIR)/agents_smoke/shell \
 		--out $(REPRO_DIR)/agents_smoke/reproduction.md
+
+# The confirmation runs (configs/sweep/confirm_*.yaml; docs/reproduction.md's confirmation section): one job per
+# folder results/<sweep>/<row>_s<seed>_<commit>, the seeds read from the sweep file (fixed there before the runs);
+# a job whose folder has its summary.json is kept, an unfinished one runs again from the start, so the target
+# resumes where a stopped session left it. Run every job from a checkout of one commit (results/README.md).
+CONFIRM_COMMIT = $(shell git rev-parse --short=7 HEAD)
+confirm_seeds = $(shell sed -n 's/^ *seed: \([0-9,]*\).*/\1/p' configs/sweep/$(1).yaml | tr , ' ')
+confirm-core: $(STAMP)
+	for seed in $(call confirm_seeds,confirm_core); do for row in mintrl_const grpo; do \
+		dir=results/confirm_core/$${row}_s$${seed}_$(CONFIRM_COMMIT); test -f $$dir/0/summary.json && continue; \
+		rm -rf $$dir; $(BIN)/python -m mintrl.cli.train -m +sweep=confirm_core method=$$row seed=$$seed \
+			hydra.sweep.dir=$$dir || exit 1; done; done
+
+# AGENTBENCH_DIR: a local THUDM/AgentBench checkout (docs/agents.md)
+confirm-agents-db: $(STAMP)
+	test -f "$(AGENTBENCH_DIR)/data/dbbench/standard.jsonl" || { echo "AGENTBENCH_DIR: no data/dbbench/standard.jsonl"; exit 2; }
+	for seed in $(call confirm_seeds,confirm_agents_db); do for row in grpo8 entropy8 rail8 random8; do \
+		dir=results/confirm_agents_db/$${row}_s$${seed}_$(CONFIRM_COMMIT); test -f $$dir/0/summary.json && continue; \
+		rm -rf $$dir; $(BIN)/python -m mintrl.cli.train -m +sweep=confirm_agents_db experiment=agent/$${row}_cpu \
+			seed=$$seed hydra.sweep.dir=$$dir || exit 1; done; done
 
 $(VLLM_STAMP): pyproject.toml
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
