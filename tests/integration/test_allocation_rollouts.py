@@ -24,7 +24,7 @@ from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.judge.keep import KeepJudge
 from mintrl.reward import ReasoningGymReward
-from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
+from mintrl.rollout.single_turn import SingleTurnRollout
 from mintrl.sampler import HFSampler
 
 DELIMITERS = ("blank_line", "code_fence")
@@ -36,7 +36,7 @@ def items(tokenizer):
 
 
 def _engine(embedded, tokenizer, allocation, max_tokens=48):
-    return SemiOnPolicyRollout(
+    return SingleTurnRollout(
         HFSampler(embedded.model, tokenizer),
         KeepJudge(),
         RuleIntervention(ModelContext(embedded)),
@@ -212,7 +212,7 @@ def test_intervene_action_reviews_the_chunk_at_the_anchor_and_writes_a_correctio
     item = items[0]  # "Calculate a + b."
     a, b = item.entry["metadata"]["expression"].split(" + ")
     good = f"{a} + {b} = {int(a) + int(b)}"
-    engine = SemiOnPolicyRollout(
+    engine = SingleTurnRollout(
         HFSampler(embedded.model, tokenizer),
         RuleJudge(),
         RuleIntervention(ModelContext(embedded)),

@@ -9,7 +9,7 @@ from mintrl.core.verdict import KEEP, REVISE, UNPARSEABLE, ReviewRequest
 from mintrl.intervention.api import ApiIntervention
 from mintrl.intervention.base import InterventionRequest
 from mintrl.judge.api import ApiJudge
-from mintrl.sampler.server import ChatServer
+from mintrl.sampler.chat_server import ChatServer
 
 
 @pytest.fixture(scope="module")
@@ -53,12 +53,12 @@ def test_rollout_engine_applies_the_adaptive_stop(embedded, tokenizer):
     from mintrl.intervention.rule import RuleIntervention
     from mintrl.judge.rule import RuleJudge
     from mintrl.reward import ReasoningGymReward
-    from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
+    from mintrl.rollout.single_turn import SingleTurnRollout
     from mintrl.sampler import HFSampler
 
     items = ReasoningGymPrompts(task_kwargs=ARITHMETIC, train_size=4, val_size=2).build("train", tokenizer)
     # a threshold no gap can reach from below (rewards are in [0, 1]): the first intervened step ends the phase
-    engine = SemiOnPolicyRollout(
+    engine = SingleTurnRollout(
         HFSampler(embedded.model, tokenizer),
         RuleJudge(),
         RuleIntervention(ModelContext(embedded)),

@@ -26,7 +26,7 @@ from mintrl.model import load_policy
 from mintrl.model.logprobs import token_logprobs
 from mintrl.objective import GRPO, AdvantageRegression, InterventionGRPO, Objective, OnPolicyDistillation
 from mintrl.reward import ReasoningGymReward
-from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
+from mintrl.rollout.single_turn import SingleTurnRollout
 from mintrl.sampler import HFSampler
 from mintrl.sft import SFTStage, collect_demonstrations
 
@@ -158,7 +158,7 @@ def items(tokenizer):
 
 
 def _on_policy_batch(embedded, tokenizer, items, n=2):
-    engine = SemiOnPolicyRollout(
+    engine = SingleTurnRollout(
         HFSampler(embedded.model, tokenizer, dtype="fp32"),
         KeepJudge(),
         RuleIntervention(ModelContext(embedded)),

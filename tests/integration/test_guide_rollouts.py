@@ -20,7 +20,7 @@ from mintrl.intervention.rule import RuleIntervention
 from mintrl.judge.keep import KeepJudge
 from mintrl.reward import ReasoningGymReward
 from mintrl.rollout.records import batch_records
-from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
+from mintrl.rollout.single_turn import SingleTurnRollout
 from mintrl.sampler import HFSampler
 
 
@@ -30,7 +30,7 @@ def guide_items(tokenizer):
 
 
 def _engine(embedded, tokenizer, guide, max_tokens=24):
-    return SemiOnPolicyRollout(
+    return SingleTurnRollout(
         HFSampler(embedded.model, tokenizer),
         KeepJudge(),
         RuleIntervention(ModelContext(embedded)),

@@ -17,7 +17,7 @@ from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.judge.rule import RuleJudge
 from mintrl.reward import Reward
-from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
+from mintrl.rollout.single_turn import SingleTurnRollout
 from mintrl.sampler import HFSampler
 
 
@@ -29,7 +29,7 @@ class _OneValueReward(Reward):
 def test_rollout_with_a_wrong_count_reward_stops_naming_both_lengths(embedded, tokenizer):
     """Item 4: before, the guard retried row by row and the batch got rewards [1, 1, 1, 1]."""
     items = ReasoningGymPrompts(task_kwargs=ARITHMETIC, train_size=2, val_size=1).build("train", tokenizer)
-    engine = SemiOnPolicyRollout(
+    engine = SingleTurnRollout(
         HFSampler(embedded.model, tokenizer),
         RuleJudge(),
         RuleIntervention(ModelContext(embedded)),

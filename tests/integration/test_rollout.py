@@ -13,7 +13,7 @@ from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.judge.rule import RuleJudge
 from mintrl.reward import ReasoningGymReward, extract_answer
-from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
+from mintrl.rollout.single_turn import SingleTurnRollout
 from mintrl.rollout.stats import rollout_stats
 from mintrl.rollout.verdicts import apply_verdict
 from mintrl.sampler import HFSampler
@@ -77,7 +77,7 @@ def test_extract_answer():
 
 def test_semi_on_policy_rollouts_of_the_embedded_model(embedded, tokenizer, items):
     context = ModelContext(embedded)
-    engine = SemiOnPolicyRollout(
+    engine = SingleTurnRollout(
         HFSampler(embedded.model, tokenizer),
         RuleJudge(),
         RuleIntervention(context),
@@ -115,7 +115,7 @@ def test_semi_on_policy_rollouts_of_the_embedded_model(embedded, tokenizer, item
     assert s["judge/revise"] > 0, "the 135M model makes arithmetic mistakes the rule judge revises"
     assert ((batch.rewards >= 0) & (batch.rewards <= 1)).all()
     # after the intervention phase every rollout is a control rollout
-    late = SemiOnPolicyRollout(
+    late = SingleTurnRollout(
         engine.sampler,
         RuleJudge(),
         RuleIntervention(context),
@@ -142,7 +142,7 @@ def test_semi_on_policy_rollouts_of_the_embedded_model(embedded, tokenizer, item
 )
 def test_rollout_rejects_non_positive_sizes(embedded, tokenizer, field, kwargs):
     with pytest.raises(ValueError, match=f"rollout.{field}"):
-        SemiOnPolicyRollout(None, None, None, None, tokenizer, **kwargs)
+        SingleTurnRollout(None, None, None, None, tokenizer, **kwargs)
 
 
 def test_prompt_stream_is_seeded_and_splits_each_global_batch_across_ranks(items):

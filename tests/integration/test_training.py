@@ -19,7 +19,7 @@ from mintrl.judge.rule import RuleJudge
 from mintrl.model.logprobs import token_logprobs
 from mintrl.objective import AdvantageRegression, step_totals
 from mintrl.reward import ReasoningGymReward
-from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
+from mintrl.rollout.single_turn import SingleTurnRollout
 from mintrl.sampler import HFSampler
 from mintrl.training.module import PolicyModule
 
@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_one_training_step_changes_weights_and_lowers_the_loss(embedded, fresh_policy, tokenizer):
     items = ReasoningGymPrompts(task_kwargs=ARITHMETIC, train_size=8, val_size=2).build("train", tokenizer)
-    engine = SemiOnPolicyRollout(
+    engine = SingleTurnRollout(
         HFSampler(fresh_policy, tokenizer, dtype="fp32"),  # the exact fp32 path: rollout log-probs = the trainer's
         RuleJudge(),
         RuleIntervention(ModelContext(embedded)),

@@ -29,7 +29,7 @@ from mintrl.build.config import CONFIG_DIR
 # so that a fix shows up as an unexpected pass and the entry is removed.
 KNOWN_DEFECTS = {
     "+preset=paper_agent": "paper_agent sets episode keys (rollout.max_turns, max_action_tokens, "
-    "max_observation_tokens) but not rollout=episodes: alone, or with a method, SemiOnPolicyRollout gets them",
+    "max_observation_tokens) but not rollout=episodes: alone, or with a method, SingleTurnRollout gets them",
 }
 EVAL_ONLY = {("data", "eval")}  # options read only under configs/eval.yaml (with its benchmark)
 # Groups whose options are also built, with what the build would pass that needs no model (None for the
@@ -192,7 +192,7 @@ TYPOS = [  # (file under configs/, text, misspelt text, overrides, the error lin
         "  n_control:",
         "  n_controls:",
         ["method=grpo"],
-        "rollout.n_controls: mintrl.rollout.semi_on_policy.SemiOnPolicyRollout takes no argument 'n_controls'",
+        "rollout.n_controls: mintrl.rollout.single_turn.SingleTurnRollout takes no argument 'n_controls'",
     ),
     (
         "allocation/rail.yaml",

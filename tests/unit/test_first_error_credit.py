@@ -149,7 +149,7 @@ def test_negative_credit_is_refused():
         FirstErrorCredit(credit_after=-1.0)
 
 
-def _cfg(judge: str, rollout: str = "mintrl.rollout.semi_on_policy.SemiOnPolicyRollout"):
+def _cfg(judge: str, rollout: str = "mintrl.rollout.single_turn.SingleTurnRollout"):
     return OmegaConf.create(
         {
             "objective": {"_target_": "mintrl.objective.first_error_credit.FirstErrorCredit"},

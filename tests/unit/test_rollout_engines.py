@@ -26,7 +26,7 @@ from mintrl.rollout.engine import RolloutEngine
 from mintrl.rollout.episodes import EpisodeRollout
 from mintrl.rollout.guards import Guarded, GuardedJudge, GuardedReward
 from mintrl.rollout.schedule import InterventionSchedule
-from mintrl.rollout.semi_on_policy import SemiOnPolicyRollout
+from mintrl.rollout.single_turn import SingleTurnRollout
 from mintrl.rollout.stats import rollout_counts
 
 SHARED = {
@@ -91,8 +91,8 @@ def tokenizer():
     return AutoTokenizer.from_pretrained(str(embedded_smollm2_folder()))
 
 
-def single_turn(tokenizer, **kwargs) -> SemiOnPolicyRollout:
-    return SemiOnPolicyRollout(_Sampler(), KeepJudge(), _Intervention(), ReasoningGymReward(), tokenizer, **kwargs)
+def single_turn(tokenizer, **kwargs) -> SingleTurnRollout:
+    return SingleTurnRollout(_Sampler(), KeepJudge(), _Intervention(), ReasoningGymReward(), tokenizer, **kwargs)
 
 
 def episodes(tokenizer, **kwargs) -> EpisodeRollout:
@@ -101,10 +101,10 @@ def episodes(tokenizer, **kwargs) -> EpisodeRollout:
 
 def test_each_engine_takes_the_shared_arguments_and_its_own():
     assert accepted(RolloutEngine) == SHARED
-    assert accepted(SemiOnPolicyRollout) == SHARED | SINGLE_TURN
+    assert accepted(SingleTurnRollout) == SHARED | SINGLE_TURN
     assert accepted(EpisodeRollout) == SHARED | EPISODES
-    assert SemiOnPolicyRollout.multi_turn is False and EpisodeRollout.multi_turn is True
-    assert "multi_turn" in vars(SemiOnPolicyRollout) and "multi_turn" in vars(EpisodeRollout)  # each declares it
+    assert SingleTurnRollout.multi_turn is False and EpisodeRollout.multi_turn is True
+    assert "multi_turn" in vars(SingleTurnRollout) and "multi_turn" in vars(EpisodeRollout)  # each declares it
 
 
 @pytest.mark.parametrize(
@@ -187,11 +187,11 @@ def _alternatives(tokenizer) -> dict:
 
 def _build(cls, tok, **overrides):
     base = {"sampler": _Sampler(), "judge": KeepJudge(), "intervention": _Intervention(), "tokenizer": tok}
-    base |= {"reward": ReasoningGymReward()} if cls is SemiOnPolicyRollout else {"env": _Environment()}
+    base |= {"reward": ReasoningGymReward()} if cls is SingleTurnRollout else {"env": _Environment()}
     return cls(**{**base, **overrides})
 
 
-@pytest.mark.parametrize("cls", [SemiOnPolicyRollout, EpisodeRollout])
+@pytest.mark.parametrize("cls", [SingleTurnRollout, EpisodeRollout])
 def test_every_argument_an_engine_takes_changes_it(tokenizer, cls):
     alternatives = _alternatives(tokenizer)
     names = accepted(cls) - ({"reward"} if cls is EpisodeRollout else set())
@@ -246,7 +246,7 @@ def test_the_rollout_configs_name_every_field_their_engine_reads_from_the_config
     """Every argument but the components the run passes (and ``reward``, passed by the run) is set
     in the engine's config file."""
     passed = {"sampler", "judge", "intervention", "tokenizer", "reward", "allocation", "guide"}
-    for name, cls in (("semi_on_policy", SemiOnPolicyRollout), ("episodes", EpisodeRollout)):
+    for name, cls in (("single_turn", SingleTurnRollout), ("episodes", EpisodeRollout)):
         fields = set(OmegaConf.load(Path(CONFIG_DIR) / "rollout" / f"{name}.yaml")) - {"_target_"}
         assert fields == accepted(cls) - passed, name
 
@@ -297,5 +297,5 @@ def test_the_judge_and_the_reward_stay_guarded_when_swapped(tokenizer):
     engine.judge = guarded
     assert engine.judge is guarded  # an already guarded judge is kept as it is
     assert isinstance(vars(RolloutEngine)["judge"], Guarded) and isinstance(
-        vars(SemiOnPolicyRollout)["reward"], Guarded
+        vars(SingleTurnRollout)["reward"], Guarded
     )

@@ -39,7 +39,7 @@ class Brancher:
         sampler, tokenizer, reward: the rollout engine's. temperature: the policy temperature of
         the training log-probs. top_p: nucleus of the branches. max_response_tokens: length limit
         (tokens, prefix included). intervene: the engine's judge-review-plus-correction at an anchor
-        (:meth:`mintrl.rollout.semi_on_policy.SemiOnPolicyRollout.intervene_at`), for intervene actions.
+        (:meth:`mintrl.rollout.single_turn.SingleTurnRollout.intervene_at`), for intervene actions.
     """
 
     def __init__(

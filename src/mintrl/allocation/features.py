@@ -2,7 +2,7 @@
 
 One feature vector serves both rollout engines; two entries change meaning with the engine:
 
-- single-turn text (:mod:`mintrl.rollout.semi_on_policy`): the anchor is a step boundary, its
+- single-turn text (:mod:`mintrl.rollout.single_turn`): the anchor is a step boundary, its
   "round" the step index within the response, its diversity the answer diversity (distinct final
   answers / group size);
 - multi-turn episodes (:mod:`mintrl.rollout.episodes`): the anchor is a turn boundary, its round

@@ -110,7 +110,7 @@ def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
     guided = {"guide": guide} if guide is not None and guide.adds_rollouts else {}  # guide=none: nothing passed
     if guided and get_class(cfg.rollout._target_).multi_turn:
         raise ValueError(
-            f"guide={type(guide).__name__} needs single-turn rollouts (rollout=semi_on_policy), not episodes"
+            f"guide={type(guide).__name__} needs single-turn rollouts (rollout=single_turn), not episodes"
         )
     rollout = instantiate(
         cfg.rollout,

@@ -257,7 +257,7 @@ def check_first_error(cfg: DictConfig) -> None:
         )
     rollout = component_class(cfg, "rollout")
     if rollout is not None and rollout.multi_turn:
-        raise ValueError(f"objective={objective.__name__} needs the single-turn rollout (rollout=semi_on_policy)")
+        raise ValueError(f"objective={objective.__name__} needs the single-turn rollout (rollout=single_turn)")
     guide = component_class(cfg, "guide")
     if guide is not None and guide.adds_rollouts:
         raise ValueError(

@@ -125,7 +125,7 @@ class RolloutDataModule(L.LightningDataModule):
     Args:
         prompts: a prompt source with ``build(split, tokenizer)`` (e.g. ``ReasoningGymPrompts``).
         rollout: the rollout engine (:class:`mintrl.rollout.engine.RolloutEngine`, e.g.
-            ``SemiOnPolicyRollout`` or ``EpisodeRollout``).
+            ``SingleTurnRollout`` or ``EpisodeRollout``).
         tokenizer: the policy tokenizer.
         prompts_per_step: prompts per optimizer step, all data-parallel ranks together (positive;
             a multiple of the ranks, each of which rolls out ``prompts_per_step / ranks`` of them).

@@ -1,5 +1,5 @@
 """What the rollout engines share: the single-turn engine
-(:class:`mintrl.rollout.semi_on_policy.SemiOnPolicyRollout`) and the episode engine
+(:class:`mintrl.rollout.single_turn.SingleTurnRollout`) and the episode engine
 (:class:`mintrl.rollout.episodes.EpisodeRollout`) both make a step's control and semi-on-policy
 rollouts with one sampler, one judge (always guarded, :mod:`mintrl.rollout.guards`) and one
 intervention, decide the intervention phase with one :class:`~mintrl.rollout.schedule.InterventionSchedule`,

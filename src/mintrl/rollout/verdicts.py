@@ -1,5 +1,5 @@
 """A judge's verdict applied to a freshly sampled chunk (MInTRL Algorithm 1, lines 5-8): what both
-rollout engines do with a reviewed chunk (:mod:`mintrl.rollout.semi_on_policy`: a chunk of a response;
+rollout engines do with a reviewed chunk (:mod:`mintrl.rollout.single_turn`: a chunk of a response;
 :mod:`mintrl.rollout.episodes`: an action turn)."""
 
 from __future__ import annotations

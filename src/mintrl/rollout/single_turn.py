@@ -30,8 +30,8 @@ from mintrl.rollout.verdicts import apply_verdict
 from mintrl.text.steps import split_steps
 
 
-class SemiOnPolicyRollout(RolloutEngine):
-    """Generates one step's rollouts (see module docstring); ``rollout=semi_on_policy``.
+class SingleTurnRollout(RolloutEngine):
+    """Generates one step's rollouts (see module docstring); ``rollout=single_turn``.
 
     Args:
         sampler, judge, intervention, tokenizer: as :class:`mintrl.rollout.engine.RolloutEngine`.
