@@ -1,4 +1,7 @@
-"""Semi-on-policy rollout sampling (MInTRL Algorithm 1) with control rollouts (eq. 8).
+"""The single-turn rollout engine (``rollout=single_turn``): one response per rollout, sampled as in
+MInTRL Algorithm 1, semi-on-policy rollouts beside control rollouts (eq. 8); with ``n_semi=0`` it is
+the plain on-policy engine of GRPO and the other methods without interventions. Multi-turn
+episodes: :mod:`mintrl.rollout.episodes`.
 
 For each prompt, ``n_control`` rollouts come from the policy alone and ``n_semi`` are written in
 chunks: the policy writes ``chunk_size`` tokens, the judge reviews the chunk's steps in the context
