@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not any(r["delta_pass_at_1"] is not None for r in rows):
         print(
             "\nno no-intervention run with a val pass@1: pass --baseline, or add one with "
-            f"`mintrl-train experiment=no_intervention hydra.run.dir={args.multirun_dir}/baseline`"
+            f"`mintrl-train method=no_intervention hydra.run.dir={args.multirun_dir}/baseline`"
         )
     seed_rows = summarize_seeds(jobs)
     print("\nover seeds (jobs equal apart from seed=...):\n")

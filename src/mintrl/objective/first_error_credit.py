@@ -13,8 +13,8 @@ publishes no values for such scales (it does not train with token advantages); t
 this project's.
 
 A failed rollout where the judge found no error keeps its sequence advantage by default
-(``unmarked="sequence"``, the issue's spec), which is 0 in a group where every rollout failed: on
-the hard task the policy moved to responses without a checkable claim, the only failures never
+(``unmarked="sequence"``), which is 0 in a group where every rollout failed: on
+the 3-term task the policy moved to responses without a checkable claim, the only failures never
 penalised (docs/guided.md, "First-error credit collapsed"). ``unmarked="after"`` gives such a
 rollout ``-credit_after`` on every response token, as if its first token were the error.
 """
