@@ -75,7 +75,7 @@ def test_extract_answer():
     assert extract_answer("no answer") is None
 
 
-def test_semi_on_policy_rollouts_of_the_embedded_model(embedded, tokenizer, items):
+def test_single_turn_rollouts_of_the_embedded_model(embedded, tokenizer, items):
     context = ModelContext(embedded)
     engine = SingleTurnRollout(
         HFSampler(embedded.model, tokenizer),
