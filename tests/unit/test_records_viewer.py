@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from importlib import resources
 
 import pytest
 import torch
@@ -22,10 +23,12 @@ from mintrl.analysis.rollouts import (
     step_stats,
     summary_line,
 )
+from mintrl.analysis.rollouts_html import TEMPLATE
 from mintrl.cli.rollouts import main as rollouts_main
 from mintrl.core.batch import BranchRecord, Rollout, collate_rollouts, concat_batches
 from mintrl.core.verdict import KEEP, REVISE, Verdict
 from mintrl.data.base import PromptItem
+from mintrl.rollout.markdown import NOT_APPLIED, marked, review_line
 from mintrl.rollout.records import RecordWriter, batch_records, concat_records, record_path
 from mintrl.rollout.verdicts import apply_verdict
 from mintrl.text.steps import split_steps
@@ -340,6 +343,27 @@ def test_format_record_marks_intervention_tokens_and_lists_verdicts():
     assert summary_line(ROWS) == (
         "4 rollouts, 1 with intervention tokens, 1 revise verdicts, off-policy token fraction 0.1389, control reward 0.500"
     )  # 5 intervention of 36 response tokens
+
+
+def test_the_terminal_viewer_words_verdicts_and_marks_runs_as_the_markdown_does():
+    """One wording of a verdict (:func:`mintrl.rollout.markdown.review_line`) in both viewers; each
+    quotes the texts its own way (terminal: repr and marks, markdown: code spans)."""
+    review = ROWS[2]["reviews"][0]
+    assert "  " + review_line(review, repr, lambda text: f"[[{text}]]") in format_record(ROWS[2]).splitlines()
+    not_applied = {**review, "revised": False, "written": 0, "correction": ""}
+    assert review_line(not_applied) == (
+        "review 0: revise at step 1 (not applied: the step is outside the chunk, or the cut would keep fewer than "
+        "rollout.min_kept_tokens tokens)"
+    )
+    assert review_line(review) == (
+        "review 0: revise at step 1, cut at token 9; judge's correction: `2 + 1 = 3`; intervention wrote 5 tokens: ` = 3.`"
+    )
+    guided = [{"by": "guide", "text": "Let x"}, {"by": "policy", "text": " be 2"}]
+    assert highlight(guided, color=False) == "{{Let x}} be 2" == marked(guided)
+    # the browser page's script words a verdict the same way
+    page = resources.files("mintrl.analysis").joinpath(TEMPLATE).read_text(encoding="utf-8")
+    assert f'" ({NOT_APPLIED})"' in page and '"; judge\'s correction: "' in page
+    assert "`; intervention wrote ${v.written} tokens: `" in page
 
 
 def test_record_files_and_errors_name_the_folder(run_dir, tmp_path_factory):

@@ -15,7 +15,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import instantiate
 from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
 
-from mintrl.analysis.rollouts import CLOSE, ENV_CLOSE, ENV_OPEN, OPEN
+from mintrl.analysis.rollouts import highlight
 from mintrl.build.config import CONFIG_DIR
 from mintrl.core.batch import ReviewRecord, Rollout, TurnRecord, collate_rollouts
 from mintrl.core.verdict import VerdictKind
@@ -107,7 +107,7 @@ SEMI_MD = (
     "prompt (last line):\n\n```\nWhat is 3+4?\n```\n\n"
     "response ([[intervention]], {{guide}}):\n\n```\nok\n\n[[=7]] done\n```\n\n"
     "judge's verdicts:\n\n"
-    "- review 0: revise at step 1, cut at token 4; judge's correction `3+4=7`; intervention wrote 2 tokens `=7`\n"
+    "- review 0: revise at step 1, cut at token 4; judge's correction: `3+4=7`; intervention wrote 2 tokens: `=7`\n"
     "- review 1: keep"
 )
 
@@ -139,8 +139,9 @@ def test_a_guided_truncated_control_record_without_verdicts_or_reward():
 
 
 def test_the_marks_are_the_terminal_viewers_and_texts_stay_verbatim():
-    assert INTERVENTION_MARKS == (OPEN, CLOSE) and ENVIRONMENT_MARKS == (ENV_OPEN, ENV_CLOSE)
-    assert marked([{"by": "policy", "text": "a"}, {"by": "environment", "text": "obs"}]) == "a<<env: obs>>"
+    assert INTERVENTION_MARKS == ("[[", "]]") and ENVIRONMENT_MARKS == ("<<env: ", ">>")
+    runs = [{"by": "policy", "text": "a"}, {"by": "environment", "text": "obs"}, {"by": "intervention", "text": "b"}]
+    assert marked(runs) == "a<<env: obs>>[[b]]" == highlight(runs, color=False)  # the terminal viewer's marks
     # a code block inside the text cannot close the fence; code spans outnumber the backticks inside
     assert fenced("a\n```py\nx\n```") == "````\na\n```py\nx\n```\n````"
     assert fenced("<answer>7</answer>") == "```\n<answer>7</answer>\n```"
@@ -148,7 +149,8 @@ def test_the_marks_are_the_terminal_viewers_and_texts_stay_verbatim():
     assert last_line("one\ntwo  \n\n") == "two" and last_line(None) == ""
     review = {**SEMI["reviews"][0], "revised": False, "written": 0, "correction": ""}
     assert record_markdown({**SEMI, "reviews": [review]}).endswith(
-        "judge's verdicts:\n\n- review 0: revise at step 1 (not applied)"
+        "judge's verdicts:\n\n- review 0: revise at step 1 (not applied: the step is outside the chunk, or the cut "
+        "would keep fewer than rollout.min_kept_tokens tokens)"
     )
 
 
@@ -174,8 +176,8 @@ EPISODE_HEAD = (
 EPISODE_TAIL = (
     "observation (7 tokens):\n\n```\n1\n```\n\n"
     "**turn 2**: answer, 19 action tokens\n\n```\n<answer>1</answer>\n```\n\n"
-    "judge's verdicts:\n\n- review 0: revise at step 0, cut at token 2; judge's correction `CD`; "
-    "intervention wrote 2 tokens `CD`"
+    "judge's verdicts:\n\n- review 0: revise at step 0, cut at token 2; judge's correction: `CD`; "
+    "intervention wrote 2 tokens: `CD`"
 )
 
 

@@ -9,11 +9,10 @@ import math
 import re
 from pathlib import Path
 
+from mintrl.rollout.markdown import INTERVENTION_MARKS, MARKS, marked, number, review_line
 from mintrl.rollout.records import SPLITS, SUFFIX
 
 HIGHLIGHT_ON, HIGHLIGHT_OFF = "\x1b[1;33;44m", "\x1b[0m"  # intervention tokens: bold yellow on blue
-OPEN, CLOSE = "[[", "]]"  # the same without colour
-ENV_OPEN, ENV_CLOSE = "<<env: ", ">>"  # an episode's environment tokens (observation turns)
 
 
 def records_root(run: str | Path) -> Path:
@@ -80,33 +79,22 @@ def filter_records(records: list[dict], intervened: bool = False, reward: float 
     return out
 
 
+def _intervention_marks(color: bool) -> tuple[str, str]:
+    return (HIGHLIGHT_ON, HIGHLIGHT_OFF) if color else INTERVENTION_MARKS
+
+
 def highlight(segments: list[dict], color: bool) -> str:
-    """The response text with intervention runs marked (ANSI colour when ``color``, else
-    ``[[...]]``) and an episode's environment runs (observation turns) marked ``<<env: ...>>``."""
-    on, off = (HIGHLIGHT_ON, HIGHLIGHT_OFF) if color else (OPEN, CLOSE)
-    marks = {"intervention": (on, off), "environment": (ENV_OPEN, ENV_CLOSE)}
-    return "".join(marks.get(s["by"], ("", ""))[0] + s["text"] + marks.get(s["by"], ("", ""))[1] for s in segments)
-
-
-def _fmt(x: float | None, digits: int = 3) -> str:
-    return "none" if x is None else f"{x:.{digits}f}"
+    """The response text with its runs marked as :func:`mintrl.rollout.markdown.marked` marks them
+    (intervention ``[[...]]``, guide ``{{...}}``, environment ``<<env: ...>>``), the intervention's
+    runs in ANSI colour instead when ``color``."""
+    return marked(segments, {**MARKS, "intervention": _intervention_marks(color)})
 
 
 def _review_line(review: dict, color: bool) -> str:
-    """One verdict: round, kind, step index, the judge's correction, what the intervention wrote."""
-    line = f"  review {review['round']}: {review['kind']}"
-    if review["step"] is not None:
-        line += f" at step {review['step']}"
-    if review["kind"] == "revise" and not review["revised"]:
-        line += " (not applied: the step is outside the chunk, or the cut would keep fewer than rollout.min_kept_tokens tokens)"
-    if review["revised"]:
-        line += f", cut at token {review['at_token']}"
-    if review["correction"]:
-        line += f"; judge's correction: {review['correction']!r}"
-    if review["written"]:
-        on, off = (HIGHLIGHT_ON, HIGHLIGHT_OFF) if color else (OPEN, CLOSE)
-        line += f"; intervention wrote {review['written']} tokens: {on}{review['written_text']}{off}"
-    return line
+    """One verdict (:func:`mintrl.rollout.markdown.review_line`), indented: the judge's correction
+    as a Python literal, what the intervention wrote marked as in :func:`highlight`."""
+    on, off = _intervention_marks(color)
+    return "  " + review_line(review, repr, lambda text: on + text + off)
 
 
 def format_record(record: dict, color: bool = False) -> str:
@@ -117,8 +105,8 @@ def format_record(record: dict, color: bool = False) -> str:
     tokens = record["tokens"]
     head = (
         f"== {record['split']} step {record['step']}  row {record['row']}  group {record['group']}  "
-        f"prompt {record['prompt_index']}  {kind}  reward {_fmt(record['reward'])}  "
-        f"advantage {_fmt(record['advantage'])}  tokens {tokens['policy']} policy + {tokens['intervention']} intervention"
+        f"prompt {record['prompt_index']}  {kind}  reward {number(record['reward'])}  "
+        f"advantage {number(record['advantage'])}  tokens {tokens['policy']} policy + {tokens['intervention']} intervention"
     )
     if tokens.get("environment"):
         head += f" + {tokens['environment']} environment"
@@ -129,7 +117,7 @@ def format_record(record: dict, color: bool = False) -> str:
     if branch is not None:
         lines.append(
             f"  branch: {branch['kind']} from row {branch['parent']} at token {branch['anchor']}"
-            f" (T = {_fmt(branch['temperature'], 2)})"
+            f" (T = {number(branch['temperature'], 2)})"
         )
     lines.append(f"  question: {record['question']}")
     lines.append("  response: " + highlight(record["segments"], color).replace("\n", "\n            "))
@@ -151,7 +139,7 @@ def summary_line(records: list[dict]) -> str:
     return (
         f"{st['rollouts']} rollouts, {st['intervened']} with intervention tokens, "
         f"{st['revises']} revise verdicts, off-policy token fraction {st['offpolicy_frac']:.4f}, "
-        f"control reward {_fmt(st['reward_control'])}"
+        f"control reward {number(st['reward_control'])}"
     )
 
 
@@ -229,7 +217,7 @@ def format_stats(run: str | Path, split: str = "train", step: int | None = None)
     rows.append({"step": "all", **step_stats(everything)})
 
     def cell(v) -> str:
-        return v if isinstance(v, str) else _fmt(v) if isinstance(v, float) or v is None else str(v)
+        return v if isinstance(v, str) else number(v) if isinstance(v, float) or v is None else str(v)
 
     lines = [
         "| " + " | ".join(title for _, title in STATS_COLUMNS) + " |",

@@ -3,12 +3,15 @@
 
 What a rollout shows: its row, group and kind (control or semi-on-policy), reward, advantage and
 tokens by provenance; the last line of its prompt; the response with the tokens the policy did not
-sample marked (intervention ``[[...]]``, as ``mintrl-rollouts`` marks them without colour; guide
-``{{...}}``; an episode's environment tokens ``<<env: ...>>``); the judge's verdicts in order; and
+sample marked (:data:`MARKS`: intervention ``[[...]]``, guide ``{{...}}``, an episode's environment
+tokens ``<<env: ...>>``); the judge's verdicts in order (:func:`review_line`); and
 for an episode (``rollout=episodes``) its turns in order, each action (with its own marks when the
 record's turn carries ``segments``, see :func:`with_action_segments`) and the observation the
 environment returned. Texts the model or the environment wrote go into fenced code blocks (or
 code spans), so markdown and HTML in them are shown as written.
+
+``mintrl-rollouts`` (:mod:`mintrl.analysis.rollouts`) prints records with the same marks
+(:func:`marked`, colour optional) and the same verdict lines (:func:`review_line`).
 
 :func:`pick_rows` chooses which rows of a step to show: a seeded, deterministic pick spread over
 rollouts with intervention tokens, rewarded rollouts and unrewarded ones.
@@ -18,27 +21,30 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
 from mintrl.core.batch import Provenance, RolloutBatch
 from mintrl.rollout.records import PROVENANCE_NAMES, provenance_runs
 
-INTERVENTION_MARKS = ("[[", "]]")  # the intervention's tokens, as mintrl-rollouts marks them without colour
+INTERVENTION_MARKS = ("[[", "]]")  # the intervention's tokens (mintrl-rollouts without colour, too)
 GUIDE_MARKS = ("{{", "}}")  # tokens spliced from a guide (a reference solution's prefix, a demonstration)
-ENVIRONMENT_MARKS = ("<<env: ", ">>")  # an episode's observation turns, as mintrl-rollouts marks them
-_MARKS = {"intervention": INTERVENTION_MARKS, "guide": GUIDE_MARKS, "environment": ENVIRONMENT_MARKS}
+ENVIRONMENT_MARKS = ("<<env: ", ">>")  # an episode's observation turns
+MARKS = {"intervention": INTERVENTION_MARKS, "guide": GUIDE_MARKS, "environment": ENVIRONMENT_MARKS}
 CATEGORIES = ("intervened", "rewarded", "unrewarded")  # the kinds of rows pick_rows spreads over, in turn
+NOT_APPLIED = (
+    "not applied: the step is outside the chunk, or the cut would keep fewer than rollout.min_kept_tokens tokens"
+)
 
 
-def marked(segments: list[dict]) -> str:
-    """The text of ``segments`` (a record's ``[{"by", "text"}]`` runs) with the runs not written by
-    the policy between their marks (:data:`INTERVENTION_MARKS`, :data:`GUIDE_MARKS`,
-    :data:`ENVIRONMENT_MARKS`); policy runs as they are."""
+def marked(segments: list[dict], marks: dict[str, tuple[str, str]] = MARKS) -> str:
+    """The text of ``segments`` (a record's ``[{"by", "text"}]`` runs) with each run whose ``by``
+    has marks in ``marks`` (provenance name -> (start, end); default :data:`MARKS`) between them;
+    the other runs (the policy's) as they are."""
     out = []
     for s in segments:
-        start, end = _MARKS.get(s["by"], ("", ""))
+        start, end = marks.get(s["by"], ("", ""))
         out.append(start + s["text"] + end)
     return "".join(out)
 
@@ -62,8 +68,9 @@ def code_span(text: str) -> str:
     return f"{ticks}{pad}{text}{pad}{ticks}"
 
 
-def _number(x: float | None) -> str:
-    return "none" if x is None else f"{x:.3f}"
+def number(x: float | None, digits: int = 3) -> str:
+    """``x`` with ``digits`` decimals, or ``none`` for None (a record's missing reward or advantage)."""
+    return "none" if x is None else f"{x:.{digits}f}"
 
 
 def last_line(text: str | None) -> str:
@@ -72,20 +79,27 @@ def last_line(text: str | None) -> str:
     return lines[-1] if lines else ""
 
 
-def _review(review: dict) -> str:
-    """One verdict as a list item: round, kind, step, the cut, the judge's correction, what the
-    intervention wrote (as ``mintrl-rollouts`` prints it)."""
-    line = f"- review {review['round']}: {review['kind']}"
+def review_line(
+    review: dict, correction: Callable[[str], str] = code_span, written: Callable[[str], str] = code_span
+) -> str:
+    """One verdict of a record's ``reviews`` as one line, in the wording every viewer uses
+    (``mintrl-rollouts``, the TensorBoard text, and the same words in the browser page's script):
+    round, kind, the step index, that a Revise was not applied (:data:`NOT_APPLIED`), the cut, the
+    judge's correction and what the intervention wrote. ``correction`` and ``written`` quote those
+    two texts for the medium (default: markdown code spans; the terminal viewer: ``repr`` and the
+    intervention's marks), e.g. ``review 0: revise at step 1, cut at token 4; judge's correction:
+    `3+4=7`; intervention wrote 2 tokens: `=7```."""
+    line = f"review {review['round']}: {review['kind']}"
     if review["step"] is not None:
         line += f" at step {review['step']}"
     if review["kind"] == "revise" and not review["revised"]:
-        line += " (not applied)"
+        line += f" ({NOT_APPLIED})"
     if review["revised"]:
         line += f", cut at token {review['at_token']}"
     if review["correction"]:
-        line += f"; judge's correction {code_span(review['correction'])}"
+        line += f"; judge's correction: {correction(review['correction'])}"
     if review["written"]:
-        line += f"; intervention wrote {review['written']} tokens {code_span(review['written_text'])}"
+        line += f"; intervention wrote {review['written']} tokens: {written(review['written_text'])}"
     return line
 
 
@@ -117,7 +131,7 @@ def record_markdown(record: dict) -> str:
             counts += f", {tokens[name]} {name}"
     parts = [
         head,
-        f"reward {_number(record['reward'])}, advantage {_number(record['advantage'])}; tokens: {counts}",
+        f"reward {number(record['reward'])}, advantage {number(record['advantage'])}; tokens: {counts}",
         "prompt (last line):",
         fenced(last_line(record["question"])),
     ]
@@ -130,7 +144,7 @@ def record_markdown(record: dict) -> str:
     reviews = record["reviews"]
     parts.append("judge's verdicts:" if reviews else "judge's verdicts: none")
     if reviews:
-        parts.append("\n".join(_review(r) for r in reviews))
+        parts.append("\n".join("- " + review_line(r) for r in reviews))
     return "\n\n".join(parts)
 
 
