@@ -5,12 +5,14 @@ for the rows it hits (whole runs with faults: integration/test_fault_runs.py).""
 from __future__ import annotations
 
 import math
+import threading
 import time
 
 import pytest
 
 from mintrl.core.verdict import FAILED, KEEP, REVISE, ReviewRequest, Verdict
 from mintrl.judge.base import Judge
+from mintrl.reward.base import Reward
 from mintrl.rollout.guards import FaultCounts, GuardedJudge, GuardedReward, review_guarded, score_rewards_guarded
 
 
@@ -136,3 +138,43 @@ def test_a_hung_math_verify_comparison_is_no_reward_never_zero(monkeypatch):
     values = guarded(["<answer>7.0</answer>"], [item])
     assert math.isnan(values[0]) and time.monotonic() - start < 5
     assert guarded.metrics() == {"reward/failed": 0.0, "reward/timeout": 1.0}
+
+
+def test_the_guard_takes_judges_and_rewards_only_and_names_the_field():
+    """A judge must be a :class:`Judge` and a reward a :class:`Reward` or a plain function; anything
+    else is refused where it enters the guard, naming the field, not counted as a fault per call."""
+    with pytest.raises(TypeError, match=r"judge must be a mintrl\.judge\.base\.Judge, got str"):
+        GuardedJudge("rule")
+    with pytest.raises(TypeError, match=r"reward must be a mintrl\.reward\.base\.Reward or a function .*got int"):
+        GuardedReward(42)
+    with pytest.raises(TypeError, match=r"reward must be a mintrl\.reward\.base\.Reward or a function .*got int"):
+        score_rewards_guarded(42, ["a"], [None], 0.3, FaultCounts())
+    assert GuardedReward(lambda responses, items: [1.0] * len(responses)).inner.main_thread_only is False
+
+
+def test_a_main_thread_only_reward_runs_here_with_the_limit_and_others_in_a_thread():
+    """``Reward.main_thread_only`` (declared on the base, False) decides where the guard calls a reward."""
+    seen = []
+
+    class Here(Reward):
+        main_thread_only = True
+
+        def __call__(self, responses, items):
+            seen.append((threading.current_thread() is threading.main_thread(), self.time_limit_s))
+            return [1.0] * len(responses)
+
+    def anywhere(responses, items):
+        seen.append((threading.current_thread() is threading.main_thread(), None))
+        return [0.5] * len(responses)
+
+    assert Reward.main_thread_only is False and GuardedReward(Here()).main_thread_only is True
+    assert score_rewards_guarded(Here(), ["a", "b"], [None, None], 2.0, FaultCounts()) == [1.0, 1.0]
+    assert score_rewards_guarded(anywhere, ["a"], [None], 2.0, FaultCounts()) == [0.5]
+    assert seen == [(True, 2.0), (False, None)]
+
+
+def test_a_miscounting_judge_is_named_by_its_own_class_through_the_guard():
+    short = _Judge(lambda call, requests: [Verdict(KEEP)] * (len(requests) + 1))
+    assert GuardedJudge(short).inner is short
+    with pytest.raises(ValueError, match=r"judge _Judge\.review returned 3 verdicts for 2 requests"):
+        GuardedJudge(short, 5.0).review(_requests(2))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from typing import Sequence
+from typing import Callable, Sequence
 
 
 class Reward(ABC):
@@ -14,9 +14,11 @@ class Reward(ABC):
     None when no reward could be computed (that rollout then gets no training signal).
 
     Attributes:
-        main_thread_only: True for a reward that must run in the calling thread (it times out by
-            itself with signals, as ``math-verify`` does): the rollout's fault guard then runs it
-            without a thread time limit and hands it the limit in ``time_limit_s``.
+        main_thread_only: capability a subclass declares (default False); True for a reward that
+            must run in the calling thread (it times out by itself with signals, as ``math-verify``
+            does): the rollout's fault guard (:mod:`mintrl.rollout.guards`) reads it as
+            ``reward.main_thread_only``, runs it without a thread time limit and hands it the limit
+            in ``time_limit_s``.
         time_limit_s: limit of one call (seconds; None: none) that a ``main_thread_only`` reward
             keeps by itself: rows it cannot grade in time get no reward (NaN) and are counted in
             its ``reward/timeout``. The rollout's fault guard sets it from
@@ -39,15 +41,34 @@ class Reward(ABC):
 
 
 class FunctionReward(Reward):
-    """A plain ``(responses, items) -> values`` function as a :class:`Reward` (no metrics)."""
+    """A plain ``(responses, items) -> values`` function as a :class:`Reward` (no metrics; the
+    base's capabilities: not ``main_thread_only``, not ``handles_code``)."""
 
-    def __init__(self, fn):
+    def __init__(self, fn: Callable[[Sequence[str], Sequence], Sequence[float | None]]):
         if not callable(fn):
             raise TypeError(f"reward must be a Reward or a callable, got {type(fn).__name__}")
         self.fn = fn
 
     def __call__(self, responses: Sequence[str], items: Sequence) -> Sequence[float | None]:
         return self.fn(responses, items)
+
+
+def as_reward(reward: Reward | Callable, field: str = "reward") -> Reward:
+    """``reward`` as a :class:`Reward`: itself when it is one, a plain ``(responses, items) ->
+    values`` function wrapped in :class:`FunctionReward`.
+
+    Raises:
+        TypeError: anything else (``"<field> must be a mintrl.reward.base.Reward or a function
+            (responses, items) -> values, got <type>"``).
+    """
+    if isinstance(reward, Reward):
+        return reward
+    if not callable(reward):
+        raise TypeError(
+            f"{field} must be a mintrl.reward.base.Reward or a function (responses, items) -> values, "
+            f"got {type(reward).__name__}"
+        )
+    return FunctionReward(reward)
 
 
 def check_reward_count(values: Sequence, n: int) -> None:

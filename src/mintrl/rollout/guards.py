@@ -31,7 +31,7 @@ from typing import Any, Callable, Sequence
 from mintrl.core.checks import check_range
 from mintrl.core.verdict import FAILED, ReviewRequest, Verdict
 from mintrl.judge.base import Judge
-from mintrl.reward.base import FunctionReward, Reward, check_reward_count
+from mintrl.reward.base import Reward, as_reward, check_reward_count
 
 log = logging.getLogger(__name__)
 
@@ -86,24 +86,24 @@ def _valid_verdicts(value, n: int) -> bool:
     return isinstance(value, (list, tuple)) and len(value) == n and all(isinstance(v, Verdict) for v in value)
 
 
-def check_verdict_count(judge, verdicts, n: int) -> None:
+def check_verdict_count(judge: Judge, verdicts, n: int) -> None:
     """Raise when a judge answered a sequence of ``len(verdicts) != n`` verdicts for ``n`` requests:
     like a reward's wrong count, a configuration error (a judge that ignores its batch), never
     retried. Anything that is not a list or tuple is garbage, left to the caller.
 
     Raises:
-        ValueError: ``"judge <class>.review returned {len} verdicts for {n} requests ..."``.
+        ValueError: ``"judge <class>.review returned {len} verdicts for {n} requests ..."``, the
+            class of ``judge`` (the guard checks the judge it wraps, :attr:`GuardedJudge.inner`).
     """
     if isinstance(verdicts, (list, tuple)) and len(verdicts) != n:
-        name = type(getattr(judge, "inner", judge)).__name__
         raise ValueError(
-            f"judge {name}.review returned {len(verdicts)} verdicts for {n} requests: a judge must return one "
+            f"judge {type(judge).__name__}.review returned {len(verdicts)} verdicts for {n} requests: a judge must return one "
             "verdict per request, in order"
         )
 
 
 def review_guarded(
-    judge, requests: Sequence[ReviewRequest], timeout_s: float | None, counts: FaultCounts
+    judge: Judge, requests: Sequence[ReviewRequest], timeout_s: float | None, counts: FaultCounts
 ) -> list[Verdict]:
     """``judge.review(requests)`` that never raises on a fault: a batch that raises or answers garbage
     (anything but one :class:`Verdict` per request) is retried one request at a time, and each
@@ -169,21 +169,22 @@ def _number(value) -> float | None:
     return None if math.isinf(f) else f
 
 
-def _call_reward(reward, responses: list, items: list, timeout_s: float | None) -> list:
+def _call_reward(reward: Reward, responses: list, items: list, timeout_s: float | None) -> list:
     """One reward call within ``timeout_s`` seconds (None: no limit): in a daemon thread cut by
-    :func:`call_with_timeout`, or, for a ``main_thread_only`` reward, in this thread with the limit
-    handed over as its ``time_limit_s`` (it keeps the limit itself).
+    :func:`call_with_timeout`, or, for a reward that declares ``main_thread_only``
+    (:class:`mintrl.reward.base.Reward`), in this thread with the limit handed over as its
+    ``time_limit_s`` (it keeps the limit itself).
 
     Raises:
         CallTimeout: the limit passed. Exception: whatever the reward raised.
     """
-    if getattr(reward, "main_thread_only", False):
+    if reward.main_thread_only:
         reward.time_limit_s = timeout_s
         return list(reward(responses, items))
     return list(call_with_timeout(lambda: reward(responses, items), timeout_s))
 
 
-def _rows_at_once(reward, responses: list, items: list, timeout_s: float) -> list[tuple[str, Any]]:
+def _rows_at_once(reward: Reward, responses: list, items: list, timeout_s: float) -> list[tuple[str, Any]]:
     """Every row's one-row call in its own daemon thread, all started at once and all cut at one
     deadline ``timeout_s`` seconds on: ``("value", values)``, ``("error", exception)`` or
     ``("timeout", None)`` per row, in order (a row cut at the deadline runs on, abandoned)."""
@@ -206,7 +207,7 @@ def _rows_at_once(reward, responses: list, items: list, timeout_s: float) -> lis
     return [("timeout", None) if thread.is_alive() else next(iter(box.items())) for thread, box in zip(threads, boxes)]
 
 
-def _rows_in_turn(reward, responses: list, items: list, timeout_s: float | None) -> list[tuple[str, Any]]:
+def _rows_in_turn(reward: Reward, responses: list, items: list, timeout_s: float | None) -> list[tuple[str, Any]]:
     """Every row's one-row call in this thread, one after another, all within ``timeout_s``
     seconds in all (None: no limit); a row not reached in time is a timeout. Results as
     :func:`_rows_at_once`."""
@@ -226,7 +227,7 @@ def _rows_in_turn(reward, responses: list, items: list, timeout_s: float | None)
 
 
 def score_rewards_guarded(
-    reward, responses: Sequence[str], items: Sequence, timeout_s: float | None, counts: FaultCounts
+    reward: Reward | Callable, responses: Sequence[str], items: Sequence, timeout_s: float | None, counts: FaultCounts
 ) -> list[float]:
     """Rewards of a batch, faults contained: a batch call that raises or times out is retried one
     row at a time, all the rows started at once and cut at one deadline ``timeout_s`` later, so a
@@ -238,6 +239,8 @@ def score_rewards_guarded(
     ``timeout_s``). Without a limit (None) the rows are retried one after another in this thread.
 
     Args:
+        reward: a :class:`mintrl.reward.base.Reward`, or a plain ``(responses, items) -> values``
+            function (:func:`mintrl.reward.base.as_reward`).
         timeout_s: limit of the batch call, and of all the rows' retries together (seconds), or None.
         counts: incremented in place: ``timeouts`` (the batch call, then each row not answered in
             time), ``errors`` (calls that raised), ``garbage`` (values that are not finite numbers).
@@ -248,7 +251,9 @@ def score_rewards_guarded(
     Raises:
         ValueError: a call returned a sequence of the wrong length (the batch call, or a one-row
             retry): a configuration error, not retried (both lengths named).
+        TypeError: ``reward`` is neither a Reward nor callable.
     """
+    reward = as_reward(reward)
     responses, items = list(responses), list(items)
     if not responses:
         return []
@@ -262,7 +267,7 @@ def score_rewards_guarded(
     if values is not None:
         check_reward_count(values, len(responses))  # outside the try: the run stops
     else:
-        in_turn = timeout_s is None or getattr(reward, "main_thread_only", False)
+        in_turn = timeout_s is None or reward.main_thread_only
         rows = (_rows_in_turn if in_turn else _rows_at_once)(reward, responses, items, timeout_s)
         values = []
         for kind, result in rows:
@@ -290,12 +295,19 @@ class GuardedJudge(Judge):
 
     ``metrics()`` returns the wrapped judge's metrics plus, reset at each call, the step's
     ``judge/errors``, ``judge/timeouts`` and ``judge/garbage`` counts (each failed request also
-    counts in ``judge/failed`` through its verdict). ``inner`` is the wrapped judge.
+    counts in ``judge/failed`` through its verdict). ``inner`` is the wrapped judge: errors name
+    its class.
+
+    Raises:
+        TypeError: ``judge`` is not a :class:`mintrl.judge.base.Judge`.
     """
 
     def __init__(self, judge: Judge, timeout_s: float | None = None):
         check_range("rollout.judge_timeout_s", timeout_s, 0, low_open=True, none_ok=True)  # seconds
-        self.inner, self.timeout_s, self.counts = judge, timeout_s, FaultCounts()
+        if not isinstance(judge, Judge):
+            raise TypeError(f"judge must be a mintrl.judge.base.Judge, got {type(judge).__name__}")
+        self.inner: Judge = judge
+        self.timeout_s, self.counts = timeout_s, FaultCounts()
 
     def review(self, requests: Sequence[ReviewRequest]) -> list[Verdict]:
         return review_guarded(self.inner, requests, self.timeout_s, self.counts)
@@ -323,11 +335,14 @@ class GuardedReward(Reward):
     (:func:`score_rewards_guarded`). ``inner`` is the wrapped reward (a plain function is wrapped in
     :class:`mintrl.reward.base.FunctionReward`); its ``main_thread_only`` and ``handles_code`` are
     the guard's.
+
+    Raises:
+        TypeError: ``reward`` is neither a Reward nor callable (:func:`mintrl.reward.base.as_reward`).
     """
 
-    def __init__(self, reward: Reward, timeout_s: float | None = None):
+    def __init__(self, reward: Reward | Callable, timeout_s: float | None = None):
         check_range("rollout.reward_timeout_s", timeout_s, 0, low_open=True, none_ok=True)  # seconds
-        self.inner = reward if isinstance(reward, Reward) else FunctionReward(reward)
+        self.inner: Reward = as_reward(reward)
         self.timeout_s, self.counts = timeout_s, FaultCounts()
         self.main_thread_only, self.handles_code = self.inner.main_thread_only, self.inner.handles_code
 
