@@ -79,7 +79,7 @@ else:
     from hydra import compose, initialize_config_dir
     from mintrl.build.components import build_components
     from mintrl.objective.aggregation import step_totals
-    overrides = ["paths.output_dir=" + tempfile.mkdtemp(), "objective=grpo", "judge=none", "rollout.n_semi=0", f"rollout.n_control={G}",
+    overrides = ["paths.output_dir=" + tempfile.mkdtemp(), "objective=grpo", "judge=always_keep", "rollout.n_semi=0", f"rollout.n_control={G}",
                  f"rollout.max_response_tokens={T}", "rollout.progress=false", f"data.prompts_per_step={P}", "module.optimizer.lr=1e-6",
                  "data.prompts.train_size=200", f"module.gradient_checkpointing={args['gradient_checkpointing']}", f"sampler={args['sampler']}"]
     if args["sampler"] == "hf":

@@ -36,7 +36,7 @@ def main() -> None:
     overrides = [
         f"paths.output_dir={tempfile.mkdtemp()}",
         "objective=grpo",
-        "judge=none",
+        "judge=always_keep",
         "rollout.n_semi=0",
         "rollout.progress=false",
         "data.prompts.train_size=200",

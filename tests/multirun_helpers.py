@@ -11,7 +11,7 @@ import yaml
 # job -> (overrides, {tag: [(step, value), ...]}); None: the job has no event files
 JOBS = {
     "0": (
-        ["+sweep=intensity", "rollout.progress=false", "judge=none"],
+        ["+sweep=intensity", "rollout.progress=false", "judge=always_keep"],
         {
             "rollout/offpolicy_frac": [(1, 0.0), (2, 0.0), (3, 0.0)],
             "val/reward": [(0, 0.20), (3, 0.30)],
@@ -49,8 +49,8 @@ SEEDED_JOBS = {
     "1": (["objective=regression_const", "rollout.progress=False", "seed=1"], {"val/pass@1": [(0, 0.2), (4, 0.5), (8, 0.6)]}),
     "2": (["seed=2", "rollout.progress=false", "objective=regression_const"], {"val/pass@1": [(0, 0.2), (4, 0.6), (8, 0.7)]}),
     # no-intervention, 2 seeds (validation at steps 0 and 8 only): final 0.3 / 0.5; areas 0.25 / 0.35
-    "3": (["judge=none", "rollout.progress=false", "seed=0"], {"val/reward": [(0, 0.2), (8, 0.3)]}),
-    "4": (["judge=none", "rollout.progress=false", "seed=1"], {"val/reward": [(0, 0.2), (8, 0.5)]}),
+    "3": (["judge=always_keep", "rollout.progress=false", "seed=0"], {"val/reward": [(0, 0.2), (8, 0.3)]}),
+    "4": (["judge=always_keep", "rollout.progress=false", "seed=1"], {"val/reward": [(0, 0.2), (8, 0.5)]}),
     # GRPO: seed 0 ran (final 0.45, area 0.3125), seed 1 has no event files
     "5": (["objective=grpo", "rollout.progress=false", "seed=0"], {"val/pass@1": [(0, 0.2), (4, 0.3), (8, 0.45)]}),
     "6": (["objective=grpo", "rollout.progress=false", "seed=1"], None),
@@ -126,10 +126,13 @@ REPRO_INTENSITY = {
 # method -> the objective and judge nodes its composed config holds (what names its row)
 REPRO_PARTS = {
     "mintrl_const": ({"_target_": "mintrl.objective.regression.AdvantageRegression", "kappa": -0.2}, "RuleJudge"),
-    "grpo": ({"_target_": "mintrl.objective.grpo.GRPO", "scale_std": True}, "KeepJudge"),
-    "no_intervention": ({"_target_": "mintrl.objective.regression.AdvantageRegression", "kappa": -0.2}, "KeepJudge"),
+    "grpo": ({"_target_": "mintrl.objective.grpo.GRPO", "scale_std": True}, "AlwaysKeepJudge"),
+    "no_intervention": (
+        {"_target_": "mintrl.objective.regression.AdvantageRegression", "kappa": -0.2},
+        "AlwaysKeepJudge",
+    ),
 }
-JUDGE_MODULES = {"RuleJudge": "mintrl.judge.rule", "KeepJudge": "mintrl.judge.keep"}
+JUDGE_MODULES = {"RuleJudge": "mintrl.judge.rule", "AlwaysKeepJudge": "mintrl.judge.always_keep"}
 
 
 def repro_config(n_control: int, n_semi: int, max_steps: int = 6, method: str = "mintrl_const") -> dict:

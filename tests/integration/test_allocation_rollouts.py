@@ -22,7 +22,7 @@ from mintrl.allocation import (
 from mintrl.build.components import ModelContext
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
-from mintrl.judge.keep import KeepJudge
+from mintrl.judge.always_keep import AlwaysKeepJudge
 from mintrl.reward import ReasoningGymReward
 from mintrl.rollout.single_turn import SingleTurnRollout
 from mintrl.sampler import HFSampler
@@ -38,7 +38,7 @@ def items(tokenizer):
 def _engine(embedded, tokenizer, allocation, max_tokens=48):
     return SingleTurnRollout(
         HFSampler(embedded.model, tokenizer),
-        KeepJudge(),
+        AlwaysKeepJudge(),
         RuleIntervention(ModelContext(embedded)),
         ReasoningGymReward(),
         tokenizer,

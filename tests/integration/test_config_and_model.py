@@ -14,7 +14,7 @@ from mintrl.build.config_checks import check_config
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.intervention.self_privileged import SelfPrivilegedIntervention
-from mintrl.judge.keep import KeepJudge
+from mintrl.judge.always_keep import AlwaysKeepJudge
 from mintrl.judge.rule import RuleJudge
 from mintrl.judge.self_privileged import SelfPrivilegedJudge
 from mintrl.model import load_policy
@@ -52,14 +52,14 @@ def test_every_group_composes_and_instantiates(tmp_path):
     )
     assert isinstance(default.module.objective, AdvantageRegression) and default.module.objective.kappa == -0.2
     assert isinstance(default.datamodule.prompts, ReasoningGymPrompts)
-    none = build_components(_compose("judge=none"), trainer=False)
-    assert isinstance(none.rollout.judge.inner, KeepJudge)
+    always_keep = build_components(_compose("judge=always_keep"), trainer=False)
+    assert isinstance(always_keep.rollout.judge.inner, AlwaysKeepJudge)
 
 
 def test_unknown_component_lists_valid_names():
     with pytest.raises(MissingConfigException) as err:
         _compose("judge=oracle")
-    assert "rule" in str(err.value) and "self_privileged" in str(err.value) and "none" in str(err.value)
+    assert "rule" in str(err.value) and "self_privileged" in str(err.value) and "always_keep" in str(err.value)
 
 
 def test_unknown_task_lists_valid_names():

@@ -21,7 +21,7 @@ from mintrl.build.run import run
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.intervention.rule import RuleIntervention
 from mintrl.intervention.self_privileged import privileged_prompt_ids
-from mintrl.judge.keep import KeepJudge
+from mintrl.judge.always_keep import AlwaysKeepJudge
 from mintrl.model import load_policy
 from mintrl.model.logprobs import token_logprobs
 from mintrl.objective import GRPO, AdvantageRegression, InterventionGRPO, Objective, OnPolicyDistillation
@@ -105,7 +105,7 @@ def test_paper_scale_rows_carry_appendix_h_settings(row):
     intervened = row in ("mentor", "intervention_grpo", "mintrl_proxy", "mintrl_const")
     if row != "base_eval":  # evaluation only: no training rollouts
         assert (r.n_control, r.n_semi) == ((8, 8) if intervened else (16, 0))
-    assert cfg.judge._target_.endswith("SelfPrivilegedJudge" if intervened else "KeepJudge")
+    assert cfg.judge._target_.endswith("SelfPrivilegedJudge" if intervened else "AlwaysKeepJudge")
     if intervened:
         assert cfg.judge.teacher == cfg.intervention.teacher == "Qwen/Qwen3-4B-Instruct-2507"
     if row.startswith("mintrl"):
@@ -160,7 +160,7 @@ def items(tokenizer):
 def _on_policy_batch(embedded, tokenizer, items, n=2):
     engine = SingleTurnRollout(
         HFSampler(embedded.model, tokenizer, dtype="fp32"),
-        KeepJudge(),
+        AlwaysKeepJudge(),
         RuleIntervention(ModelContext(embedded)),
         ReasoningGymReward(),
         tokenizer,

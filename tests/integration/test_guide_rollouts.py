@@ -17,7 +17,7 @@ from mintrl.data.reasoning_gym import ReasoningGymPrompts
 from mintrl.guide.demonstration import DemonstrationGuide
 from mintrl.guide.prefix import PrefixGuide, prefix_length
 from mintrl.intervention.rule import RuleIntervention
-from mintrl.judge.keep import KeepJudge
+from mintrl.judge.always_keep import AlwaysKeepJudge
 from mintrl.reward import ReasoningGymReward
 from mintrl.rollout.records import batch_records
 from mintrl.rollout.single_turn import SingleTurnRollout
@@ -32,7 +32,7 @@ def guide_items(tokenizer):
 def _engine(embedded, tokenizer, guide, max_tokens=24):
     return SingleTurnRollout(
         HFSampler(embedded.model, tokenizer),
-        KeepJudge(),
+        AlwaysKeepJudge(),
         RuleIntervention(ModelContext(embedded)),
         ReasoningGymReward(),
         tokenizer,

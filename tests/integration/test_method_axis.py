@@ -45,91 +45,91 @@ class Row(NamedTuple):
 # fmt: off
 ROWS = {
     # math, embedded model (no preset: one-digit addition)
-    "math/base_eval_cpu": Row("method=base_eval", "AdvantageRegression", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
-    "math/bread_cpu": Row("method=bread", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
+    "math/base_eval_cpu": Row("method=base_eval", "AdvantageRegression", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
+    "math/bread_cpu": Row("method=bread", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
     "math/first_error_cpu": Row("method=first_error", "FirstErrorCredit", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
-    "math/grpo_cpu": Row("method=grpo", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
-    "math/grpo_lora_cpu": Row("method=grpo preset=cpu_lora", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
+    "math/grpo_cpu": Row("method=grpo", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
+    "math/grpo_lora_cpu": Row("method=grpo preset=cpu_lora", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
     "math/int_cpu": Row("method=int", "GRPO", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
     "math/intervention_grpo_cpu": Row("method=intervention_grpo", "InterventionGRPO", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
-    "math/luffy_cpu": Row("method=luffy", "LUFFY", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
+    "math/luffy_cpu": Row("method=luffy", "LUFFY", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
     "math/mentor_cpu": Row("method=mentor", "InterventionGRPO", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
     "math/mintrl_const_cpu": Row("method=mintrl_const", "AdvantageRegression", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
     "math/mintrl_const_lora_cpu": Row("method=mintrl_const preset=cpu_lora", "AdvantageRegression", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
     "math/mintrl_proxy_cpu": Row("method=mintrl_proxy", "AdvantageRegression", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
-    "math/opd_cpu": Row("method=opd", "OnPolicyDistillation", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
-    "math/prefix_rft_cpu": Row("method=prefix_rft", "LUFFY", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
-    "math/sft_grpo_cpu": Row("method=sft_grpo", "GRPO", "KeepJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
+    "math/opd_cpu": Row("method=opd", "OnPolicyDistillation", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
+    "math/prefix_rft_cpu": Row("method=prefix_rft", "LUFFY", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
+    "math/sft_grpo_cpu": Row("method=sft_grpo", "GRPO", "AlwaysKeepJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
     # math, paper scale
-    "math/base_eval": Row("method=base_eval preset=paper_math", "AdvantageRegression", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 8, 8),
-    "math/bread": Row("experiment=paper/bread", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
+    "math/base_eval": Row("method=base_eval preset=paper_math", "AdvantageRegression", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 8, 8),
+    "math/bread": Row("experiment=paper/bread", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
     "math/first_error": Row("experiment=paper/first_error", "FirstErrorCredit", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
-    "math/grpo": Row("experiment=paper/grpo", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
-    "math/grpo_lora": Row("experiment=paper/grpo preset=paper_math_lora_1gpu", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
+    "math/grpo": Row("experiment=paper/grpo", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
+    "math/grpo_lora": Row("experiment=paper/grpo preset=paper_math_lora_1gpu", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
     "math/int": Row("experiment=paper/int", "GRPO", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
     "math/intervention_grpo": Row("method=intervention_grpo preset=paper_math", "InterventionGRPO", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 8, 8),
-    "math/luffy": Row("experiment=paper/luffy", "LUFFY", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 7, 0),
+    "math/luffy": Row("experiment=paper/luffy", "LUFFY", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 7, 0),
     "math/mentor": Row("method=mentor preset=paper_math objective.alpha_decay_steps=120", "InterventionGRPO", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 8, 8),
     "math/mintrl_const": Row("experiment=paper/mintrl_const", "AdvantageRegression", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 8, 8),
     "math/mintrl_const_lora": Row("experiment=paper/mintrl_const preset=paper_math_lora_1gpu", "AdvantageRegression", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 8, 8),
     "math/mintrl_proxy": Row("experiment=paper/mintrl_proxy", "AdvantageRegression", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 8, 8),
-    "math/opd": Row("experiment=paper/opd", "OnPolicyDistillation", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
-    "math/prefix_rft": Row("experiment=paper/prefix_rft", "LUFFY", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 7, 0),
-    "math/sft_grpo": Row("experiment=paper/sft_grpo", "GRPO", "KeepJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
+    "math/opd": Row("experiment=paper/opd", "OnPolicyDistillation", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
+    "math/prefix_rft": Row("experiment=paper/prefix_rft", "LUFFY", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 7, 0),
+    "math/sft_grpo": Row("experiment=paper/sft_grpo", "GRPO", "AlwaysKeepJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
     # code, embedded model (preset=cpu_code)
-    "code/base_eval_cpu": Row("method=base_eval preset=cpu_code", "AdvantageRegression", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
-    "code/grpo_cpu": Row("method=grpo preset=cpu_code", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
+    "code/base_eval_cpu": Row("method=base_eval preset=cpu_code", "AdvantageRegression", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
+    "code/grpo_cpu": Row("method=grpo preset=cpu_code", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
     "code/intervention_grpo_cpu": Row("method=intervention_grpo preset=cpu_code", "InterventionGRPO", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
     "code/mentor_cpu": Row("method=mentor preset=cpu_code", "InterventionGRPO", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
     "code/mintrl_const_cpu": Row("method=mintrl_const preset=cpu_code", "AdvantageRegression", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
     "code/mintrl_proxy_cpu": Row("method=mintrl_proxy preset=cpu_code", "AdvantageRegression", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
-    "code/opd_cpu": Row("experiment=code/opd_cpu", "OnPolicyDistillation", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
-    "code/sft_grpo_cpu": Row("method=sft_grpo preset=cpu_code", "GRPO", "KeepJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
+    "code/opd_cpu": Row("experiment=code/opd_cpu", "OnPolicyDistillation", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
+    "code/sft_grpo_cpu": Row("method=sft_grpo preset=cpu_code", "GRPO", "AlwaysKeepJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 4, 0),
     # code, paper scale
-    "code/base_eval": Row("method=base_eval preset=paper_code", "AdvantageRegression", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 8, 8),
-    "code/grpo": Row("experiment=paper/grpo preset=paper_code", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
+    "code/base_eval": Row("method=base_eval preset=paper_code", "AdvantageRegression", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 8, 8),
+    "code/grpo": Row("experiment=paper/grpo preset=paper_code", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
     "code/intervention_grpo": Row("method=intervention_grpo preset=paper_code", "InterventionGRPO", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 8, 8),
     "code/mentor": Row("method=mentor preset=paper_code objective.alpha_decay_steps=120", "InterventionGRPO", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 8, 8),
     "code/mintrl_const": Row("experiment=paper/mintrl_const_code", "AdvantageRegression", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 8, 8),
     "code/mintrl_proxy": Row("experiment=paper/mintrl_proxy preset=paper_code", "AdvantageRegression", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 8, 8),
-    "code/opd": Row("experiment=paper/opd preset=paper_code", "OnPolicyDistillation", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
-    "code/sft_grpo": Row("experiment=paper/sft_grpo preset=paper_code", "GRPO", "KeepJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
+    "code/opd": Row("experiment=paper/opd preset=paper_code", "OnPolicyDistillation", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
+    "code/sft_grpo": Row("experiment=paper/sft_grpo preset=paper_code", "GRPO", "AlwaysKeepJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 16, 0),
     # agents, embedded model (preset=cpu_<env>)
     "agent/sql_mintrl_const_cpu": Row("method=mintrl_const preset=cpu_sql", "AdvantageRegression", "SqlJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 2, 2),
-    "agent/sql_grpo_cpu": Row("method=grpo preset=cpu_sql", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 4, 0),
-    "agent/sql_rail_cpu": Row("method=rail preset=cpu_sql", "GRPO", "KeepJudge", "RuleIntervention", "RailAllocation", "SqlEnvironment", "EpisodeRollout", 4, 0),
-    "agent/sql_entropy_cpu": Row("method=entropy preset=cpu_sql", "GRPO", "KeepJudge", "RuleIntervention", "EntropyAllocation", "SqlEnvironment", "EpisodeRollout", 4, 0),
+    "agent/sql_grpo_cpu": Row("method=grpo preset=cpu_sql", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 4, 0),
+    "agent/sql_rail_cpu": Row("method=rail preset=cpu_sql", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "RailAllocation", "SqlEnvironment", "EpisodeRollout", 4, 0),
+    "agent/sql_entropy_cpu": Row("method=entropy preset=cpu_sql", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "EntropyAllocation", "SqlEnvironment", "EpisodeRollout", 4, 0),
     "agent/shell_mintrl_const_cpu": Row("method=mintrl_const preset=cpu_shell", "AdvantageRegression", "ShellJudge", "RuleIntervention", "UniformAllocation", "ShellEnvironment", "EpisodeRollout", 2, 2),
-    "agent/shell_grpo_cpu": Row("method=grpo preset=cpu_shell", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "ShellEnvironment", "EpisodeRollout", 4, 0),
-    "agent/shell_rail_cpu": Row("method=rail preset=cpu_shell", "GRPO", "KeepJudge", "RuleIntervention", "RailAllocation", "ShellEnvironment", "EpisodeRollout", 4, 0),
-    "agent/shell_entropy_cpu": Row("method=entropy preset=cpu_shell", "GRPO", "KeepJudge", "RuleIntervention", "EntropyAllocation", "ShellEnvironment", "EpisodeRollout", 4, 0),
+    "agent/shell_grpo_cpu": Row("method=grpo preset=cpu_shell", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", "ShellEnvironment", "EpisodeRollout", 4, 0),
+    "agent/shell_rail_cpu": Row("method=rail preset=cpu_shell", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "RailAllocation", "ShellEnvironment", "EpisodeRollout", 4, 0),
+    "agent/shell_entropy_cpu": Row("method=entropy preset=cpu_shell", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "EntropyAllocation", "ShellEnvironment", "EpisodeRollout", 4, 0),
     "agent/python_tool_mintrl_const_cpu": Row("method=mintrl_const preset=cpu_python_tool", "AdvantageRegression", "RuleJudge", "RuleIntervention", "UniformAllocation", "PythonToolEnvironment", "EpisodeRollout", 2, 2),
-    "agent/python_tool_grpo_cpu": Row("method=grpo preset=cpu_python_tool", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "PythonToolEnvironment", "EpisodeRollout", 4, 0),
-    "agent/python_tool_rail_cpu": Row("method=rail preset=cpu_python_tool", "GRPO", "KeepJudge", "RuleIntervention", "RailAllocation", "PythonToolEnvironment", "EpisodeRollout", 4, 0),
-    "agent/python_tool_entropy_cpu": Row("method=entropy preset=cpu_python_tool", "GRPO", "KeepJudge", "RuleIntervention", "EntropyAllocation", "PythonToolEnvironment", "EpisodeRollout", 4, 0),
+    "agent/python_tool_grpo_cpu": Row("method=grpo preset=cpu_python_tool", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", "PythonToolEnvironment", "EpisodeRollout", 4, 0),
+    "agent/python_tool_rail_cpu": Row("method=rail preset=cpu_python_tool", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "RailAllocation", "PythonToolEnvironment", "EpisodeRollout", 4, 0),
+    "agent/python_tool_entropy_cpu": Row("method=entropy preset=cpu_python_tool", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "EntropyAllocation", "PythonToolEnvironment", "EpisodeRollout", 4, 0),
     "agent/sql_mintrl_proxy_cpu": Row("method=mintrl_proxy preset=cpu_sql", "AdvantageRegression", "SqlJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 2, 2),
     # agents, paper scale (preset=paper_<env>)
     "agent/sql_mintrl_const": Row("method=mintrl_const preset=paper_sql", "AdvantageRegression", "SqlJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 8, 8),
-    "agent/sql_grpo": Row("method=grpo preset=paper_sql rollout.n_control=16", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 16, 0),
-    "agent/sql_grpo8": Row("method=grpo preset=paper_sql rollout.n_control=8", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 8, 0),
-    "agent/sql_grpo32": Row("method=grpo preset=paper_sql rollout.n_control=32", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 32, 0),
-    "agent/sql_rail": Row("experiment=paper/agent_rail preset=paper_sql", "GRPO", "KeepJudge", "RuleIntervention", "RailAllocation", "SqlEnvironment", "EpisodeRollout", 8, 0),
-    "agent/sql_entropy": Row("experiment=paper/agent_entropy preset=paper_sql", "GRPO", "KeepJudge", "RuleIntervention", "EntropyAllocation", "SqlEnvironment", "EpisodeRollout", 8, 0),
+    "agent/sql_grpo": Row("method=grpo preset=paper_sql rollout.n_control=16", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 16, 0),
+    "agent/sql_grpo8": Row("method=grpo preset=paper_sql rollout.n_control=8", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 8, 0),
+    "agent/sql_grpo32": Row("method=grpo preset=paper_sql rollout.n_control=32", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 32, 0),
+    "agent/sql_rail": Row("experiment=paper/agent_rail preset=paper_sql", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "RailAllocation", "SqlEnvironment", "EpisodeRollout", 8, 0),
+    "agent/sql_entropy": Row("experiment=paper/agent_entropy preset=paper_sql", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "EntropyAllocation", "SqlEnvironment", "EpisodeRollout", 8, 0),
     "agent/shell_mintrl_const": Row("method=mintrl_const preset=paper_shell", "AdvantageRegression", "ShellJudge", "RuleIntervention", "UniformAllocation", "ShellEnvironment", "EpisodeRollout", 8, 8),
-    "agent/shell_grpo": Row("method=grpo preset=paper_shell rollout.n_control=16", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "ShellEnvironment", "EpisodeRollout", 16, 0),
-    "agent/shell_grpo8": Row("method=grpo preset=paper_shell rollout.n_control=8", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "ShellEnvironment", "EpisodeRollout", 8, 0),
-    "agent/shell_grpo32": Row("method=grpo preset=paper_shell rollout.n_control=32", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "ShellEnvironment", "EpisodeRollout", 32, 0),
-    "agent/shell_rail": Row("experiment=paper/agent_rail preset=paper_shell", "GRPO", "KeepJudge", "RuleIntervention", "RailAllocation", "ShellEnvironment", "EpisodeRollout", 8, 0),
-    "agent/shell_entropy": Row("experiment=paper/agent_entropy preset=paper_shell", "GRPO", "KeepJudge", "RuleIntervention", "EntropyAllocation", "ShellEnvironment", "EpisodeRollout", 8, 0),
+    "agent/shell_grpo": Row("method=grpo preset=paper_shell rollout.n_control=16", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", "ShellEnvironment", "EpisodeRollout", 16, 0),
+    "agent/shell_grpo8": Row("method=grpo preset=paper_shell rollout.n_control=8", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", "ShellEnvironment", "EpisodeRollout", 8, 0),
+    "agent/shell_grpo32": Row("method=grpo preset=paper_shell rollout.n_control=32", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", "ShellEnvironment", "EpisodeRollout", 32, 0),
+    "agent/shell_rail": Row("experiment=paper/agent_rail preset=paper_shell", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "RailAllocation", "ShellEnvironment", "EpisodeRollout", 8, 0),
+    "agent/shell_entropy": Row("experiment=paper/agent_entropy preset=paper_shell", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "EntropyAllocation", "ShellEnvironment", "EpisodeRollout", 8, 0),
     "agent/python_tool_mintrl_const": Row("method=mintrl_const preset=paper_python_tool", "AdvantageRegression", "RuleJudge", "RuleIntervention", "UniformAllocation", "PythonToolEnvironment", "EpisodeRollout", 8, 8),
-    "agent/python_tool_grpo": Row("method=grpo preset=paper_python_tool rollout.n_control=16", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "PythonToolEnvironment", "EpisodeRollout", 16, 0),
-    "agent/python_tool_grpo8": Row("method=grpo preset=paper_python_tool rollout.n_control=8", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "PythonToolEnvironment", "EpisodeRollout", 8, 0),
-    "agent/python_tool_grpo32": Row("method=grpo preset=paper_python_tool rollout.n_control=32", "GRPO", "KeepJudge", "RuleIntervention", "UniformAllocation", "PythonToolEnvironment", "EpisodeRollout", 32, 0),
-    "agent/python_tool_rail": Row("experiment=paper/agent_rail preset=paper_python_tool", "GRPO", "KeepJudge", "RuleIntervention", "RailAllocation", "PythonToolEnvironment", "EpisodeRollout", 8, 0),
-    "agent/python_tool_entropy": Row("experiment=paper/agent_entropy preset=paper_python_tool", "GRPO", "KeepJudge", "RuleIntervention", "EntropyAllocation", "PythonToolEnvironment", "EpisodeRollout", 8, 0),
+    "agent/python_tool_grpo": Row("method=grpo preset=paper_python_tool rollout.n_control=16", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", "PythonToolEnvironment", "EpisodeRollout", 16, 0),
+    "agent/python_tool_grpo8": Row("method=grpo preset=paper_python_tool rollout.n_control=8", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", "PythonToolEnvironment", "EpisodeRollout", 8, 0),
+    "agent/python_tool_grpo32": Row("method=grpo preset=paper_python_tool rollout.n_control=32", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", "PythonToolEnvironment", "EpisodeRollout", 32, 0),
+    "agent/python_tool_rail": Row("experiment=paper/agent_rail preset=paper_python_tool", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "RailAllocation", "PythonToolEnvironment", "EpisodeRollout", 8, 0),
+    "agent/python_tool_entropy": Row("experiment=paper/agent_entropy preset=paper_python_tool", "GRPO", "AlwaysKeepJudge", "RuleIntervention", "EntropyAllocation", "PythonToolEnvironment", "EpisodeRollout", 8, 0),
     "agent/sql_mintrl_proxy": Row("method=mintrl_proxy preset=paper_sql", "AdvantageRegression", "SqlJudge", "RuleIntervention", "UniformAllocation", "SqlEnvironment", "EpisodeRollout", 8, 8),
     # single-purpose rows
-    "no_intervention": Row("method=no_intervention", "AdvantageRegression", "KeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
+    "no_intervention": Row("method=no_intervention", "AdvantageRegression", "AlwaysKeepJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
     "rule_last_number": Row("judge.check_last_number=true", "AdvantageRegression", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
     "self_privileged": Row("judge=self_privileged intervention=self_privileged", "AdvantageRegression", "SelfPrivilegedJudge", "SelfPrivilegedIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
     "adaptive_stop": Row("experiment=adaptive_stop", "AdvantageRegression", "RuleJudge", "RuleIntervention", "UniformAllocation", None, "SingleTurnRollout", 2, 2),
@@ -141,7 +141,7 @@ ROWS = {
 # Rows whose new spelling composes to something other than the old file did, on purpose (config subtree:
 # why). Every other key of every row was equal.
 DIFFERENCES = {
-    row: {"intervention": "self_privileged -> rule: judge=none never calls the intervention, and the rule "
+    row: {"intervention": "self_privileged -> rule: judge=always_keep never calls the intervention, and the rule "
           "intervention loads no frozen policy copy"}
     for row in ("code/base_eval_cpu", "code/grpo_cpu", "code/opd_cpu")
 }  # fmt: skip
@@ -156,7 +156,7 @@ EXPERIMENTS = {
 }  # fmt: skip
 METHODS = sorted(p.stem for p in (REPO / "configs" / "method").glob("*.yaml"))
 PRESETS = sorted(p.stem for p in (REPO / "configs" / "preset").glob("*.yaml"))
-# methods that choose judge=none (no judge reviews a chunk, whatever the preset's judge)
+# methods that choose judge=always_keep (no judge reviews a chunk, whatever the preset's judge)
 NO_JUDGE = {"base_eval", "bread", "entropy", "grpo", "luffy", "no_intervention", "opd", "prefix_rft", "rail", "random_anchor", "sft_grpo"}  # fmt: skip
 
 
@@ -205,10 +205,10 @@ def test_every_former_row_composes_to_what_it_was(old):
 
 @pytest.mark.parametrize("old", sorted(DIFFERENCES))
 def test_the_deliberate_differences(old):
-    """The old code rows took cpu_code's self-privileged intervention; their methods (judge=none) choose the
+    """The old code rows took cpu_code's self-privileged intervention; their methods (judge=always_keep) choose the
     rule intervention, which is never called."""
     assert _cls(_compose(["+preset=cpu_code"]).intervention) == "SelfPrivilegedIntervention"
-    assert (ROWS[old].judge, ROWS[old].intervention) == ("KeepJudge", "RuleIntervention")
+    assert (ROWS[old].judge, ROWS[old].intervention) == ("AlwaysKeepJudge", "RuleIntervention")
     assert "preset=cpu_code" in ROWS[old].spelling or ROWS[old].spelling == "experiment=code/opd_cpu"
 
 
@@ -261,11 +261,11 @@ def test_every_method_composes_on_every_preset_and_keeps_its_choices(method):
     alone = _compose([f"method={method}"])
     for preset in PRESETS:
         cfg = _compose([f"method={method}", f"preset={preset}"])
-        # the method's choices win over the preset's: the objective always, judge=none where it says so
+        # the method's choices win over the preset's: the objective always, judge=always_keep where it says so
         assert cfg.objective._target_ == alone.objective._target_, preset
         assert cfg.guide._target_ == alone.guide._target_ and cfg.allocation._target_ == alone.allocation._target_
         if method in NO_JUDGE:
-            assert _cls(cfg.judge) == "KeepJudge", preset
+            assert _cls(cfg.judge) == "AlwaysKeepJudge", preset
         # group sizes: a method without semi-on-policy rollouts fixes them; the others take the preset's
         sizes = (alone.rollout.n_control, 0) if alone.rollout.n_semi == 0 else _preset_group_sizes(preset)
         assert (cfg.rollout.n_control, cfg.rollout.n_semi) == sizes, preset

@@ -34,7 +34,7 @@ def test_each_row_of_an_agentbench_sweep_composes_on_the_named_checkout(monkeypa
             assert cfg.data.prompts.scripts_dir == "/checkout/data/os_interaction/scripts/7"
             assert (cfg.env.writable_root, cfg.data.prompts.writable_root) == (True, True)
             judge = cfg.judge._target_.rsplit(".", 1)[1]
-            assert judge == "KeepJudge" or (judge, cfg.judge.writable_root) == ("ShellJudge", True), row
+            assert judge == "AlwaysKeepJudge" or (judge, cfg.judge.writable_root) == ("ShellJudge", True), row
 
 
 def test_a_method_with_a_judge_gets_the_shell_judge_on_a_writable_root():

@@ -214,6 +214,6 @@ def test_the_agent_rows_compose_and_instantiate(row):
     prompts = instantiate(cfg.data.prompts)
     assert isinstance(prompts, ShellTasks) and prompts.difficulty.kinds == ("count_files", "file_content")
     judge = instantiate(cfg.judge, context=None)
-    assert type(judge).__name__ == ("KeepJudge" if row == "grpo" else "ShellJudge")
+    assert type(judge).__name__ == ("AlwaysKeepJudge" if row == "grpo" else "ShellJudge")
     if row == "grpo":
         assert (cfg.rollout.n_control, cfg.rollout.n_semi) == (4, 0)

@@ -161,8 +161,8 @@ def _cfg(judge: str, rollout: str = "mintrl.rollout.single_turn.SingleTurnRollou
 
 def test_config_check_needs_a_judge_that_finds_errors():
     check_first_error(_cfg("mintrl.judge.rule.RuleJudge"))
-    with pytest.raises(ValueError, match="judge=KeepJudge never finds one"):
-        check_first_error(_cfg("mintrl.judge.keep.KeepJudge"))
+    with pytest.raises(ValueError, match="judge=AlwaysKeepJudge never finds one"):
+        check_first_error(_cfg("mintrl.judge.always_keep.AlwaysKeepJudge"))
     with pytest.raises(ValueError, match="needs the single-turn rollout"):
         check_first_error(_cfg("mintrl.judge.rule.RuleJudge", "mintrl.rollout.episodes.EpisodeRollout"))
 

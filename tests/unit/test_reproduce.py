@@ -352,9 +352,10 @@ def test_every_row_composes_with_the_hard_task_at_equal_budget(sweep):
              cfg.data.prompts.val_size, cfg.data.val_samples_per_prompt, cfg.trainer.val_check_interval)
         )  # fmt: skip
         if row == "grpo":
-            assert (r.n_control, r.n_semi) == (4, 0) and cfg.judge._target_.endswith("KeepJudge")
+            assert (r.n_control, r.n_semi) == (4, 0) and cfg.judge._target_.endswith("AlwaysKeepJudge")
         if row == "no_intervention":
-            assert cfg.objective._target_.endswith("AdvantageRegression") and cfg.judge._target_.endswith("KeepJudge")
+            assert cfg.objective._target_.endswith("AdvantageRegression")
+            assert cfg.judge._target_.endswith("AlwaysKeepJudge")
         if row == "mentor":
             assert cfg.objective.alpha_decay_steps == 12  # alpha decays over the whole run
     assert budgets == {(4, 12, 8, 64, 96, 2, 6)}

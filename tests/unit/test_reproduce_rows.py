@@ -101,7 +101,7 @@ def test_a_swept_knob_stays_in_the_name_and_an_unknown_method_keeps_its_override
     assert [r.name for r in rows] == [
         "MInTRL-Const rollout.max_reviews=1",
         "MInTRL-Const rollout.max_reviews=4",
-        "method=bread rollout.max_reviews=4 (no-intervention)",  # a guided row: none of the report's (judge=none)
+        "method=bread rollout.max_reviews=4 (no-intervention)",  # a guided row: none of the report's (judge=always_keep)
     ]
 
 

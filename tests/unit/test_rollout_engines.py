@@ -19,7 +19,7 @@ from transformers import AutoTokenizer
 from mintrl.build.config import CONFIG_DIR
 from mintrl.data.base import PromptItem
 from mintrl.env.base import Environment, StepResult
-from mintrl.judge.keep import KeepJudge
+from mintrl.judge.always_keep import AlwaysKeepJudge
 from mintrl.model.loading import embedded_smollm2_folder
 from mintrl.reward.reasoning_gym import ReasoningGymReward
 from mintrl.rollout.engine import RolloutEngine
@@ -92,11 +92,11 @@ def tokenizer():
 
 
 def single_turn(tokenizer, **kwargs) -> SingleTurnRollout:
-    return SingleTurnRollout(_Sampler(), KeepJudge(), _Intervention(), ReasoningGymReward(), tokenizer, **kwargs)
+    return SingleTurnRollout(_Sampler(), AlwaysKeepJudge(), _Intervention(), ReasoningGymReward(), tokenizer, **kwargs)
 
 
 def episodes(tokenizer, **kwargs) -> EpisodeRollout:
-    return EpisodeRollout(_Environment(), _Sampler(), KeepJudge(), _Intervention(), tokenizer, **kwargs)
+    return EpisodeRollout(_Environment(), _Sampler(), AlwaysKeepJudge(), _Intervention(), tokenizer, **kwargs)
 
 
 def test_each_engine_takes_the_shared_arguments_and_its_own():
@@ -155,7 +155,7 @@ def _alternatives(tokenizer) -> dict:
     episode engine takes only None)."""
     return {
         "sampler": _Sampler(),
-        "judge": KeepJudge(),
+        "judge": AlwaysKeepJudge(),
         "intervention": _Intervention(),
         "tokenizer": copy.copy(tokenizer),
         "n_control": 3,
@@ -186,7 +186,7 @@ def _alternatives(tokenizer) -> dict:
 
 
 def _build(cls, tok, **overrides):
-    base = {"sampler": _Sampler(), "judge": KeepJudge(), "intervention": _Intervention(), "tokenizer": tok}
+    base = {"sampler": _Sampler(), "judge": AlwaysKeepJudge(), "intervention": _Intervention(), "tokenizer": tok}
     base |= {"reward": ReasoningGymReward()} if cls is SingleTurnRollout else {"env": _Environment()}
     return cls(**{**base, **overrides})
 
@@ -290,12 +290,10 @@ def test_the_judge_and_the_reward_stay_guarded_when_swapped(tokenizer):
     engine = single_turn(tokenizer, judge_timeout_s=5.0, reward_timeout_s=3.0)
     assert isinstance(engine.judge, GuardedJudge) and engine.judge.timeout_s == 5.0
     assert isinstance(engine.reward, GuardedReward) and engine.reward.timeout_s == 3.0
-    judge = KeepJudge()
+    judge = AlwaysKeepJudge()
     engine.judge = judge
     assert isinstance(engine.judge, GuardedJudge) and engine.judge.inner is judge and engine.judge.timeout_s == 5.0
-    guarded = GuardedJudge(KeepJudge(), 1.0)
+    guarded = GuardedJudge(AlwaysKeepJudge(), 1.0)
     engine.judge = guarded
     assert engine.judge is guarded  # an already guarded judge is kept as it is
-    assert isinstance(vars(RolloutEngine)["judge"], Guarded) and isinstance(
-        vars(SingleTurnRollout)["reward"], Guarded
-    )
+    assert isinstance(vars(RolloutEngine)["judge"], Guarded) and isinstance(vars(SingleTurnRollout)["reward"], Guarded)

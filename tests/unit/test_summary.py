@@ -47,15 +47,16 @@ def test_without_a_no_intervention_job_deltas_are_none(multirun):
 
 
 def test_no_intervention_detection_and_baseline_matching():
-    assert runs.is_no_intervention(["judge=none"])
+    assert runs.is_no_intervention(["judge=always_keep"])
+    assert runs.is_no_intervention(["judge=none"])  # the same judge, as runs recorded it before its rename
     assert runs.is_no_intervention(["+rollout.n_semi=0"])
     assert runs.is_no_intervention(["experiment=no_intervention"])
-    assert runs.is_no_intervention([], {"judge": {"_target_": "mintrl.judge.keep.KeepJudge"}})
+    assert runs.is_no_intervention([], {"judge": {"_target_": "mintrl.judge.always_keep.AlwaysKeepJudge"}})
     assert runs.is_no_intervention([], {"rollout": {"n_semi": 0}})
     assert not runs.is_no_intervention(
         ["judge=rule", "rollout.n_semi=2"], {"judge": {"_target_": "mintrl.judge.rule.RuleJudge"}}
     )
-    baselines = [(["seed=0", "judge=none"], 0.3), (["seed=1", "judge=none"], 0.5)]
+    baselines = [(["seed=0", "judge=always_keep"], 0.3), (["seed=1", "judge=always_keep"], 0.5)]
     assert summary.baseline_pass_at_1(["seed=1", "judge=rule"], baselines) == 0.5
     assert summary.baseline_pass_at_1(["judge=rule"], baselines) == pytest.approx(0.4)  # tie: mean
     assert summary.baseline_pass_at_1(["judge=rule"], []) is None
@@ -86,14 +87,15 @@ def test_the_baseline_is_the_judge_class_that_declares_it_never_revises():
     assert runs.is_no_intervention([], _judge(NeverRevises))  # no override, no class name known to the analysis
     assert not runs.is_no_intervention([], _judge(Revises))
     assert runs.judge_never_revises(f"{NeverRevises.__module__}.NeverRevises") is True
-    # committed runs recorded the keep judge at its old place: looked up where it lives now
+    # committed runs recorded the always-keep judge at its older places: looked up where it lives now
     assert runs.judge_never_revises("mintrl.judge.none.KeepJudge") is True
+    assert runs.judge_never_revises("mintrl.judge.keep.KeepJudge") is True
     assert not runs.is_no_intervention([], {"judge": {"_target_": "mintrl.judge.rule.RuleJudge"}})
     # a judge class that no longer imports: a warning names it and the overrides decide
     gone = {"judge": {"_target_": "mintrl.judge.removed_in_a_refactor.GoneJudge"}}
     with pytest.warns(UserWarning, match="removed_in_a_refactor.GoneJudge.*does not import"):
         assert runs.is_no_intervention(["seed=0"], gone) is False
-    assert runs.is_no_intervention(["judge=none"], gone) is True
+    assert runs.is_no_intervention(["judge=always_keep"], gone) is True
 
 
 def test_table_lists_the_numbers_and_the_missing_job(multirun):
@@ -102,7 +104,7 @@ def test_table_lists_the_numbers_and_the_missing_job(multirun):
     assert lines[0].startswith(
         "| job | overrides | off-policy frac | final val pass@1 | delta pass@1 vs no-intervention"
     )
-    assert "| 0 (no-intervention) | judge=none | 0.000 | 0.300 | +0.000 |" in lines
+    assert "| 0 (no-intervention) | judge=always_keep | 0.000 | 0.300 | +0.000 |" in lines
     assert "| 1 | rollout.max_reviews=1 | 0.020 | 0.350 | +0.050 |" in lines
     assert "| 2 | rollout.max_reviews=4 | 0.050 | 0.250 | -0.050 |" in lines
     assert any(line.startswith("| 10 |") and "missing" in line for line in lines)
@@ -173,7 +175,7 @@ def test_sweep_configs_compose_and_every_job_composes(name):
     if name == "intensity":
         assert {len(str(v).split(",")) for v in params.values()} == {2}
     if name == "judge":
-        assert "none" in str(params["judge"]).split(",")
+        assert "always_keep" in str(params["judge"]).split(",")
         assert cfg.hydra.runtime.choices["intervention"] == "self_privileged"
     if name == "kappa":
         assert _compose([f"+sweep={name}"]).hydra.runtime.choices["objective"] == "regression_const"
@@ -265,7 +267,7 @@ def test_seed_table_states_intervals_and_how_they_are_computed(seeded_multirun):
         "| objective=regression_const | 0,1,2 (3) | 0.600 [0.352, 0.848] | 0.450 [0.264, 0.636] | 0.031 (N=256) |"
         in table
     )
-    assert "| judge=none (no-intervention) | 0,1 (2) | 0.400 [-0.871, 1.671] |" in table
+    assert "| judge=always_keep (no-intervention) | 0,1 (2) | 0.400 [-0.871, 1.671] |" in table
     assert (
         "| objective=grpo | 0 (1); no event files: job 6 (seed=1) | 0.450 (n=1, no interval) | 0.313 (n=1, no interval) |"
         in table

@@ -19,8 +19,13 @@ from typing import Sequence
 from mintrl.analysis.tensorboard import Scalars, event_times, load_scalars, tag_values
 
 NO_INTERVENTION_EXPERIMENTS = ("no_intervention",)
+# the judge option that keeps every chunk: its name now, and ``none``, its name in runs recorded before
+NO_INTERVENTION_JUDGES = ("always_keep", "none")
 # judge classes that moved after runs recorded them in their .hydra/config.yaml: old _target_ -> new
-RENAMED_JUDGE_TARGETS = {"mintrl.judge.none.KeepJudge": "mintrl.judge.keep.KeepJudge"}
+RENAMED_JUDGE_TARGETS = {
+    "mintrl.judge.none.KeepJudge": "mintrl.judge.always_keep.AlwaysKeepJudge",
+    "mintrl.judge.keep.KeepJudge": "mintrl.judge.always_keep.AlwaysKeepJudge",
+}
 STEP_SECONDS_TAG = "perf/step_seconds"
 NOT_RECORDED = "not recorded"
 
@@ -297,10 +302,11 @@ def _is_zero(value) -> bool:
 @lru_cache(maxsize=None)
 def judge_never_revises(target: str) -> bool | None:
     """Whether the judge class at ``target`` (a config's ``judge._target_``) declares that it never revises:
-    its ``finds_errors`` attribute (:class:`mintrl.judge.base.Judge`) is False, as for ``judge=none``.
+    its ``finds_errors`` attribute (:class:`mintrl.judge.base.Judge`) is False, as for ``judge=always_keep``.
 
     A target that moved since a run recorded it is looked up at its new place
-    (:data:`RENAMED_JUDGE_TARGETS`, e.g. ``mintrl.judge.none.KeepJudge`` -> ``mintrl.judge.keep.KeepJudge``).
+    (:data:`RENAMED_JUDGE_TARGETS`, e.g. ``mintrl.judge.keep.KeepJudge`` ->
+    ``mintrl.judge.always_keep.AlwaysKeepJudge``).
 
     Returns:
         True or False from the class; None when the target does not import (a warning names it), so the
@@ -323,7 +329,8 @@ def judge_never_revises(target: str) -> bool | None:
 def is_no_intervention(overrides: Sequence[str], config: dict | None = None) -> bool:
     """Whether a run never intervenes (the pure on-policy baseline of MInTRL Figure 6).
 
-    True when the overrides or the composed config say so: ``judge=none``, ``experiment=no_intervention``, any
+    True when the overrides or the composed config say so: ``judge=always_keep`` (``judge=none`` in runs
+    recorded before its rename, :data:`NO_INTERVENTION_JUDGES`), ``experiment=no_intervention``, any
     of ``rollout.n_semi``, ``rollout.max_reviews``, ``rollout.intervention_steps`` equal to 0 (no
     semi-on-policy rollouts, no reviews, or interventions switched off from step 0), or a config judge whose
     class declares it never revises (:func:`judge_never_revises`).
@@ -331,7 +338,9 @@ def is_no_intervention(overrides: Sequence[str], config: dict | None = None) -> 
     zero_keys = ("rollout.n_semi", "rollout.max_reviews", "rollout.intervention_steps")
     for o in overrides:
         key, value = parse_override(o)
-        if (key, value) == ("judge", "none") or (key == "experiment" and value in NO_INTERVENTION_EXPERIMENTS):
+        if (key == "judge" and value in NO_INTERVENTION_JUDGES) or (
+            key == "experiment" and value in NO_INTERVENTION_EXPERIMENTS
+        ):
             return True
         if key in zero_keys and _is_zero(value):
             return True

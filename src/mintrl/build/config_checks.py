@@ -243,7 +243,7 @@ def check_first_error(cfg: DictConfig) -> None:
     that can find one (``Judge.finds_errors``) and the single-turn rollout engine, which marks it.
 
     Raises:
-        ValueError: ``objective=first_error`` with ``judge=none``, with ``rollout=episodes`` or with a
+        ValueError: ``objective=first_error`` with ``judge=always_keep``, with ``rollout=episodes`` or with a
             guide that adds rollouts (``guide=prefix``, ``guide=demonstration``).
     """
     objective = component_class(cfg, "objective")

@@ -39,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--baseline",
         metavar="RUN_DIR",
-        help="no-intervention run to compare with (default: the multirun's judge=none / n_semi=0 job)",
+        help="no-intervention run to compare with (default: the multirun's judge=always_keep / n_semi=0 job)",
     )
     args = parser.parse_args(argv)
     try:
@@ -53,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"no TensorBoard event files under the baseline {args.baseline}")
         print(f"baseline: {args.baseline} (final val pass@1 {fmt(final_pass_at_1(baseline.scalars))})")
         if not is_no_intervention(baseline.overrides, baseline.config):
-            print("note: the baseline does not look like a no-intervention run (judge=none, rollout.n_semi=0)")
+            print("note: the baseline does not look like a no-intervention run (judge=always_keep, rollout.n_semi=0)")
         print()
     rows = summarize(jobs, baseline)
     print(markdown_table(rows))

@@ -17,7 +17,7 @@ class Judge(ABC):
     and ignores it. Optional capability with a default: :meth:`metrics`.
 
     Attributes:
-        finds_errors: class-level capability; False for a judge that never revises (``judge=none``),
+        finds_errors: class-level capability; False for a judge that never revises (``judge=always_keep``),
             which objectives crediting the first wrong step cannot use.
     """
 

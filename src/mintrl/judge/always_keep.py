@@ -1,4 +1,4 @@
-"""``judge=none``: always Keep, so "semi-on-policy" rollouts are pure on-policy rollouts."""
+"""``judge=always_keep``: always Keep, so "semi-on-policy" rollouts are pure on-policy rollouts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from mintrl.core.verdict import ReviewRequest, Verdict
 from mintrl.judge.base import Judge
 
 
-class KeepJudge(Judge):
+class AlwaysKeepJudge(Judge):
     """Answers Keep for every chunk (the no-intervention ablation). ``context`` is unused."""
 
     finds_errors = False
