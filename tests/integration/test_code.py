@@ -11,7 +11,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from mintrl.data.code import CodePrompts
 from mintrl.reward import CodeReward, score_rewards
-from mintrl.reward.sandbox import Sandbox
+from mintrl.sandbox import Sandbox
 
 UID_BASE = 62000
 

@@ -21,8 +21,8 @@ from shell_helpers import sandbox_processes
 from mintrl.data.base import PromptItem
 from mintrl.data.code import humaneval_path, normalise_row
 from mintrl.reward.code import CodeReward
-from mintrl.reward.sandbox import Sandbox
-from mintrl.reward.sandbox.codec import decode_value
+from mintrl.sandbox import Sandbox
+from mintrl.sandbox.codec import decode_value
 
 UID_BASE = 62400  # not the default: a training run elsewhere on this machine uses 61000+
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'

@@ -174,7 +174,7 @@ def test_gsm_symbolic_data_and_benchmark_build_their_prompts(tokenizer):
 def test_hub_code_benchmark_from_a_local_copy_runs_in_the_sandbox(tmp_path, tokenizer):
     from mintrl.data import CodePrompts
     from mintrl.reward import CodeReward
-    from mintrl.reward.sandbox import Sandbox
+    from mintrl.sandbox import Sandbox
 
     raw = [json.loads(line) for line in __import__("gzip").open(CodePrompts().path, "rt")][:2]  # HumanEval rows
     local = tmp_path / "humaneval_plus_copy.jsonl"

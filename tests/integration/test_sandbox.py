@@ -23,7 +23,7 @@ from conftest import SANDBOX_REPORT
 from shell_helpers import USERNS_ATTEMPTS
 
 from mintrl.data.code import CodePrompts
-from mintrl.reward.sandbox import Outcome, Program, Sandbox
+from mintrl.sandbox import Outcome, Program, Sandbox
 
 UID_BASE = 62000  # not the default: a training run elsewhere on this machine uses 61000+
 LIMITS = dict(
@@ -302,7 +302,7 @@ def test_a_package_installed_under_tmp_still_works(tmp_path):
     import importlib.util
     import sys
 
-    import mintrl.reward.sandbox as package
+    import mintrl.sandbox as package
 
     copy = tmp_path / "site" / "sandbox"
     shutil.copytree(os.path.dirname(package.__file__), copy)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mintrl.reward import build_program, extract_code
-from mintrl.reward.sandbox import Sandbox
+from mintrl.sandbox import Sandbox
 from mintrl.text.steps import split_steps
 
 UID_BASE = 62000

@@ -33,7 +33,7 @@ from mintrl.env.python_tool.protocol import (
 )
 from mintrl.env.python_tool.source import EXAMPLE_QUESTION, TOOL_INSTRUCTION, PythonToolPrompts
 from mintrl.model.loading import embedded_smollm2_folder
-from mintrl.reward.sandbox import Outcome, ProgramResult
+from mintrl.sandbox import Outcome, ProgramResult
 
 UID_BASE = 63000  # not the default: a training run elsewhere on this machine uses 61000+
 ENTRY = {  # a hand-made reasoning-gym basic_arithmetic entry

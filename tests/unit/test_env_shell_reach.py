@@ -10,7 +10,7 @@ import os
 from shell_helpers import UID_BASE, sandbox_processes
 
 from mintrl.env.shell.session import ShellLimits, ShellSession
-from mintrl.reward.sandbox.launch import SYSTEM_SITE_GLOBS
+from mintrl.sandbox.launch import SYSTEM_SITE_GLOBS
 
 LIST = 'for d in {folders}; do printf \'%s %s\\n\' "$d" "$(ls -A "$d" 2>/dev/null | wc -l)"; done'
 PYTHON = (

@@ -29,7 +29,7 @@ from mintrl.data.base import RowFilter
 from mintrl.env.shell.loader import STATE_CHECK, STATE_CHECKS_OFF, load_os_tasks
 from mintrl.env.shell.session import CheckResult, ShellLimits, ShellSession
 from mintrl.judge.shell import ShellJudge
-from mintrl.reward.sandbox import launch
+from mintrl.sandbox import launch
 
 LIMITS = ShellLimits(wall_s=60.0, memory_mb=512, processes=64, writable_root=True)
 DEFAULT_LIMITS = ShellLimits(wall_s=60.0, memory_mb=512, processes=64)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from shell_helpers import USERNS_ATTEMPTS, WRITABLE_ROOT_BASES, WRITABLE_ROOT_UIDS, sandbox_processes
 
-from mintrl.reward.sandbox import launch
+from mintrl.sandbox import launch
 
 LIMITS = dict(
     wall_s=20.0,

@@ -1,12 +1,12 @@
 """``mintrl-serve``: any model of this project behind a minimal OpenAI-compatible chat endpoint
-(:class:`mintrl.sampler.server.ChatServer`), e.g. for ``judge=api`` against a local model."""
+(:class:`mintrl.sampler.chat_server.ChatServer`), e.g. for ``judge=api`` against a local model."""
 
 from __future__ import annotations
 
 import argparse
 from typing import Sequence
 
-from mintrl.sampler.server import ChatServer
+from mintrl.sampler.chat_server import ChatServer
 
 
 def main(argv: Sequence[str] | None = None) -> None:

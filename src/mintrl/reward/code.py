@@ -11,7 +11,7 @@ from collections import Counter
 from typing import Sequence
 
 from mintrl.reward.base import Reward
-from mintrl.reward.sandbox import Outcome, Program, ProgramResult, Sandbox
+from mintrl.sandbox import Outcome, Program, ProgramResult, Sandbox
 
 _FENCE = re.compile(r"```[^\n`]*\n(.*?)```", re.S)
 _OPEN_FENCE = re.compile(r"```[^\n`]*\n")
@@ -320,10 +320,10 @@ def count_depends_on_answer(tests: str, entry_point: str | None = None, context:
 class CodeReward(Reward):
     """Unit-test reward: 1 if every test passes (or the fraction of asserts passed), else 0.
 
-    Programs run in the :class:`~mintrl.reward.sandbox.Sandbox` (never in this process): the
+    Programs run in the :class:`~mintrl.sandbox.Sandbox` (never in this process): the
     candidate's code and the tests run in two sandboxes, and the verdict is counted in the tests'
     one from the plain values the candidate's functions return (see
-    :mod:`mintrl.reward.sandbox.relay`); nothing the candidate prints, raises or does to its own
+    :mod:`mintrl.sandbox.relay`); nothing the candidate prints, raises or does to its own
     process counts as a pass. Outcome
     counts since the last :meth:`metrics` call are logged per step as ``code/{passed,failed,
     timeout,crashed}``; a program the sandbox itself failed to run (full disk, no free process)
@@ -331,7 +331,7 @@ class CodeReward(Reward):
     ``code/sandbox_error``.
 
     The asserts that count: an assert that cannot fail (``assert True, "..."``) is not counted
-    (:mod:`mintrl.reward.sandbox.checks`). A row with a ``reference`` solution (every HumanEval and
+    (:mod:`mintrl.sandbox.checks`). A row with a ``reference`` solution (every HumanEval and
     MBPP row of :class:`~mintrl.data.code.CodePrompts`) is bounded by it: the reference runs once per
     check (its number of asserts run, and of those that cannot fail, is kept) and a run whose counts
     differ from the reference's fails (reward 0, partial credit too). So the candidate does not choose

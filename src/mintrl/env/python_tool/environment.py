@@ -6,7 +6,7 @@ Each episode is one reasoning-gym task (the prompt item's ``entry``, from
 (:mod:`mintrl.env.python_tool.protocol`) is
 
 - a ```python block: the code runs in the project's code sandbox
-  (:class:`mintrl.reward.sandbox.Sandbox`: no network, resource limits, a per-call time limit) and
+  (:class:`mintrl.sandbox.Sandbox`: no network, resource limits, a per-call time limit) and
   what it printed (capped), or its error, is the next observation; code that fails is a valid
   action of kind ``run_error`` (the agent learns from the error), the episode goes on. Every call
   is a fresh process; variables persist because the episode's earlier successful cells are re-run
@@ -37,7 +37,7 @@ from mintrl.env.base import ActionOutcome, Counters, EpisodicEnvironment, StepRe
 from mintrl.env.python_tool.program import program_source, result_text
 from mintrl.env.python_tool.protocol import output_observation, parse_action
 from mintrl.reward.reasoning_gym import ReasoningGymReward
-from mintrl.reward.sandbox import Outcome, Program, Sandbox
+from mintrl.sandbox import Outcome, Program, Sandbox
 
 COUNTERS = ("tool_calls", "tool_errors", "timeouts", "invalid_actions", "errors", "seconds")
 

@@ -1,6 +1,6 @@
 """One tool call as a sandbox program, and the text the agent sees of its result.
 
-Each call runs in a fresh sandboxed process (:class:`mintrl.reward.sandbox.Sandbox`): nothing of
+Each call runs in a fresh sandboxed process (:class:`mintrl.sandbox.Sandbox`): nothing of
 an earlier call's process survives. So that variables persist across an episode's calls, the
 program first re-runs the episode's earlier *successful* cells (those that ran to the end without
 an exception, timeout or crash), in order and in one namespace, with everything they print
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from mintrl.reward.sandbox import Outcome, ProgramResult
+from mintrl.sandbox import Outcome, ProgramResult
 
 # Runs in the sandbox before the cells: a stdout/stderr stand-in that passes the first `cap`
 # characters through to the real stream (flushed, so that text printed before a timeout is kept)

@@ -1,6 +1,6 @@
 """One long-lived ``bash`` inside the project's sandbox, driven command by command.
 
-:class:`ShellSession` starts ``launcher.py`` in program mode (:mod:`mintrl.reward.sandbox.launcher`:
+:class:`ShellSession` starts ``launcher.py`` in program mode (:mod:`mintrl.sandbox.launcher`:
 new network, PID, mount and IPC namespaces, a new root showing only the system folders, private
 size-capped tmpfs folders, resource limits and a memory cgroup over the whole sandbox where the
 machine has one, a per-slot unprivileged uid when root, ``no_new_privs``, no user namespaces,
@@ -109,7 +109,7 @@ import time
 from dataclasses import dataclass
 
 from mintrl.core.checks import check_range
-from mintrl.reward.sandbox.launch import launcher_config, start_launcher
+from mintrl.sandbox.launch import launcher_config, start_launcher
 
 BASH = ("/bin/bash", "--noprofile", "--norc")
 INIT_FD = 4  # the long-lived bash's descriptor of the init pipe until the init has run
@@ -181,7 +181,7 @@ class ShellLimits:
             check_range(f"{self.field}.memory_total_mb", self.memory_total_mb, 0, low_open=True)
 
     def launcher_limits(self, wall_s: float | None = None) -> dict:
-        """The launcher's ``limits`` dict (:func:`~mintrl.reward.sandbox.launch.launcher_config`),
+        """The launcher's ``limits`` dict (:func:`~mintrl.sandbox.launch.launcher_config`),
         with ``wall_s`` (seconds) in place of the session's own when given."""
         return {
             "wall_s": float(self.wall_s if wall_s is None else wall_s),

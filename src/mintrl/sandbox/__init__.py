@@ -1,4 +1,6 @@
-"""Sandboxed execution of untrusted generated code (the code reward's runner).
+"""The process sandbox: isolated execution of untrusted generated code. The code reward and the
+Python-tool environment run programs in a :class:`Sandbox`; the shell environment starts ``launcher.py``
+in program mode (``launch.start_launcher``). A bottom layer: it imports nothing else of mintrl.
 
 ``launcher.py`` (isolation and limits of one process), ``candidate.py`` (the solution, answering calls),
 ``checks.py`` (the tests, counting the verdict), ``harness.py`` (a program without tests) and ``codec.py``
@@ -13,7 +15,7 @@ counts, from plain decoded values) or outlive its run (PID namespace, wall-clock
 docs/integrity.md.
 """
 
-from mintrl.reward.sandbox.program import Outcome, Program, ProgramResult
-from mintrl.reward.sandbox.runner import Sandbox
+from mintrl.sandbox.program import Outcome, Program, ProgramResult
+from mintrl.sandbox.runner import Sandbox
 
 __all__ = ["Outcome", "Program", "ProgramResult", "Sandbox"]

@@ -8,7 +8,7 @@ standard error (fd 1 is pointed at fd 2 before the solution runs).
    not ``"__main__"``); then answer ``{"ready": [names]}``: the solution's top-level callables.
 2. Then, for each request line ``{"call": name, "args": ..., "kwargs": ...}``, call the function and
    answer ``{"ok": <value>}`` or ``{"raise": <exception type name>, "message": str}``; values cross
-   as plain data only (:mod:`mintrl.reward.sandbox.codec`). End at end of input.
+   as plain data only (:mod:`mintrl.sandbox.codec`). End at end of input.
 
 The tests and their expected values are never sent here: this process cannot read, forge or reach
 the verdict, which the tests' own process (``harness.py``) computes from the values it receives.
@@ -21,7 +21,7 @@ import os
 import sys
 
 if "encode_value" not in globals():  # imported as a module; in the sandbox codec.py's text comes first
-    from mintrl.reward.sandbox.codec import decode_value, dumps_line, encode_value
+    from mintrl.sandbox.codec import decode_value, dumps_line, encode_value
 
 _RESOURCE_ERRNOS = {errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE, errno.EFBIG, errno.ENOSPC}
 

@@ -15,7 +15,7 @@ is the protocol channel to the runner; prints of the tests go to standard error.
    functions are proxies (the entry point, and each name the solution defines that is not a
    builtin and that the context does not define; the tests' own definitions replace them): a call
    sends its arguments to the runner, which asks the candidate's process, and returns the plain
-   value that comes back (:mod:`mintrl.reward.sandbox.codec`) or raises the candidate's exception
+   value that comes back (:mod:`mintrl.sandbox.codec`) or raises the candidate's exception
    (a builtin ``Exception`` type by name, except those that steer the tests' control flow or mean
    a limit of this process, else :class:`CandidateError`).
 3. Answer ``{"done": [passed, total], "trivial": n}`` (``n``: the asserts that cannot fail, counted as
@@ -38,7 +38,7 @@ import os
 import sys
 
 if "encode_value" not in globals():  # imported as a module; in the sandbox codec.py's text comes first
-    from mintrl.reward.sandbox.codec import decode_value, dumps_line, encode_value
+    from mintrl.sandbox.codec import decode_value, dumps_line, encode_value
 
 RESOURCE_ERRNOS = {errno.EAGAIN, errno.ENOMEM, errno.EMFILE, errno.ENFILE, errno.EFBIG, errno.ENOSPC}
 

@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from mintrl.reward.sandbox.launch import head, kill_group, launcher_config, start_launcher
-from mintrl.reward.sandbox.program import Outcome, Program, ProgramResult
+from mintrl.sandbox.launch import head, kill_group, launcher_config, start_launcher
+from mintrl.sandbox.program import Outcome, Program, ProgramResult
 
 _HERE = Path(__file__).resolve().parent
 CANDIDATE = [str(_HERE / "codec.py"), str(_HERE / "candidate.py")]  # the candidate's process

@@ -2,13 +2,13 @@
 
 Used for programs that carry no verdict (the python_tool environment's calls: their output is what
 the agent reads; the episode's reward is scored outside the sandbox). A program with tests never
-runs here and this file counts no test: :mod:`mintrl.reward.sandbox.relay` runs such a program as two
+runs here and this file counts no test: :mod:`mintrl.sandbox.relay` runs such a program as two
 processes, so that the verdict is computed where the candidate cannot reach.
 
 Threat model: the program runs in this very process, so it can read, change or forge anything this
 file does (its frames, the nonce, the end line, the exit code). Nothing here is therefore a verdict:
 the end line only says "ran to the end", which the program could also claim by itself, and
-:class:`~mintrl.reward.sandbox.Sandbox` gives a program without tests no pass count (``0/0``). What
+:class:`~mintrl.sandbox.Sandbox` gives a program without tests no pass count (``0/0``). What
 contains the program is the launcher around this process (namespaces, limits, the wall-clock kill).
 
 Runs as the unprivileged sandbox user (``python -I -c <this file>``), reads one JSON object from stdin:

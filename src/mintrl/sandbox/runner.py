@@ -6,7 +6,7 @@ channel to this process included), exit or raise at any moment (``SystemExit``, 
 ``os._exit``), return any object, walk its own frames and memory (``sys._getframe``, ``gc``), patch
 its own builtins and modules, define any names, read the files the sandbox shows, start processes
 and use all its CPU time, within the limits. It cannot: see the tests or their expected values
-(with tests, :func:`~mintrl.reward.sandbox.relay.run_checked` runs them in a second sandbox, and only
+(with tests, :func:`~mintrl.sandbox.relay.run_checked` runs them in a second sandbox, and only
 call arguments cross to the candidate); reach that process (its own PID, mount and IPC namespaces);
 state the verdict (the pass count is the tests' process's own, read from its channel alone; the
 candidate's answers cross as plain values decoded there: no ``__eq__`` of its own, no ``str``
@@ -53,9 +53,9 @@ from pathlib import Path
 from typing import Sequence
 
 from mintrl.core.checks import check_range
-from mintrl.reward.sandbox.launch import SAFE_ENV, head, kill_group, launcher_config, start_launcher
-from mintrl.reward.sandbox.program import Outcome, Program, ProgramResult
-from mintrl.reward.sandbox.relay import run_checked
+from mintrl.sandbox.launch import SAFE_ENV, head, kill_group, launcher_config, start_launcher
+from mintrl.sandbox.program import Outcome, Program, ProgramResult
+from mintrl.sandbox.relay import run_checked
 
 __all__ = ["Outcome", "Program", "ProgramResult", "Sandbox", "launcher_config", "start_launcher"]
 
@@ -206,9 +206,7 @@ class Sandbox:
         if missing:
             if self.require_network_isolation and not isolation.get("network"):
                 raise RuntimeError("sandbox.require_network_isolation=true but this OS refused a network namespace")
-            log.warning(
-                "code sandbox: no %s isolation on this machine (see mintrl.reward.sandbox docs)", ", ".join(missing)
-            )
+            log.warning("code sandbox: no %s isolation on this machine (see mintrl.sandbox docs)", ", ".join(missing))
         if not isolation.get("pid") and not isolation.get("separate_user"):
             log.warning(
                 "code sandbox: no PID namespace and not root: a program's process and its tests' process run as "

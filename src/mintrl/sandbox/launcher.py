@@ -3,7 +3,7 @@
 Run as ``python -I -S launcher.py '<json config>'`` in a new session (its own process group), with
 a scrubbed environment, in one of two modes:
 
-- harness (config key ``harness``; :class:`mintrl.reward.sandbox.Sandbox`): the program's JSON
+- harness (config key ``harness``; :class:`mintrl.sandbox.Sandbox`): the program's JSON
   arrives on stdin and is passed through to the harness;
 - program (config key ``argv``; :class:`mintrl.env.shell.session.ShellSession`): ``argv`` is
   exec'd instead, with the launcher's stdin, stdout and stderr (e.g. a long-lived ``bash`` reading
