@@ -354,6 +354,6 @@ def test_the_agent_rows_compose_and_instantiate(row):
     prompts = instantiate(cfg.data.prompts)
     assert isinstance(prompts, PythonToolPrompts) and prompts.example and prompts.task == "basic_arithmetic"
     judge = instantiate(cfg.judge, context=None)
-    assert type(judge).__name__ == ("KeepJudge" if row == "grpo" else "RuleJudge")
+    assert type(judge).__name__ == ("AlwaysKeepJudge" if row == "grpo" else "RuleJudge")
     if row == "grpo":
         assert (cfg.rollout.n_control, cfg.rollout.n_semi) == (4, 0)
