@@ -12,6 +12,54 @@ from mintrl.text.answer import extract_answer
 from mintrl.text.steps import split_steps, token_index_of_char
 
 
+def fork_prefix(parent: Rollout, cut: int, branch: BranchRecord, is_control: bool, turns: int = 0) -> Rollout:
+    """A new rollout that starts as ``parent``'s first ``cut`` response tokens, token in / token
+    out, for a branch to continue (resample and intervene branches of single-turn rollouts and of
+    episodes).
+
+    Copied (new lists of length ``cut``, positions ``[0, cut)`` of the parent's): ``response_ids``;
+    ``logprobs`` (log pi_t at rollout time, nats); ``behaviour`` (log-prob of whoever wrote each
+    token, nats); the provenance flags ``intervention``, ``environment`` and ``guide`` (a flag list
+    shorter than the response counts as False past its end). Also copied: ``group``, ``prompt_ids``
+    and the parent's first ``turns`` :class:`~mintrl.core.batch.TurnRecord` (an episode's turns
+    wholly inside the prefix; 0 for single-turn rollouts).
+
+    Set: ``is_control`` and ``branch`` (how the allocation made it). Reset to the
+    :class:`~mintrl.core.batch.Rollout` defaults, since the child has done none of it yet:
+    ``finished`` (False), ``reward`` (0.0), the judge counts (``reviews``, ``revisions``,
+    ``unparseable``, ``failed``, ``early_cuts``: 0), ``revision_steps`` and ``review_records``
+    (empty), ``row`` (-1), ``first_error`` (None). ``parent`` is not changed.
+
+    Raises:
+        ValueError: ``cut`` is outside ``[0, len(parent.response_ids)]``, or ``turns`` outside
+            ``[0, len(parent.turns)]``.
+    """
+    if not 0 <= cut <= len(parent.response_ids):
+        raise ValueError(
+            f"fork_prefix: cut {cut} outside [0, {len(parent.response_ids)}] (the parent's response tokens)"
+        )
+    if not 0 <= turns <= len(parent.turns):
+        raise ValueError(f"fork_prefix: {turns} turns of a parent with {len(parent.turns)}")
+
+    def flags(values: list[bool]) -> list[bool]:
+        head = list(values[:cut])
+        return head + [False] * (cut - len(head))
+
+    return Rollout(
+        group=parent.group,
+        is_control=is_control,
+        prompt_ids=list(parent.prompt_ids),
+        response_ids=list(parent.response_ids[:cut]),
+        logprobs=list(parent.logprobs[:cut]),
+        behaviour=list(parent.behaviour[:cut]),
+        intervention=flags(parent.intervention),
+        environment=flags(parent.environment),
+        guide=flags(parent.guide),
+        turns=list(parent.turns[:turns]),
+        branch=branch,
+    )
+
+
 def anchors(rollout: Rollout, tokenizer, delimiters: Sequence[str]) -> list[Anchor]:
     """Candidate anchors of a rollout: the starts of its steps after the first (MInTRL's step
     segmentation), where the next token was written by the policy.
@@ -64,8 +112,8 @@ class Brancher:
         return answer_diversity([extract_answer(t) for t in texts])
 
     def branch(self, parent: Rollout, anchor: int, m: int, temperature: float, item) -> list[Rollout]:
-        """``m`` on-policy rollouts that share ``parent``'s first ``anchor`` response tokens and
-        continue at ``temperature``; scored with the reward. Their ``logprobs`` are log pi_t at the
+        """``m`` on-policy rollouts that share ``parent``'s first ``anchor`` response tokens
+        (:func:`fork_prefix`) and continue at ``temperature``; scored with the reward. Their ``logprobs`` are log pi_t at the
         training temperature (rescored when ``temperature`` differs), ``behaviour`` the sampling
         log-probs."""
         budget = self.max_response_tokens - anchor
@@ -75,19 +123,8 @@ class Brancher:
         gen = self.sampler.generate([prefix] * m, budget, temperature, self.top_p)
         children = []
         for ids, lps, finished in zip(gen.token_ids, gen.logprobs, gen.finished):
-            child = Rollout(
-                group=parent.group,
-                is_control=True,
-                prompt_ids=list(parent.prompt_ids),
-                branch=BranchRecord("resample", anchor, parent.row, float(temperature)),
-            )
-            child.append(
-                parent.response_ids[:anchor],
-                parent.logprobs[:anchor],
-                intervention=False,
-                behaviour=parent.behaviour[:anchor],
-            )
-            child.intervention[:anchor] = parent.intervention[:anchor]
+            record = BranchRecord("resample", anchor, parent.row, float(temperature))
+            child = fork_prefix(parent, anchor, record, is_control=True)
             child.append(ids.tolist(), lps.tolist(), intervention=False)
             child.finished = bool(finished)
             children.append(child)

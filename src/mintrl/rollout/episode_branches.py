@@ -9,7 +9,8 @@ A branch at the anchor of turn ``t`` of a parent episode
 
 1. copies the parent's response up to the anchor, token in / token out: the exact ids, their
    log-probs, behaviour log-probs and provenance (policy, intervention, environment), and the
-   parent's first ``t`` :class:`~mintrl.core.batch.TurnRecord`;
+   parent's first ``t`` :class:`~mintrl.core.batch.TurnRecord`
+   (:func:`mintrl.allocation.branching.fork_prefix`);
 2. rebuilds the environment state at the anchor by replaying the parent's first ``t`` actions
    (their text, decoded from the parent's ids as the environment first received it) in fresh
    episodes: ``env.reset`` with the branch's ``m`` copies of the task, then ``t`` steps.
@@ -40,7 +41,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from mintrl.allocation.branching import Brancher
+from mintrl.allocation.branching import Brancher, fork_prefix
 from mintrl.allocation.features import tool_sequence_diversity
 from mintrl.allocation.turns import kind_sequence, turn_anchors, turn_at
 from mintrl.core.batch import BranchRecord, Rollout
@@ -48,20 +49,6 @@ from mintrl.data.base import PromptItem
 
 if TYPE_CHECKING:
     from mintrl.rollout.episodes import EpisodeRollout
-
-
-def copy_prefix(parent: Rollout, anchor: int, turns: int, branch: BranchRecord, is_control: bool) -> Rollout:
-    """A new episode holding ``parent``'s first ``anchor`` response tokens (ids, log-probs,
-    behaviour log-probs, intervention and environment flags, unchanged) and its first ``turns``
-    turn records; same group and prompt ids as the parent."""
-    child = Rollout(group=parent.group, is_control=is_control, prompt_ids=list(parent.prompt_ids), branch=branch)
-    child.response_ids = list(parent.response_ids[:anchor])
-    child.logprobs = list(parent.logprobs[:anchor])
-    child.behaviour = list(parent.behaviour[:anchor])
-    child.intervention = list(parent.intervention[:anchor])
-    child.environment = list(parent.environment[:anchor])
-    child.turns = list(parent.turns[:turns])
-    return child
 
 
 class EpisodeBrancher(Brancher):
@@ -130,7 +117,7 @@ class EpisodeBrancher(Brancher):
         if m <= 0 or anchor >= self.max_response_tokens or not self.replay(parent, t, m, item):
             return []
         record = BranchRecord("resample", anchor, parent.row, float(temperature))
-        children = [copy_prefix(parent, anchor, t, record, is_control=True) for _ in range(m)]
+        children = [fork_prefix(parent, anchor, record, is_control=True, turns=t) for _ in range(m)]
         engine = self.engine
         engine._play(children, {parent.group: item}, list(range(m)), engine.tally, False, temperature)
         if temperature != self.temperature:
@@ -161,7 +148,7 @@ class EpisodeBrancher(Brancher):
             return []
         engine = self.engine
         record = BranchRecord("intervene", anchor, parent.row, float(engine.temperature))
-        child = copy_prefix(parent, anchor, t, record, is_control=False)
+        child = fork_prefix(parent, anchor, record, is_control=False, turns=t)
         turn = parent.turns[t]
         ids = parent.response_ids[turn.action_start : turn.action_end]
         ended = bool(ids) and ids[-1] in self.sampler.eos_token_ids

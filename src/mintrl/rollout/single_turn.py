@@ -18,7 +18,7 @@ import time
 
 from tqdm.auto import tqdm
 
-from mintrl.allocation.branching import Brancher
+from mintrl.allocation.branching import Brancher, fork_prefix
 from mintrl.core.batch import BranchRecord, Rollout, RolloutBatch, collate_rollouts
 from mintrl.core.checks import check_int
 from mintrl.core.verdict import ReviewRequest
@@ -182,23 +182,13 @@ class SingleTurnRollout(RolloutEngine):
         )
 
     def intervene_at(self, parent: Rollout, anchor: int, length: int, item: PromptItem) -> list[Rollout]:
-        """An "intervene" branch (the allocation's intervene actions): the judge reviews the chunk of
-        ``parent`` that starts at response token ``anchor``; on Revise the kept steps are followed by
+        """An "intervene" branch (the allocation's intervene actions): a child holding ``parent``'s
+        first ``anchor`` response tokens (:func:`mintrl.allocation.branching.fork_prefix`); the judge
+        reviews the chunk of ``parent`` that starts at response token ``anchor``; on Revise the kept steps are followed by
         a correction of up to ``length`` tokens and the policy writes the rest. Returns the scored
         semi-on-policy rollout, or ``[]`` when the judge keeps the chunk."""
-        child = Rollout(
-            group=parent.group,
-            is_control=False,
-            prompt_ids=list(parent.prompt_ids),
-            branch=BranchRecord("intervene", anchor, parent.row, float(self.temperature)),
-        )
-        child.append(
-            parent.response_ids[:anchor],
-            parent.logprobs[:anchor],
-            intervention=False,
-            behaviour=parent.behaviour[:anchor],
-        )
-        child.intervention[:anchor] = parent.intervention[:anchor]
+        record = BranchRecord("intervene", anchor, parent.row, float(self.temperature))
+        child = fork_prefix(parent, anchor, record, is_control=False)
         end = anchor + self.chunk_size
         ids, lps = parent.response_ids[anchor:end], parent.logprobs[anchor:end]
         finished = parent.finished and end >= len(parent.response_ids)
