@@ -1,6 +1,7 @@
-"""Swapping the allocation under a method: a method selects a config file of the ``allocation`` group
-(configs/allocation/<name>.yaml holds that allocation's knobs), so ``method=<m> allocation=<other>`` composes
-and instantiates the other allocation with its own file's knobs and none of the replaced one's."""
+"""Swapping the allocation under a method or an experiment: a method or experiment selects a config file of the
+``allocation`` group (configs/allocation/<name>.yaml holds that allocation's knobs), so ``method=<m>
+allocation=<other>`` (or ``experiment=<e> allocation=<other>``) composes and instantiates the other allocation with
+its own file's knobs and none of the replaced one's."""
 
 from __future__ import annotations
 
@@ -9,11 +10,22 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 from hydra.utils import get_class, instantiate
+from omegaconf import OmegaConf
 
 from mintrl.build.config import CONFIG_DIR
 
 ALLOCATIONS = sorted(p.stem for p in (Path(CONFIG_DIR) / "allocation").glob("*.yaml"))
-METHODS_WITH_ALLOCATION = ("rail", "entropy", "random_anchor", "grpo")
+ROWS_WITH_ALLOCATION = (
+    "method=rail",
+    "method=entropy",
+    "method=random_anchor",
+    "method=grpo",
+    "experiment=agent/rail8_cpu",
+    "experiment=agent/entropy8_cpu",
+    "experiment=agent/random8_cpu",
+    "experiment=paper/agent_rail",
+    "experiment=paper/agent_entropy",
+)
 
 
 def _compose(*overrides: str):
@@ -22,18 +34,19 @@ def _compose(*overrides: str):
 
 
 def _own_knobs(option: str) -> dict:
-    """The allocation option composed alone (no method): its class and budget-free knobs."""
-    return dict(_compose(f"allocation={option}").allocation)
+    """The allocation option composed alone (no method): its class and knobs, interpolations unresolved (a budget
+    per prompt reads the row's prompts per step)."""
+    return OmegaConf.to_container(_compose(f"allocation={option}").allocation, resolve=False)
 
 
-@pytest.mark.parametrize("method", METHODS_WITH_ALLOCATION)
-def test_every_allocation_composes_and_instantiates_under_every_method(method):
+@pytest.mark.parametrize("row", ROWS_WITH_ALLOCATION)
+def test_every_allocation_composes_and_instantiates_under_every_row(row):
     for option in ALLOCATIONS:
-        cfg = _compose(f"method={method}", f"allocation={option}")
+        cfg = _compose(row, f"allocation={option}")
         allocation = instantiate(cfg.allocation)
-        assert isinstance(allocation, get_class(cfg.allocation._target_)), (method, option)
-        # the composed allocation holds exactly its own file's keys: nothing of the method's default allocation
-        assert set(cfg.allocation) == set(_own_knobs(option)), (method, option)
+        assert isinstance(allocation, get_class(cfg.allocation._target_)), (row, option)
+        # the composed allocation holds exactly its own file's keys and values: nothing of the row's default allocation
+        assert OmegaConf.to_container(cfg.allocation, resolve=False) == _own_knobs(option), (row, option)
 
 
 def test_rail_method_with_entropy_allocation_takes_none_of_rails_knobs():
@@ -60,3 +73,17 @@ def test_each_method_keeps_its_allocation_settings():
         32,
         2,
     )
+
+
+def test_the_agent_experiments_keep_their_allocation_settings():
+    rail = _compose("experiment=agent/rail8_cpu", "data.prompts_per_step=4").allocation
+    assert (rail.budget_per_step, rail.promote_after, rail.spend_all) == (32, 16, True)
+    paper = _compose("experiment=paper/agent_rail").allocation  # 32 tasks per step x 16
+    assert (paper.budget_per_step, paper.promote_after, list(paper.budgets), paper.anchors_per_prompt) == (
+        512,
+        512,
+        [2, 4, 8],
+        2,
+    )
+    entropy = _compose("experiment=paper/agent_entropy").allocation
+    assert (entropy.budget_per_step, entropy.percentile, entropy.spend_all) == (512, 0.9, False)
