@@ -309,7 +309,7 @@ def test_sample_turns_keep_actions_and_observations_apart_with_roles():
 
 
 def test_the_eval_bar_counts_episodes_as_they_end_from_the_start_of_validation():
-    engine = SimpleNamespace(env=object(), on_episodes_end=None)  # an episode engine's reporting hook
+    engine = SimpleNamespace(multi_turn=True, on_episodes_end=None)  # an episode engine's capability and reporting hook
     data = SimpleNamespace(val_items=list(range(3)), val_samples_per_prompt=2, rollout=engine)
     trainer = SimpleNamespace(datamodule=data, global_rank=0, world_size=1, is_global_zero=True)
     out = io.StringIO()
@@ -328,7 +328,9 @@ def test_the_eval_bar_counts_episodes_as_they_end_from_the_start_of_validation()
     assert progress.bar is None and engine.on_episodes_end is None  # the hook is released
     assert "6/6" in out.getvalue() and "episode" in out.getvalue()
     # single-turn rollouts on rank 1 of 2: its share of the problems, counted per generation batch
-    single = SimpleNamespace(val_items=list(range(5)), val_samples_per_prompt=4, rollout=SimpleNamespace())
+    single = SimpleNamespace(
+        val_items=list(range(5)), val_samples_per_prompt=4, rollout=SimpleNamespace(multi_turn=False)
+    )
     rank1 = SimpleNamespace(datamodule=single, global_rank=1, world_size=2, is_global_zero=False)
     progress = EvalProgress(file=io.StringIO())
     progress.on_validation_start(rank1, None)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from mintrl.allocation.base import Allocation
 from mintrl.analysis.agent_stats import wilson_interval
 from mintrl.analysis.measures import heldout_size
 from mintrl.analysis.rows import per_seed
@@ -183,7 +184,9 @@ def declared_kinds(job: Job) -> list[dict]:
         cls = get_class(target)
     except Exception:  # a class of another checkout: the report falls back to the kinds the decisions name
         return []
-    return [k.as_record() for k in getattr(cls, "decision_kinds", ())]
+    if not (isinstance(cls, type) and issubclass(cls, Allocation)):
+        return []  # a recorded target that is not an allocation declares no decision kinds
+    return [k.as_record() for k in cls.decision_kinds]
 
 
 def decisions_by_kind(jobs: Sequence[Job]) -> list[dict]:

@@ -155,17 +155,17 @@ class EvalProgress(L.Callback):
     def on_validation_start(self, trainer, pl_module) -> None:
         data = trainer.datamodule
         problems = len(data.val_items[trainer.global_rank :: trainer.world_size])
-        env = getattr(data.rollout, "env", None)
+        multi_turn = data.rollout.multi_turn  # the engine's declared capability: episodes over an environment
         self.bar = tqdm(
             total=problems * data.val_samples_per_prompt,
             desc=self.desc,
-            unit="episode" if env is not None else "sample",
+            unit="episode" if multi_turn else "sample",
             disable=not trainer.is_global_zero,
             file=self.file,
             dynamic_ncols=True,
         )
         self._done = 0
-        if env is not None:  # the episode engine reports episodes as they end
+        if multi_turn:  # the episode engine reports episodes as they end
             self._engine = data.rollout
             self._engine.on_episodes_end = self._advance
 
