@@ -15,10 +15,10 @@ from make_helpers import run_make
 from multirun_helpers import write_intensity_multirun, write_reproduce_multirun
 from omegaconf import OmegaConf
 
-from mintrl.analysis.agent_block import keep_agents_block
 from mintrl.analysis.claims import how_to_decide, inverted_u, new_seeds, seed_sweep
 from mintrl.analysis.measures import gap_narrowing
 from mintrl.analysis.report import build_report, figure_paths
+from mintrl.analysis.report_blocks import keep_blocks
 from mintrl.analysis.rows import ROW_NAMES, Row, equal_budget, find_row, paper_order, row_budget, rows_of
 from mintrl.analysis.runs import Job, job_span, method_from_config, seed_of, wall_time
 from mintrl.analysis.stats import paired_difference, seeds_needed, verdict
@@ -467,7 +467,7 @@ def test_the_committed_report_is_the_whole_text_make_reproduce_report_writes(mon
     doc = (REPO / "docs" / "reproduction.md").read_text()
     figures = {c: p.name for c, p in figure_paths("docs/reproduction.md", bool(report["points"])).items()}
     assert all((REPO / "docs" / name).is_file() for name in figures.values())
-    rendered = keep_agents_block(render_markdown(report, figures), doc)  # as write_report: the agents section stays
+    rendered = keep_blocks(render_markdown(report, figures), doc)  # as write_report: the agents, confirm sections stay
 
     def lines(text):
         return [x for x in text.splitlines() if not x.startswith(("Written by", "- **machine**"))]

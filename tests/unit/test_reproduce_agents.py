@@ -13,7 +13,6 @@ import yaml
 from multirun_helpers import write_job, write_reproduce_multirun
 from scipy.stats import t as student_t
 
-from mintrl.analysis.agent_block import BEGIN, END, block_span, keep_agents_block, put_agents_block
 from mintrl.analysis.agent_claims import claim_prediction_tracks, claim_success
 from mintrl.analysis.agent_report import FIGURE_NAME, build_agents_report, write_agents_report
 from mintrl.analysis.agent_rows import AgentRow, level_of, median_split, step_split
@@ -26,6 +25,7 @@ from mintrl.analysis.agent_stats import (
 )
 from mintrl.analysis.agent_tables import render_agents_section
 from mintrl.analysis.report import write_report
+from mintrl.analysis.report_blocks import AGENTS, block_span, keep_blocks, markers, put_block
 from mintrl.analysis.runs import Job, seed_of
 from mintrl.cli.reproduce_agents import main as agents_main
 
@@ -33,6 +33,7 @@ T2 = 4.302652729911275  # t(0.975, 2): 3 seeds
 Z = 1.959963984540054  # normal 0.975 quantile
 REPO = Path(__file__).resolve().parents[2]
 GRPO, ENTROPY, RAIL = "agent/grpo8_cpu", "agent/entropy8_cpu", "agent/rail8_cpu"
+BEGIN, END = markers(AGENTS)
 
 # held-out success per seed 0, 1, 2 on sql_schema: RAIL - GRPO 0.20, 0.25, 0.15 (mean 0.20, sd 0.05: interval
 # 0.20 ± 4.3027 * 0.05 / sqrt 3 = [0.076, 0.324], holds); RAIL - entropy -0.05, 0.15, 0.05 (mean 0.05, sd 0.10:
@@ -393,18 +394,19 @@ def test_block_is_replaced_or_appended_leaving_the_rest_byte_for_byte(sql, shell
 
 def test_block_markers_by_hand():
     block = f"{BEGIN}\nnew\n{END}"
-    assert put_agents_block("", block) == block + "\n"
-    assert put_agents_block("a\n", block) == "a\n\n" + block + "\n"
-    assert put_agents_block(f"x{BEGIN}old{END}y", block) == f"x{block}y"
-    assert block_span("no markers") is None
+    assert BEGIN == "<!-- reproduce-agents:begin -->" and END == "<!-- reproduce-agents:end -->"
+    assert put_block("", block, AGENTS) == block + "\n"
+    assert put_block("a\n", block, AGENTS) == "a\n\n" + block + "\n"
+    assert put_block(f"x{BEGIN}old{END}y", block, AGENTS) == f"x{block}y"
+    assert block_span("no markers", AGENTS) is None
     with pytest.raises(ValueError, match="found 1 and 0"):
-        block_span(f"{BEGIN} without an end")
+        block_span(f"{BEGIN} without an end", AGENTS)
     with pytest.raises(ValueError, match="comes before"):
-        block_span(f"{END} {BEGIN}")
+        block_span(f"{END} {BEGIN}", AGENTS)
     with pytest.raises(ValueError, match="starts with"):
-        put_agents_block("a", "not a block")
-    assert keep_agents_block("new\n", "old, no block") == "new\n"
-    assert keep_agents_block("new\n", f"old\n{block}\nmore") == f"new\n\n{block}\n"
+        put_block("a", "not a block", AGENTS)
+    assert keep_blocks("new\n", "old, no block") == "new\n"
+    assert keep_blocks("new\n", f"old\n{block}\nmore") == f"new\n\n{block}\n"
 
 
 def test_core_report_keeps_the_agents_block(tmp_path):
@@ -457,7 +459,7 @@ def test_the_committed_agents_section_is_what_the_committed_runs_give(monkeypatc
     report = build_agents_report(sql, shell or None, repo_dir=REPO)
     assert {seed_of(j) for r in report["rows"] if r.level == "sql_schema" for j in r.jobs} >= {"0", "1", "2"}
     doc = (REPO / "docs" / "reproduction.md").read_text()
-    begin, end = block_span(doc)
+    begin, end = block_span(doc, AGENTS)
     assert (REPO / "docs" / FIGURE_NAME).is_file()
 
     def lines(text):

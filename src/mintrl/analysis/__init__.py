@@ -14,7 +14,8 @@ Modules, by concern (each imports only those listed before it):
 * :mod:`~mintrl.analysis.claims`: the paper's claims and their measured verdicts;
 * :mod:`~mintrl.analysis.plots`: the figures (matplotlib);
 * :mod:`~mintrl.analysis.knob_effects`: main effects of a factorial sweep's knobs;
-* :mod:`~mintrl.analysis.agent_block`: the agents section's markers in a report file (found, replaced, kept);
+* :mod:`~mintrl.analysis.report_blocks`: the sections other writers own in a report file (the agents and the
+  confirmation sections: found by their markers, replaced, kept);
 * :mod:`~mintrl.analysis.report`: ``mintrl-reproduce``'s report, read, computed and written;
 * :mod:`~mintrl.analysis.agent_stats`: Wilson, Spearman and Welch intervals, calibration bins (the agent
   comparison);

@@ -8,7 +8,9 @@ R2  RAIL is at least entropy branching at equal budget, the same way (:func:`cla
 R3  the controller's predicted gain tracks the realised gain (RAIL eq. 2): Spearman rank correlation over RAIL's
     decisions with a prediction, pooled over seeds (:func:`claim_prediction_tracks`);
 R4  live decisions realise more gain than the shadow phase's decisions, random actions or random anchors (RAIL
-    section 3.2), decisions as the unit (:func:`claim_live_beats`).
+    section 3.2), decisions as the unit (:func:`claim_live_beats`);
+
+all four on one level's rows: :func:`measure_claims`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,17 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
-from mintrl.analysis.agent_rows import AgentRow, generated_per_task, heldout_success, read_decisions
+from mintrl.analysis.agent_rows import (
+    ENTROPY8,
+    GRPO8,
+    RAIL8,
+    RANDOM8,
+    AgentRow,
+    find_agent_row,
+    generated_per_task,
+    heldout_success,
+    read_decisions,
+)
 from mintrl.analysis.agent_stats import (
     calibration_bins,
     decisions_to_clear_zero,
@@ -244,3 +256,20 @@ def claim_live_beats(
     factor = None if None in factors else max(factors)
     step = f"At the measured means and spreads, {_more_seeds(factor, seeds, seeds_run(rail))} (Welch, decisions scale)."
     return Claim("R4", text, v, measure, step), extra
+
+
+def measure_claims(rows: Sequence[AgentRow], level: str) -> tuple[list[Claim], dict]:
+    """R1-R4 on the rows of one level (:func:`mintrl.analysis.agent_rows.agent_rows`): RAIL against uniform GRPO-8
+    (:func:`claim_success`), against entropy branching (:func:`claim_success`), its predictions
+    (:func:`claim_prediction_tracks`) and its live decisions against shadow, random actions and random anchors
+    (:func:`claim_live_beats`); a row the level lacks is None (its claims are not measured).
+
+    Returns:
+        The four claims in order and what each measured, ``{"R1": ..., "R2": ..., "R3": ..., "R4": ...}``.
+    """
+    rail, grpo, entropy, random_anchors = (find_agent_row(rows, level, e) for e in (RAIL8, GRPO8, ENTROPY8, RANDOM8))
+    c1, m1 = claim_success(rail, grpo, "R1", "uniform GRPO-8")
+    c2, m2 = claim_success(rail, entropy, "R2", "entropy branching")
+    c3, m3 = claim_prediction_tracks(rail)
+    c4, m4 = claim_live_beats(rail, entropy, random_anchors)
+    return [c1, c2, c3, c4], {"R1": m1, "R2": m2, "R3": m3, "R4": m4}

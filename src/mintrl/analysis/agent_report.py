@@ -9,7 +9,7 @@ measured on the level of the SQL folders' jobs.
 
 Output (:func:`write_agents_report`): the agents section (:func:`mintrl.analysis.agent_tables.render_agents_section`)
 put into the markdown file (default ``docs/reproduction.md``) between its markers, the rest of the file left byte for
-byte (:mod:`mintrl.analysis.agent_block`), and the figure ``agents_success_vs_episodes.png`` next to it.
+byte (:mod:`mintrl.analysis.report_blocks`), and the figure ``agents_success_vs_episodes.png`` next to it.
 """
 
 from __future__ import annotations
@@ -19,21 +19,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
-from mintrl.analysis.agent_block import put_agents_block
-from mintrl.analysis.agent_claims import claim_live_beats, claim_prediction_tracks, claim_success
+from mintrl.analysis.agent_claims import measure_claims
 from mintrl.analysis.agent_plots import plot_success_vs_episodes
-from mintrl.analysis.agent_rows import (
-    ENTROPY8,
-    GRPO8,
-    RAIL8,
-    RANDOM8,
-    agent_rows,
-    find_agent_row,
-    level_of,
-    summarize_agent_row,
-)
+from mintrl.analysis.agent_rows import agent_rows, level_of, summarize_agent_row
 from mintrl.analysis.agent_tables import render_agents_section
 from mintrl.analysis.measures import budget
+from mintrl.analysis.report_blocks import AGENTS, put_block
 from mintrl.analysis.runs import Job, folder_list, job_commits, read_multiruns, wall_time
 from mintrl.analysis.tables import fmt_commits
 from mintrl.core.manifest import git_commit, machine, manifest_path
@@ -110,11 +101,7 @@ def build_agents_report(
         dirs, jobs = dirs + more_dirs, jobs + more_jobs
     rows = agent_rows(jobs)
     level = sql_levels.most_common(1)[0][0]
-    rail, grpo, entropy, random_anchors = (find_agent_row(rows, level, e) for e in (RAIL8, GRPO8, ENTROPY8, RANDOM8))
-    c1, m1 = claim_success(rail, grpo, "R1", "uniform GRPO-8")
-    c2, m2 = claim_success(rail, entropy, "R2", "entropy branching")
-    c3, m3 = claim_prediction_tracks(rail)
-    c4, m4 = claim_live_beats(rail, entropy, random_anchors)
+    claims, measures = measure_claims(rows, level)
     summaries = [summarize_agent_row(r) for r in rows]
     points = [
         {
@@ -134,8 +121,8 @@ def build_agents_report(
         "level": level,
         "rows": rows,
         "summaries": summaries,
-        "claims": [c1, c2, c3, c4],
-        "measures": {"R1": m1, "R2": m2, "R3": m3, "R4": m4},
+        "claims": claims,
+        "measures": measures,
         "points": points,
         "commit": fmt_commits(job_commits(jobs), git_commit(repo_dir)),
         "machine": machine(),
@@ -163,14 +150,14 @@ def write_agents_report(
     Raises:
         FileNotFoundError: a multirun folder is missing or holds no job.
         ValueError: see :func:`build_agents_report`; ``out``'s markers are malformed
-            (:func:`mintrl.analysis.agent_block.block_span`).
+            (:func:`mintrl.analysis.report_blocks.block_span`).
     """
     import matplotlib.pyplot as plt
 
     report = build_agents_report(sql_dirs, shell_dirs, repo_dir)
     out = Path(out)
     old = out.read_bytes().decode("utf-8") if out.is_file() else ""
-    text = put_agents_block(old, render_agents_section(report, FIGURE_NAME))  # checks the markers before writing
+    text = put_block(old, render_agents_section(report, FIGURE_NAME), AGENTS)  # checks the markers before writing
     out.parent.mkdir(parents=True, exist_ok=True)
     figure = out.with_name(FIGURE_NAME)
     plt.close(plot_success_vs_episodes(report["points"], figure))

@@ -1,13 +1,13 @@
 """Markdown of the agents section (:func:`render_agents_section` of
 :func:`mintrl.analysis.agent_report.build_agents_report`'s dict): the rows per level, the step time split,
 RAIL's claims R1-R4 with their verdicts, the calibration of the controller's predictions and the figure
-(RAIL Figure 1 at CPU scale), between the markers of :mod:`mintrl.analysis.agent_block`."""
+(RAIL Figure 1 at CPU scale), between the markers of :mod:`mintrl.analysis.report_blocks`' ``AGENTS`` block."""
 
 from __future__ import annotations
 
 import time
 
-from mintrl.analysis.agent_block import BEGIN, END
+from mintrl.analysis.report_blocks import AGENTS, markers
 from mintrl.analysis.runs import STEP_SECONDS_TAG
 from mintrl.analysis.tables import cell, fmt, fmt_seconds
 
@@ -209,16 +209,18 @@ def calibration_table(report: dict) -> list[str]:
 
 
 def render_agents_section(report: dict, figure: str) -> str:
-    """The agents section, from :data:`mintrl.analysis.agent_block.BEGIN` to ``END`` (no newline after it).
+    """The agents section, from the begin to the end marker of the block
+    :data:`mintrl.analysis.report_blocks.AGENTS` (no newline after it).
 
     Args:
         report: :func:`mintrl.analysis.agent_report.build_agents_report`'s dict.
         figure: the figure's path relative to the markdown file.
     """
     m, w = report["machine"], report["wall"]
+    begin, end = markers(AGENTS)
     folders = f"SQL `{report['sql_dirs']}`" + (f"; shell `{report['shell_dirs']}`" if report["shell_dirs"] else "")
     out = [
-        BEGIN,
+        begin,
         TITLE,
         "",
         f"Written by `mintrl-reproduce-agents` on {time.strftime('%Y-%m-%d %H:%M %Z')}; numbers below are measured, "
@@ -251,6 +253,6 @@ def render_agents_section(report: dict, figure: str) -> str:
         "*Held-out success against episodes generated per task, one point per row with its 95% interval (t over "
         "seeds; Wilson for a one-seed level), a panel per level: RAIL Figure 1 at CPU scale. Points at the same "
         "x are drawn slightly apart.*",
-        END,
+        end,
     ]
     return "\n".join(out)

@@ -24,7 +24,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from mintrl.analysis.agent_block import keep_agents_block
 from mintrl.analysis.claims import (
     NOT_MEASURED,
     Claim,
@@ -38,6 +37,7 @@ from mintrl.analysis.claims import (
 from mintrl.analysis.knob_effects import main_effects
 from mintrl.analysis.measures import final_pass
 from mintrl.analysis.plots import plot_curves, plot_intensity_points, plot_training
+from mintrl.analysis.report_blocks import keep_blocks
 from mintrl.analysis.rows import CONST, GRPO, NO_INTERVENTION, Row, equal_budget, find_row, paper_order, rows_of
 from mintrl.analysis.runs import folder_list, job_commits, read_multiruns, seed_of, wall_time
 from mintrl.analysis.stats import FAILS, HOLDS
@@ -139,16 +139,17 @@ def write_report(
 ) -> dict:
     """Write the reproduction report: the markdown at ``out`` and its figures next to it
     (``<stem>_curves.png``: held-out curves with bands; ``<stem>_training.png``: reward gap and entropy;
-    ``<stem>_intensity.png`` with an intensity sweep). An agents section that ``out`` already holds
-    (``mintrl-reproduce-agents``, between the markers of :mod:`mintrl.analysis.agent_block`) is kept, unchanged,
-    at the end of the rewritten file.
+    ``<stem>_intensity.png`` with an intensity sweep). The sections that ``out`` already holds between the
+    markers of :mod:`mintrl.analysis.report_blocks` (the agents section of ``mintrl-reproduce-agents``, the
+    confirmation section of ``mintrl-reproduce-confirm``) are kept, unchanged and in their order, at the end of
+    the rewritten file.
 
     Returns:
         :func:`build_report`'s dict plus ``out`` (Path) and ``figures`` (caption -> PNG path).
 
     Raises:
         FileNotFoundError: a multirun folder is missing or holds no job.
-        ValueError: see :func:`build_report`; ``out``'s agents markers are malformed.
+        ValueError: see :func:`build_report`; ``out``'s block markers are malformed.
     """
     import matplotlib.pyplot as plt
 
@@ -164,7 +165,7 @@ def write_report(
     if report["points"]:
         plt.close(plot_intensity_points(report["points"], paths[2]))
     text = render_markdown(report, {c: p.name for c, p in figures.items()})
-    if out.is_file():  # the agents section (mintrl-reproduce-agents) stays, unchanged, at the end
-        text = keep_agents_block(text, out.read_bytes().decode("utf-8"))
+    if out.is_file():  # the agents and confirmation sections stay, unchanged, at the end
+        text = keep_blocks(text, out.read_bytes().decode("utf-8"))
     out.write_text(text)
     return {**report, "out": out, "figures": figures}
