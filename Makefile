@@ -34,7 +34,7 @@ AGENT_SHELL_RESULTS ?= $(sort $(wildcard results/reproduce_agents_shell/*/))
 AGENT_SMOKE_ARGS := seed=0 trainer.max_steps=1 trainer.val_check_interval=1 data.prompts_per_step=2 \
 	data.prompts.val_size=2
 
-.PHONY: setup train test test-unit test-slow browser lint format setup-vllm test-vllm bench clean reproduce reproduce-full reproduce-smoke reproduce-report reproduce-agents reproduce-agents-smoke reproduce-agents-report confirm-core confirm-agents-db gpu-wheels
+.PHONY: setup train test test-unit test-slow browser lint format setup-vllm test-vllm bench clean reproduce reproduce-full reproduce-smoke reproduce-report reproduce-agents reproduce-agents-smoke reproduce-agents-report confirm-core confirm-agents-db confirm-report gpu-wheels
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -149,6 +149,14 @@ confirm-agents-db: $(STAMP)
 		dir=results/confirm_agents_db/$${row}_s$${seed}_$(CONFIRM_COMMIT); test -f $$dir/0/summary.json && continue; \
 		rm -rf $$dir; $(BIN)/python -m mintrl.cli.train -m +sweep=confirm_agents_db experiment=agent/$${row}_cpu \
 			seed=$$seed hydra.sweep.dir=$$dir || exit 1; done; done
+
+# the confirmation section of REPRO_OUT (docs/reproduction.md; the rest of the file is kept) from the confirmation
+# folders whose job finished (0/summary.json; the others are still running): pending verdicts until every job of
+# the sweep files' plan finished at one commit. No training.
+CONFIRM_CORE_RESULTS ?= $(sort $(patsubst %0/summary.json,%,$(wildcard results/confirm_core/*/0/summary.json)))
+CONFIRM_AGENTS_RESULTS ?= $(sort $(patsubst %0/summary.json,%,$(wildcard results/confirm_agents_db/*/0/summary.json)))
+confirm-report: | $(STAMP)
+	$(BIN)/python -m mintrl.cli.reproduce_confirm $(if $(CONFIRM_CORE_RESULTS),--core $(CONFIRM_CORE_RESULTS) )$(if $(CONFIRM_AGENTS_RESULTS),--agents $(CONFIRM_AGENTS_RESULTS) )--out $(REPRO_OUT)
 
 $(VLLM_STAMP): pyproject.toml
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)

@@ -23,6 +23,9 @@ Modules, by concern (each imports only those listed before it):
 * :mod:`~mintrl.analysis.agent_claims`: RAIL's claims R1-R4 and their verdicts;
 * :mod:`~mintrl.analysis.agent_tables`, :mod:`~mintrl.analysis.agent_plots`: the agents section's text and figure;
 * :mod:`~mintrl.analysis.agent_report`: ``mintrl-reproduce-agents``' section, read, computed and written;
+* :mod:`~mintrl.analysis.confirm`: the claims at seeds fixed in advance in the confirmation sweep files (plan,
+  finished jobs, commits, verdicts);
+* :mod:`~mintrl.analysis.confirm_report`: ``mintrl-reproduce-confirm``'s section, rendered and written;
 * :mod:`~mintrl.analysis.rollouts`: the rollout records viewer (``mintrl-rollouts``);
 * :mod:`~mintrl.analysis.keywords`: the keyword shift between two evaluations (``mintrl-keywords``).
 """
