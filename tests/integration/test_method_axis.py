@@ -148,7 +148,7 @@ DIFFERENCES = {
 
 # What configs/experiment holds now: the rows that need more than method + preset + a few overrides.
 EXPERIMENTS = {
-    "adaptive_stop", "api_judge", "mintrl_const_long", "no_intervention", "code/opd_cpu",
+    "adaptive_stop", "api_judge", "mintrl_const_long", "code/opd_cpu",
     "paper/agent_entropy", "paper/agent_rail", "paper/bread", "paper/first_error", "paper/grpo", "paper/int",
     "paper/luffy", "paper/mintrl_const", "paper/mintrl_const_code", "paper/mintrl_proxy", "paper/opd",
     "paper/prefix_rft", "paper/sft_grpo",
@@ -215,7 +215,7 @@ def test_the_deliberate_differences(old):
 def test_experiment_folder_holds_only_the_named_rows():
     folder = REPO / "configs" / "experiment"
     assert {str(p.relative_to(folder))[:-5] for p in folder.rglob("*.yaml")} == EXPERIMENTS
-    assert len(EXPERIMENTS) == 22 and len(ROWS) == 84
+    assert len(EXPERIMENTS) == 21 and len(ROWS) == 84
     first = [r.spelling.split()[0] for r in ROWS.values()]
     spelled_as_experiment = {o[len("experiment=") :] for o in first if o.startswith("experiment=")}
     assert spelled_as_experiment <= EXPERIMENTS  # every experiment a new spelling names exists
