@@ -133,17 +133,21 @@ reproduce-agents-smoke: $(STAMP)
 # The confirmation runs (configs/sweep/confirm_*.yaml; docs/reproduction.md's confirmation section): one job per
 # folder results/<sweep>/<row>_s<seed>_<commit>, the seeds read from the sweep file (fixed there before the runs);
 # a job whose folder has its summary.json is kept, an unfinished one runs again from the start, so the target
-# resumes where a stopped session left it. Run every job from a checkout of one commit (results/README.md).
+# resumes where a stopped session left it. Run every job from a checkout of one commit (results/README.md); the targets
+# never (re)install the project (a checkout of the run commit may use another checkout's venv: VENV=<path>, with
+# PYTHONPATH=<this checkout>/src), they only need its python.
 CONFIRM_COMMIT = $(shell git rev-parse --short=7 HEAD)
 confirm_seeds = $(shell sed -n 's/^ *seed: \([0-9,]*\).*/\1/p' configs/sweep/$(1).yaml | tr , ' ')
-confirm-core: $(STAMP)
+confirm-core:
+	test -x $(BIN)/python || { echo "$(BIN)/python: run make setup first"; exit 2; }
 	for seed in $(call confirm_seeds,confirm_core); do for row in mintrl_const grpo; do \
 		dir=results/confirm_core/$${row}_s$${seed}_$(CONFIRM_COMMIT); test -f $$dir/0/summary.json && continue; \
 		rm -rf $$dir; $(BIN)/python -m mintrl.cli.train -m +sweep=confirm_core method=$$row seed=$$seed \
 			hydra.sweep.dir=$$dir || exit 1; done; done
 
 # AGENTBENCH_DIR: a local THUDM/AgentBench checkout (docs/agents.md)
-confirm-agents-db: $(STAMP)
+confirm-agents-db:
+	test -x $(BIN)/python || { echo "$(BIN)/python: run make setup first"; exit 2; }
 	test -f "$(AGENTBENCH_DIR)/data/dbbench/standard.jsonl" || { echo "AGENTBENCH_DIR: no data/dbbench/standard.jsonl"; exit 2; }
 	for seed in $(call confirm_seeds,confirm_agents_db); do for row in grpo8 entropy8 rail8 random8; do \
 		dir=results/confirm_agents_db/$${row}_s$${seed}_$(CONFIRM_COMMIT); test -f $$dir/0/summary.json && continue; \
