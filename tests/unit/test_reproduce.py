@@ -77,14 +77,16 @@ def test_seeds_needed_at_the_observed_mean_and_sd():
 
 def test_how_to_decide_names_seeds_not_yet_run():
     # seeds 3-8 run, mean 0.066, sd 0.065: n = 7 (t(6) 2.447 * 0.065 / sqrt 7 = 0.0601 < 0.066; n = 6 gives
-    # 2.571 * 0.065 / sqrt 6 = 0.0682), so one more seed, the smallest not run: 0
+    # 2.571 * 0.065 / sqrt 6 = 0.0682), so a new plan of 7 seeds, the smallest not run: 0-2 and 9-12
     stat = {"n": 6, "mean": 0.066, "sd": 0.065}
     assert seeds_needed(stat) == 7
     assert how_to_decide(stat, "paired seeds", ["3", "4", "5", "6", "7", "8"]).endswith(
-        "about 7 seeds would give an interval that excludes 0 (now 6): add seed=0."
+        "about 7 seeds would give an interval that excludes 0 (now 6): decide it with a new plan of 7 seeds fixed "
+        "before its runs (seed=0,1,2,9,10,11,12, in a sweep file of its own as configs/sweep/confirm_core.yaml), not by "
+        "adding seeds to these runs."
     )
     # a seed run for one row only (or without the logged value) is not suggested again
-    assert how_to_decide(stat, "paired seeds", ["0", "3", "4", "5", "6", "7", "8"]).endswith("add seed=1.")
+    assert "(seed=1,2,9,10,11,12,13," in how_to_decide(stat, "paired seeds", ["0", "3", "4", "5", "6", "7", "8"])
     assert new_seeds(["0", "1", "3"], 3) == [2, 4, 5]
     assert new_seeds(["default"], 2) == [1, 2]  # a job without seed= ran the config's seed 0
     assert new_seeds(["0"], 0) == []
@@ -156,7 +158,7 @@ def test_intensity_seeds_from_several_folders_pool(methods, intensity, tmp_path)
     assert [p["n"] for p in first["points"]] == [3, 2, 2, 3]
     assert first["claims"][3].verdict == "undecided"
     # seed 2 has its no-intervention job (methods: seeds 0-2), seed 3 not: the next step says to run it
-    assert "add INTENSITY_ARGS=seed=2,3, with the no-intervention row of seed=3 (method=no_intervention))" in (
+    assert "(INTENSITY_ARGS=seed=2,3, with the no-intervention row of seed=3 (method=no_intervention))" in (
         first["claims"][3].next_step
     )
 
@@ -170,9 +172,10 @@ def test_next_step_names_the_seeds_a_stopped_sweep_left_unfinished(methods, tmp_
     ]
     step = build_report(methods, folders, repo_dir=REPO)["claims"][3].next_step
     assert step == (
-        "Finish seed=2 for 1 of 2 settings (MInTRL-Const rollout.max_reviews=4). More seeds per "
-        "setting (add INTENSITY_ARGS=seed=3,4, with the no-intervention row of seed=3,4 "
-        "(method=no_intervention)) and settings on both sides of the best fraction."
+        "Finish seed=2 for 1 of 2 settings (MInTRL-Const rollout.max_reviews=4). Then a new plan, fixed before its "
+        "runs, of more seeds per setting (INTENSITY_ARGS=seed=3,4, with the no-intervention row of seed=3,4 "
+        "(method=no_intervention)) and settings on both sides of the best fraction, not seeds added until an "
+        "interval clears 0."
     )
 
 

@@ -188,7 +188,10 @@ def test_paired_differences_and_their_verdicts(report):
     assert "RAIL 8.00, uniform GRPO-8 8.00" in r1.measure
     assert d2["diffs"] == pytest.approx([-0.05, 0.15, 0.05], abs=1e-6) and d2["sd"] == pytest.approx(0.10, abs=1e-6)
     assert r2.verdict == "undecided"
-    assert "about 18 seeds would give an interval that excludes 0 (now 3): add seed=range(3,18)." in r2.next_step
+    assert "about 18 seeds would give an interval that excludes 0 (now 3): decide it with a new plan of 18 seeds " in (
+        r2.next_step
+    )
+    assert "(seed=range(3,21), in a sweep file of its own" in r2.next_step  # 18 seeds none of the rows ran
 
 
 def _job(name, seed, success, generated):
@@ -260,7 +263,9 @@ def test_spearman_undecided_names_the_decisions_and_seeds_needed(tmp_path):
     assert decisions_to_clear_zero(1 / 7) == 191
     assert claim.verdict == "undecided"
     assert "about 191 decisions" in claim.next_step and "4.0 per seed" in claim.next_step
-    assert "about 48 seeds (now 2): add seed=range(2,48)" in claim.next_step
+    assert "about 48 seeds (now 2): decide it with a new plan of 48 seeds fixed before its runs (seed=range(2,50)" in (
+        claim.next_step
+    )
 
 
 def test_spearman_below_zero_does_not_hold(tmp_path):

@@ -36,7 +36,7 @@ from mintrl.analysis.agent_stats import (
     welch_difference,
     welch_scale,
 )
-from mintrl.analysis.claims import NOT_MEASURED, Claim, how_to_decide, new_seeds, seed_sweep
+from mintrl.analysis.claims import NOT_MEASURED, Claim, fresh_plan, how_to_decide, new_seeds
 from mintrl.analysis.rows import per_seed, seeds_run
 from mintrl.analysis.runs import seed_of
 from mintrl.analysis.stats import FAILS, HOLDS, UNDECIDED, paired_difference, verdict
@@ -133,11 +133,12 @@ def _decisions(row: AgentRow | None, kinds: Sequence[str], with_prediction: bool
 
 
 def _more_seeds(factor: float | None, seeds: Sequence[str], ran: Sequence[str]) -> str:
-    """``add seed=...``: the seeds that make ``factor`` times the decisions of ``seeds`` (new ones, not in ``ran``)."""
+    """A new plan (:func:`mintrl.analysis.claims.fresh_plan`) of the seeds that make ``factor`` times the decisions of
+    ``seeds``, all new ones (not in ``ran``)."""
     if factor is None:
         return "no estimate of the seeds that would decide it (an effect of 0, or no spread)"
     total = max(len(seeds) + 1, math.ceil(factor * len(seeds)))
-    return f"about {total} seeds (now {len(seeds)}): add seed={seed_sweep(new_seeds(ran, total - len(seeds)))}"
+    return f"about {total} seeds (now {len(seeds)}): {fresh_plan(new_seeds(ran, total))}"
 
 
 def claim_prediction_tracks(rail: AgentRow | None) -> tuple[Claim, dict]:
@@ -170,7 +171,7 @@ def claim_prediction_tracks(rail: AgentRow | None) -> tuple[Claim, dict]:
             f"{len(decisions)} decisions with a prediction over {len(seeds)} seed(s): fewer than 4, or constant "
             "predicted or realised gains (no rank correlation)"
         )
-        step = f"No rank correlation to measure: run more seeds (add seed={seed_sweep(new_seeds(ran, 3))}) or steps."
+        step = f"No rank correlation to measure: {fresh_plan(new_seeds(ran, 3))}, or more steps."
         return Claim("R3", text, UNDECIDED, why, step), extra
     measure = (
         f"Spearman r of predicted vs realised gain over {stat['n']} decisions ({len(seeds)} seed(s)): {stat['r']:+.3f} "
@@ -250,7 +251,7 @@ def claim_live_beats(
     seeds = sorted({seed_of(j) for j in rail.jobs if read_decisions(j)})
     open_ = [k for k in deciding if verdict(diffs[k]) == UNDECIDED]
     if any(diffs[k] is None for k in open_) or not seeds:
-        step = f"Fewer than 2 live or shadow decisions: add seed={seed_sweep(new_seeds(seeds_run(rail), 3))} or steps."
+        step = f"Fewer than 2 live or shadow decisions: {fresh_plan(new_seeds(seeds_run(rail), 3))}, or more steps."
         return Claim("R4", text, v, measure, step), extra
     factors = [welch_scale(diffs[k]) for k in open_]
     factor = None if None in factors else max(factors)

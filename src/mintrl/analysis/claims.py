@@ -67,8 +67,9 @@ class Claim:
 
 def how_to_decide(stat: dict | None, what: str, ran: Sequence[str] = ()) -> str:
     """What would decide an undecided difference: with one seed, more seeds; otherwise the seeds needed at the observed
-    mean and sd (:func:`mintrl.analysis.stats.seeds_needed`), named among the seeds not in ``ran`` (every seed the rows
-    involved already ran, :func:`mintrl.analysis.rows.seeds_run`) so the suggestion never repeats a run."""
+    mean and sd (:func:`mintrl.analysis.stats.seeds_needed`), as a new plan of that many seeds (:func:`fresh_plan`)
+    named among the seeds not in ``ran`` (every seed the rows involved already ran,
+    :func:`mintrl.analysis.rows.seeds_run`) so the suggestion never repeats a run."""
     if stat is None:
         return f"Not measured: the multirun lacks {what}."
     if stat["sd"] is None:
@@ -80,10 +81,19 @@ def how_to_decide(stat: dict | None, what: str, ran: Sequence[str] = ()) -> str:
             f"to {MAX_SEEDS} would decide it: the effect is nil at this scale; more steps or a larger held-out "
             "split (data.prompts.val_size, data.val_samples_per_prompt) would test it properly."
         )
-    more = new_seeds(ran, n - stat["n"])
     return (
         f"At the observed mean {stat['mean']:+.3f} and sd {stat['sd']:.3f} over seeds, about {n} seeds would give "
-        f"an interval that excludes 0 (now {stat['n']}): add seed={seed_sweep(more)}."
+        f"an interval that excludes 0 (now {stat['n']}): {fresh_plan(new_seeds(ran, n))}."
+    )
+
+
+def fresh_plan(seeds: Sequence[int]) -> str:
+    """The advice that decides a claim with seeds fixed before any of its runs: ``seeds`` (none of them run yet) in
+    a sweep file of their own, as ``configs/sweep/confirm_core.yaml``, never seeds added to the runs already read
+    until an interval clears 0, e.g. ``fresh_plan([9, 10, 11])`` names ``seed=9,10,11``."""
+    return (
+        f"decide it with a new plan of {len(seeds)} seeds fixed before its runs (seed={seed_sweep(seeds)}, in a sweep "
+        "file of its own as configs/sweep/confirm_core.yaml), not by adding seeds to these runs"
     )
 
 
@@ -289,6 +299,7 @@ def intensity_next_step(intensity_rows: Sequence[Row], baseline: Row | None) -> 
         parts.append(f"seed={','.join(seeds)} for {len(names)} of {len(intensity_rows)} settings ({who})")
     finish = f"Finish {'; '.join(parts)}. " if parts else ""
     return (
-        f"{finish}More seeds per setting (add INTENSITY_ARGS=seed={seed_sweep(more)}{base}) and settings on both "
-        "sides of the best fraction."
+        f"{finish}Then a new plan, fixed before its runs, of more seeds per setting (INTENSITY_ARGS=seed="
+        f"{seed_sweep(more)}{base}) and settings on both sides of the best fraction, not seeds added until an "
+        "interval clears 0."
     )
