@@ -96,6 +96,9 @@ def test_the_baseline_is_the_judge_class_that_declares_it_never_revises():
     with pytest.warns(UserWarning, match="removed_in_a_refactor.GoneJudge.*does not import"):
         assert runs.is_no_intervention(["seed=0"], gone) is False
     assert runs.is_no_intervention(["judge=always_keep"], gone) is True
+    # a target that imports but is not a Judge declares nothing: a warning, and the overrides decide
+    with pytest.warns(UserWarning, match="'collections.OrderedDict' is not a judge class"):
+        assert runs.judge_never_revises("collections.OrderedDict") is None
 
 
 def test_table_lists_the_numbers_and_the_missing_job(multirun):

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from mintrl.analysis.tensorboard import Scalars, event_times, load_scalars, tag_values
+from mintrl.judge.base import Judge
 
 NO_INTERVENTION_EXPERIMENTS = ("no_intervention",)
 # the judge option that keeps every chunk: its name now, and ``none``, its name in runs recorded before
@@ -309,8 +310,8 @@ def judge_never_revises(target: str) -> bool | None:
     ``mintrl.judge.always_keep.AlwaysKeepJudge``).
 
     Returns:
-        True or False from the class; None when the target does not import (a warning names it), so the
-        caller falls back on the run's overrides.
+        True or False from the class; None when the target does not import or is not a
+        :class:`~mintrl.judge.base.Judge` (a warning names it), so the caller falls back on the run's overrides.
     """
     from hydra.utils import get_class
 
@@ -323,7 +324,12 @@ def judge_never_revises(target: str) -> bool | None:
             stacklevel=2,
         )
         return None
-    return getattr(cls, "finds_errors", True) is False
+    if not (isinstance(cls, type) and issubclass(cls, Judge)):
+        warnings.warn(
+            f"{target!r} is not a judge class; whether this run intervenes is read from its overrides", stacklevel=2
+        )
+        return None
+    return not cls.finds_errors
 
 
 def is_no_intervention(overrides: Sequence[str], config: dict | None = None) -> bool:
