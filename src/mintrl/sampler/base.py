@@ -128,6 +128,9 @@ class Sampler(ABC):
             limit of its own.
         runs_sharded: class-level; True when the backend can sample while the policy's weights are
             sharded by FSDP (it holds its own copy, as vLLM does), which ``trainer=fsdp`` requires.
+        runs_pipelined: class-level; True when the backend can sample from its own copy of the
+            weights in a producer thread of the trainer's process while the trainer updates
+            (``rollout.max_staleness > 0``: :class:`mintrl.sampler.pinned.PinnedSampler`).
         exact_logprobs: True when the log-probs are computed by the policy module itself in fp32,
             as an fp32 trainer computes them (up to float rounding); False for a bf16 copy or an
             engine with its own kernels, whose log-probs the trainer recomputes
@@ -138,6 +141,7 @@ class Sampler(ABC):
     pad_token_id: int
     max_prefix_tokens: int | None = None
     runs_sharded: bool = False
+    runs_pipelined: bool = False
     exact_logprobs: bool = True
 
     @torch.no_grad()

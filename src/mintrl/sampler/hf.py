@@ -99,6 +99,7 @@ class HFSampler(Sampler):
     """
 
     runs_sharded = True  # a sharded policy is sampled from a gathered full-weight copy (SamplingCopy)
+    runs_pipelined = True  # a producer thread samples a PinnedSampler's copy (rollout.max_staleness > 0)
 
     def __init__(
         self,

@@ -1,0 +1,96 @@
+"""An HF sampler on its own copy of the policy, refreshed only when told: what a rollout producer
+thread samples from while the trainer updates the live weights (``rollout.max_staleness > 0``,
+:mod:`mintrl.data.pipeline`)."""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from mintrl.sampler.base import Generation
+from mintrl.sampler.hf import HFSampler
+from mintrl.sampler.sampling_copy import SamplingCopy
+from mintrl.sampler.weights import weights_generation
+
+
+class SamplingStopped(Exception):
+    """Raised by :class:`PinnedSampler` when its ``stop`` event is set: the producer is shutting down."""
+
+
+class PinnedSampler(HFSampler):
+    """The settings of ``live`` (batch size, engine, continuation cache) on a
+    :class:`mintrl.sampler.sampling_copy.SamplingCopy` of ``live``'s policy that changes only at
+    :meth:`push`, never while it samples: the producer thread generates a batch on the copy while
+    the trainer's optimizer writes the live weights, and the trainer's thread pushes the weights
+    between the producer's batches (the producer idle), recording their :attr:`version`.
+
+    The copy is in the dtype ``live`` samples in (bf16 for ``sampler.dtype=bf16``, else the policy's),
+    a LoRA adapter merged; :attr:`exact_logprobs` is ``live``'s (the log-probs are the pushed
+    weights' own, exact or bf16-rounded as ``live``'s would be). Costs one more copy of the weights
+    in that dtype. A sharded policy (FSDP) is not supported (the push would be a collective).
+
+    Args:
+        live: the run's sampler on the live policy (``sampler=hf``).
+
+    Raises:
+        TypeError: ``live`` is not an :class:`HFSampler`.
+    """
+
+    def __init__(self, live: HFSampler):
+        if not isinstance(live, HFSampler):
+            raise TypeError(f"a pinned sampler copies an HFSampler (sampler=hf), not {type(live).__name__}")
+        super().__init__(
+            live.model,
+            live.tokenizer,
+            max_batch_size=live.max_batch_size,
+            continuation_cache_mib=live.cache_bytes // 2**20,
+            engine=live.engine,
+            dtype="fp32",  # the copy is sampled as it is (it already holds the sampling dtype)
+            max_kv_gb=None,  # live checked the budget
+        )
+        param = next(live.model.parameters())
+        dtype = live.copy.dtype if live.copy is not None else param.dtype
+        self._exact = live.exact_logprobs
+        self.snapshot = SamplingCopy(live.model, dtype)
+        self.model = None  # the copy's module, from the first push on
+        self.version: int | None = None  # the weights version (optimizer steps done) of the last push
+        self.stop = threading.Event()  # set: the next generate or score raises SamplingStopped
+
+    @property
+    def exact_logprobs(self) -> bool:
+        """The live sampler's (see :class:`mintrl.sampler.base.Sampler`)."""
+        return self._exact
+
+    @property
+    def copy(self) -> None:
+        """No second copy: the pushed copy is sampled as it is."""
+        return None
+
+    def push(self, version: int) -> None:
+        """Copy the live weights into the copy (when they changed since the last push) and record
+        ``version`` (optimizer steps done); call only while nothing samples from the copy. The
+        first push builds the copy, which draws from the global torch generator."""
+        refreshes = self.snapshot.refreshes
+        self.model = self.snapshot.current()
+        if self.snapshot.refreshes != refreshes:
+            weights_generation(self.model).advance()  # kept continuation KV of older weights is dropped
+        self.version = int(version)
+
+    def _continue(self, prefixes, budgets: list[int], temperature: float, top_p: float, cache_keys) -> Generation:
+        self._check_ready()
+        return super()._continue(prefixes, budgets, temperature, top_p, cache_keys)
+
+    def score(self, sequences, prompt_lengths, temperature: float = 1.0) -> list[torch.Tensor]:
+        """:meth:`HFSampler.score` on the copy."""
+        self._check_ready()
+        return super().score(sequences, prompt_lengths, temperature)
+
+    def _check_ready(self) -> None:
+        """Raises:
+        SamplingStopped: :attr:`stop` is set.
+        RuntimeError: nothing was pushed yet."""
+        if self.stop.is_set():
+            raise SamplingStopped("the rollout producer is shutting down")
+        if self.model is None:
+            raise RuntimeError("PinnedSampler.push must run before the first generation")
