@@ -35,12 +35,16 @@ RUNTIME_ARGUMENTS: dict[str, frozenset[str]] = {
     "intervention": frozenset({"context"}),
     "guide": frozenset({"tokenizer"}),
     "rollout": frozenset({"sampler", "judge", "intervention", "reward", "tokenizer", "allocation", "guide"}),
-    "data": frozenset({"rollout", "tokenizer"}),
+    "data": frozenset({"rollout", "tokenizer", "max_staleness"}),
     "train_data": frozenset({"rollout", "tokenizer"}),  # eval.yaml's training task, read not built
     "objective": frozenset({"context"}),
     "module": frozenset({"policy", "objective", "tokenizer", "companion_models"}),
     "trainer": frozenset({"logger", "callbacks"}),
 }
+
+# Keys of a node the build takes out before instantiating it (they configure something else), by the
+# node's top-level key: rollout.max_staleness is the data module's (mintrl.build.components.split_max_staleness).
+BUILD_KEYS: dict[str, frozenset[str]] = {"rollout": frozenset({"max_staleness"})}
 
 
 def group_options(config_dir: str | Path = CONFIG_DIR) -> list[tuple[str, str]]:
@@ -251,7 +255,7 @@ def _node_errors(node: dict, target: str, path: str, runtime: Mapping[str, froze
         params = _signature(target).parameters
     except (ImportError, AttributeError, ValueError, TypeError) as err:
         return [f"{path}: _target_ {target} does not import or has no signature ({err})"]
-    keys = {str(k) for k in node if not str(k).startswith("_")}
+    keys = {str(k) for k in node if not str(k).startswith("_")} - BUILD_KEYS.get(path, frozenset())
     accepted = accepted_keywords(target)
     errors = []
     if accepted is not OPEN:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import lightning.pytorch as L
 from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 import mintrl.build.config  # noqa: F401  (registers the config resolvers)
 from mintrl.build.config_checks import check_config
@@ -92,6 +92,16 @@ class Components:
         self.rollout.sampler.close()
 
 
+def split_max_staleness(rollout: DictConfig) -> tuple[DictConfig | dict, int]:
+    """The rollout engine's config without ``max_staleness``, and that field (optimizer steps,
+    default 0): the data module runs the pipeline it sets, the engine does not take it. A config
+    without the field is returned as it is; with it, resolved into a plain dict."""
+    if "max_staleness" not in rollout:
+        return rollout, 0
+    engine = OmegaConf.to_container(rollout, resolve=True)
+    return engine, engine.pop("max_staleness")
+
+
 def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
     """Instantiate every component of ``cfg`` in dependency order.
 
@@ -109,11 +119,10 @@ def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
     guide = instantiate(cfg.guide, tokenizer=tokenizer) if cfg.get("guide") else None
     guided = {"guide": guide} if guide is not None and guide.adds_rollouts else {}  # guide=none: nothing passed
     if guided and get_class(cfg.rollout._target_).multi_turn:
-        raise ValueError(
-            f"guide={type(guide).__name__} needs single-turn rollouts (rollout=single_turn), not episodes"
-        )
+        raise ValueError(f"guide={type(guide).__name__} needs single-turn rollouts (rollout=single_turn), not episodes")
+    engine_cfg, max_staleness = split_max_staleness(cfg.rollout)
     rollout = instantiate(
-        cfg.rollout,
+        engine_cfg,
         sampler=sampler,
         judge=judge,
         intervention=intervention,
@@ -122,7 +131,7 @@ def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
         allocation=allocation,
         **guided,
     )
-    datamodule = instantiate(cfg.data, rollout=rollout, tokenizer=tokenizer)
+    datamodule = instantiate(cfg.data, rollout=rollout, tokenizer=tokenizer, max_staleness=max_staleness)
     objective = instantiate(cfg.objective, context=context)
     if objective.needs_first_error:  # the judge marks each failed rollout's first wrong step (objective=first_error)
         rollout.mark_first_error = True

@@ -1,7 +1,7 @@
 """Cross-field checks of a composed config: what no single component can see (relations between
 config groups), checked before any model is loaded. Each component checks its own fields with
 :mod:`mintrl.core.checks`; the checks here ask a component's class what it declares
-(``runs_sharded``, ``handles_code``, ``serves_code``, ``multi_turn``, ``finds_errors``,
+(``runs_sharded``, ``runs_pipelined``, ``handles_code``, ``serves_code``, ``multi_turn``, ``finds_errors``,
 ``needs_first_error``, ``uses_step0_policy``) and never test a class's name; the length checks
 (:func:`check_sampler_fits`) read the fields a sampler's config states (``max_model_len``,
 ``max_kv_gb``).
@@ -59,7 +59,9 @@ def check_config(cfg: DictConfig) -> None:
             (:func:`check_no_cpu_offload`) or ``sampler.score_with=trainer``
             (:func:`check_no_trainer_scoring`); a sampler too short for prompt + response, or an
             HF sampler over its KV budget (:func:`check_sampler_fits`); a per-step count of all
-            data-parallel ranks that does not split evenly over them (:func:`check_data_parallel_split`).
+            data-parallel ranks that does not split evenly over them (:func:`check_data_parallel_split`);
+            a ``rollout.max_staleness`` that is negative or that the run's layout cannot pipeline
+            (:func:`check_max_staleness`).
     """
     top_p = (cfg.get("rollout") or {}).get("top_p", 1.0)
     if cfg.get("train", True) and isinstance(top_p, (int, float)) and top_p < 1:
@@ -101,6 +103,7 @@ def check_config(cfg: DictConfig) -> None:
     check_first_error(cfg)
     check_sampler_fits(cfg)
     check_data_parallel_split(cfg)
+    check_max_staleness(cfg, strategy, updates)
     prompts, reward = component_class(cfg, "data.prompts"), component_class(cfg, "reward")
     if prompts is not None and reward is not None:
         code_prompts = prompts.serves_code(OmegaConf.select(cfg, "data.prompts"))
@@ -109,6 +112,58 @@ def check_config(cfg: DictConfig) -> None:
                 f"data.prompts ({prompts.__name__}) and reward ({reward.__name__}) do not match: "
                 "code problems need reward=code (e.g. `data=humaneval reward=code`), other tasks another reward"
             )
+
+
+def check_max_staleness(cfg: DictConfig, strategy: str = "", updates: int = 1) -> None:
+    """``rollout.max_staleness`` (optimizer steps) is an integer >= 0, and a training run with
+    ``s >= 1`` has the one layout the rollout pipeline supports (:mod:`mintrl.data.pipeline`): one
+    process, a sampler that samples its own copy of the weights in a thread (``runs_pipelined``:
+    ``sampler=hf``), ``s`` at least the optimizer updates of one rollout batch (the batch generated
+    during a batch's updates is trained that many steps after its weights), and no judge or
+    intervention generating from the step-0 policy of a LoRA policy (the live module with its
+    adapter off, which the producer would run while the trainer updates it).
+
+    Args:
+        strategy: the trainer's strategy (its ``_target_`` or name). updates: ``module.epochs x
+            module.minibatches``.
+
+    Raises:
+        ValueError: a refused value or layout; the message names ``rollout.max_staleness``.
+    """
+    value = OmegaConf.select(cfg, "rollout.max_staleness", default=0)
+    check_int("rollout.max_staleness", value, 0)
+    if value == 0 or not cfg.get("train", True):
+        return
+    field = f"rollout.max_staleness={value}"
+    sampler = component_class(cfg, "sampler")
+    if sampler is not None and not sampler.runs_pipelined:
+        raise ValueError(
+            f"{field} needs sampler=hf: {sampler.__name__} runs on the trainer's devices (colocated) and a sampler "
+            "on its own devices is not built; set rollout.max_staleness=0"
+        )
+    trainer = cfg.get("trainer") or {}
+    devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
+    ranks = devices * nodes if isinstance(devices, int) and isinstance(nodes, int) else None
+    if any(name in strategy.lower() for name in ("fsdp", "ddp")) or (ranks is not None and ranks > 1):
+        raise ValueError(
+            f"{field} runs its producer thread in one process: trainer.strategy={strategy or 'auto'} on "
+            f"{ranks} ranks is refused (one device, trainer=cpu or gpu), or set rollout.max_staleness=0"
+        )
+    if value < updates:
+        raise ValueError(
+            f"{field} < module.epochs x module.minibatches = {updates}: a batch generated during the previous "
+            f"batch's updates is trained {updates} optimizer steps after its weights; set it to >= {updates} or 0"
+        )
+    if OmegaConf.select(cfg, "model.lora") is not None:
+        for key in ("judge", "intervention"):
+            component = component_class(cfg, key)
+            if component is not None and component.generates_with_step0_policy(OmegaConf.select(cfg, key)):
+                raise ValueError(
+                    f"{field} with model/lora and {key}={component.__name__} ({key}.teacher=null): the step-0 "
+                    "policy is the live policy with its adapter off, which the producer thread would run while the "
+                    f"trainer updates it; use a teacher model ({key}.teacher=embedded or a path) or "
+                    "rollout.max_staleness=0"
+                )
 
 
 def check_sampler_fits(cfg: DictConfig) -> None:

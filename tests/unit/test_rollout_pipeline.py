@@ -1,0 +1,204 @@
+"""The rollout pipeline of ``rollout.max_staleness > 0`` (mintrl.data.pipeline) on a fake engine:
+batch ``k + 1`` is generated from weights version ``k`` in the producer thread, the staleness bound
+holds on every batch taken (a staler one is dropped and generated again), a producer that raises
+gives a clear error in the caller's thread with the thread joined, and closing leaves no thread.
+The pinned sampler samples its own copy of the weights, pushed only between batches; the config
+check refuses what the pipeline cannot run, naming the field."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+import torch
+from conftest import tiny_llama
+from hydra import compose, initialize_config_dir
+
+from mintrl.build.config import CONFIG_DIR
+from mintrl.build.config_checks import check_config
+from mintrl.data.pipeline import ProducerError, RolloutPipeline
+from mintrl.sampler import HFSampler
+from mintrl.sampler.pinned import PinnedSampler, SamplingStopped
+from mintrl.sampler.weights import weights_generation
+
+TOKENIZER = SimpleNamespace(pad_token_id=0, eos_token_id=2)
+
+
+class FakeSampler:
+    """What the pipeline needs of a PinnedSampler: push, release, stop."""
+
+    def __init__(self):
+        self.version, self.pushes, self.stop = None, [], threading.Event()
+
+    def push(self, version):
+        self.version = version
+        self.pushes.append(version)
+
+    def release(self):
+        pass
+
+
+class FakeEngine:
+    """Makes a batch stamped with the pushed version; records the thread it ran on; ``fail_at``:
+    the job index that raises; ``hold``: an event each job waits on (stopping when the sampler's
+    stop is set, as a real sampler call does)."""
+
+    def __init__(self, fail_at=None, hold=None):
+        self.sampler, self.fail_at, self.hold = None, fail_at, hold
+        self.jobs, self.threads = [], []
+
+    def generate(self, prompts, step=0):
+        self.threads.append(threading.current_thread().name)
+        while self.hold is not None and not self.hold.wait(0.01):
+            if self.sampler.stop.is_set():
+                raise SamplingStopped("stopping")
+        self.jobs.append((list(prompts), step))
+        if self.fail_at == len(self.jobs) - 1:
+            raise ValueError("the judge server answered garbage")
+        assert step == self.sampler.version  # the copy holds the version the batch is stamped with
+        return SimpleNamespace(step=step, stats={}, prompts=list(prompts))
+
+
+def prompt_batches():
+    k = 0
+    while True:
+        yield [f"p{k}a", f"p{k}b"]
+        k += 1
+
+
+def producer_threads():
+    return [t for t in threading.enumerate() if t.name == "rollout-producer"]
+
+
+def run_steps(pipeline, steps, updates=1):
+    """The trainer's side: take the batch of each step, start the next, 'update'."""
+    out = []
+    for k in range(steps):
+        global_step = k * updates
+        out.append(pipeline.take(global_step))
+        if k + 1 < steps:
+            pipeline.start(global_step)
+    return out
+
+
+def test_batch_k_plus_1_is_sampled_by_weights_k_in_the_producer_thread():
+    engine, sampler = FakeEngine(), FakeSampler()
+    pipeline = RolloutPipeline(engine, sampler, prompt_batches(), max_staleness=1)
+    try:
+        batches = run_steps(pipeline, 3)
+    finally:
+        pipeline.close()
+    assert [b.step for b in batches] == [0, 0, 1]  # batch 0 from version 0, then batch k + 1 from version k
+    assert [b.stats["rollout/staleness"] for b in batches] == [0.0, 1.0, 1.0]
+    assert all(b.stats["rollout/dropped_stale"] == 0.0 for b in batches)
+    assert [b.prompts[0] for b in batches] == ["p0a", "p1a", "p2a"]  # the data order of the synchronous path
+    assert set(engine.threads) == {"rollout-producer"}
+    assert pipeline.engine.sampler is sampler and engine.sampler is None  # a copy of the engine samples the pinned copy
+    assert not pipeline.thread.is_alive() and not producer_threads()
+
+
+def test_a_batch_older_than_the_bound_is_dropped_and_generated_again():
+    engine, sampler = FakeEngine(), FakeSampler()
+    pipeline = RolloutPipeline(engine, sampler, prompt_batches(), max_staleness=1)
+    try:
+        first = pipeline.take(0)
+        pipeline.start(0)
+        batch = pipeline.take(3)  # 3 updates since version 0: over the bound
+    finally:
+        pipeline.close()
+    assert first.step == 0 and batch.step == 3 and batch.prompts[0] == "p1a"  # the same prompts, current weights
+    assert batch.stats["rollout/staleness"] == 0.0 and batch.stats["rollout/dropped_stale"] == 1.0
+    assert pipeline.dropped_stale == 1 and sampler.pushes == [0, 0, 3]
+
+
+def test_a_producer_that_raises_gives_a_clear_error_in_the_callers_thread_and_is_joined():
+    engine = FakeEngine(fail_at=1)
+    pipeline = RolloutPipeline(engine, FakeSampler(), prompt_batches(), max_staleness=1)
+    pipeline.take(0)
+    pipeline.start(0)
+    with pytest.raises(ProducerError, match=r"rollout producer thread \(rollout.max_staleness=1\) failed") as err:
+        pipeline.take(1)
+    assert "weights version 0" in str(err.value) and "ValueError: the judge server answered garbage" in str(err.value)
+    assert isinstance(err.value.__cause__, ValueError)
+    assert not pipeline.thread.is_alive() and not producer_threads()
+    pipeline.close()  # idempotent
+
+
+def test_close_stops_a_batch_in_flight_and_joins_the_thread():
+    hold = threading.Event()
+    engine = FakeEngine(hold=hold)
+    pipeline = RolloutPipeline(engine, FakeSampler(), prompt_batches(), max_staleness=2)
+    pipeline.start(0)
+    time.sleep(0.05)
+    assert producer_threads()
+    pipeline.close()
+    assert not pipeline.thread.is_alive() and not producer_threads()
+    assert engine.jobs == []  # stopped before it finished
+
+
+def test_drain_waits_for_the_batch_in_flight_and_keeps_it():
+    engine = FakeEngine()
+    pipeline = RolloutPipeline(engine, FakeSampler(), prompt_batches(), max_staleness=1)
+    try:
+        pipeline.take(0)
+        pipeline.start(0)
+        pipeline.drain()
+        assert pipeline.idle and len(engine.jobs) == 2
+        assert pipeline.take(1).prompts[0] == "p1a"
+    finally:
+        pipeline.close()
+
+
+def test_a_non_positive_bound_is_refused():
+    with pytest.raises(ValueError, match=r"rollout.max_staleness must be an integer >= 1"):
+        RolloutPipeline(FakeEngine(), FakeSampler(), prompt_batches(), max_staleness=0)
+    assert not producer_threads()
+
+
+def test_the_pinned_sampler_samples_its_copy_which_changes_only_at_a_push():
+    policy = tiny_llama()
+    live = HFSampler(policy, TOKENIZER, dtype="fp32", continuation_cache_mib=0)
+    pinned = PinnedSampler(live)
+    with pytest.raises(RuntimeError, match="push must run before"):
+        pinned.generate([[1, 5, 7]], 4)
+    pinned.push(0)
+    prefixes = [[1, 5, 7], [1, 9]]
+    before = pinned.score(prefixes, [1, 1])
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.05)
+    weights_generation(policy).advance()  # an optimizer step
+    assert all(torch.equal(a, b) for a, b in zip(before, pinned.score(prefixes, [1, 1])))  # not pushed yet
+    pinned.push(1)
+    after = pinned.score(prefixes, [1, 1])
+    assert pinned.version == 1 and not all(torch.equal(a, b) for a, b in zip(before, after))
+    expected = live.score(prefixes, [1, 1])  # the live policy in fp32: the copy holds the same weights
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(after, expected))
+    assert pinned.exact_logprobs == live.exact_logprobs and pinned.model is not policy
+    assert len(pinned.generate(prefixes, 3).token_ids) == 2
+    pinned.stop.set()
+    with pytest.raises(SamplingStopped):
+        pinned.generate(prefixes, 3)
+
+
+def composed(*overrides):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose("train", overrides=["paths.output_dir=/tmp/mintrl-test", *overrides])
+
+
+def test_the_config_check_refuses_what_the_pipeline_cannot_run_naming_the_field():
+    check_config(composed())  # the default: 0
+    check_config(composed("rollout.max_staleness=1"))
+    with pytest.raises(ValueError, match=r"rollout.max_staleness must be an integer >= 0, got -1"):
+        check_config(composed("rollout.max_staleness=-1"))
+    with pytest.raises(ValueError, match=r"rollout.max_staleness=1 needs sampler=hf: VLLMSampler"):
+        check_config(composed("rollout.max_staleness=1", "sampler=vllm"))
+    with pytest.raises(ValueError, match=r"rollout.max_staleness=1 runs its producer thread in one process"):
+        check_config(composed("rollout.max_staleness=1", "trainer=fsdp"))
+    with pytest.raises(ValueError, match=r"rollout.max_staleness=1 runs its producer thread in one process"):
+        check_config(composed("rollout.max_staleness=1", "trainer.devices=2"))
+    with pytest.raises(ValueError, match=r"rollout.max_staleness=1 < module.epochs x module.minibatches = 2"):
+        check_config(composed("rollout.max_staleness=1", "module.minibatches=2", "trainer.max_steps=2"))
+    check_config(composed("rollout.max_staleness=2", "module.minibatches=2", "trainer.max_steps=2"))
