@@ -19,6 +19,7 @@ from mintrl.objective.functional import anchor_logprobs, anchored_log_ratio, reg
 from mintrl.objective.grpo import GRPO
 from mintrl.objective.intervention_grpo import InterventionGRPO
 from mintrl.objective.luffy import LUFFY, shaped_probability
+from mintrl.objective.off_policy import OffPolicyCorrection, sequence_ratio_mask, truncated_importance_weights
 from mintrl.objective.opd import OnPolicyDistillation
 from mintrl.objective.policy_gradient import clipped_surrogate, importance_weight_stats, kl_penalty
 from mintrl.objective.regression import AdvantageRegression
@@ -31,6 +32,7 @@ __all__ = [
     "GRPO",
     "InterventionGRPO",
     "LUFFY",
+    "OffPolicyCorrection",
     "Objective",
     "ObjectiveOutput",
     "Prepared",
@@ -52,7 +54,9 @@ __all__ = [
     "regression_loss",
     "regression_terms",
     "sequence_mean",
+    "sequence_ratio_mask",
     "shaped_probability",
     "step_totals",
+    "truncated_importance_weights",
     "valid_rows",
 ]

@@ -10,6 +10,7 @@ from mintrl.model.lora import frozen_step0
 from mintrl.objective.advantages import group_advantages
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate
 from mintrl.objective.base import Objective, ObjectiveOutput, Prepared
+from mintrl.objective.off_policy import OffPolicyCorrection, proximal_logprobs
 from mintrl.objective.policy_gradient import KL_ESTIMATORS, clipped_surrogate, kl_penalty
 
 
@@ -22,10 +23,13 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 class GRPO(Objective):
     """GRPO (Shao et al. 2024): group-relative advantages, per-token PPO-clip surrogate against the
-    rollout-time log-probs, optional KL to a frozen reference.
+    rollout-time log-probs (a stale batch's: the proximal policy's), optional KL to a frozen reference.
 
-    Per token: ``max(-A r, -A clip(r, 1-clip_low, 1+clip_high)) + kl_coef * KL_est`` with
-    ``r = pi_theta / pi_old``; aggregated with ``aggregation`` over the optimizer step.
+    Per token: ``w max(-A r, -A clip(r, 1-clip_low, 1+clip_high)) + kl_coef * KL_est`` with
+    ``r = pi_theta / pi_old``, ``pi_old`` the proximal policy (the behaviour policy that sampled the
+    batch unless it is stale: :mod:`mintrl.objective.off_policy`) and ``w`` the detached
+    ``off_policy_correction`` weight (1 with ``none``); aggregated with ``aggregation`` over the
+    optimizer step.
     Dr. GRPO (Liu et al. 2025) is ``scale_std=false, aggregation=seq-mean-token-sum`` with
     ``token_sum_norm`` the maximum response length (its loss ``sum_i sum_t l_it / (rows x max_len)``,
     a constant normaliser: see :func:`mintrl.objective.aggregation.aggregate`).
@@ -41,6 +45,10 @@ class GRPO(Objective):
             Dr. GRPO: the maximum response length, the configs' ``rollout.max_response_tokens``; 1: none).
         mask_truncated: drop length-truncated responses from the loss.
         eps: added to the group std.
+        off_policy_correction: ``none``, ``tis`` or ``mis``: the weight of the behaviour -> proximal
+            shift (:class:`mintrl.objective.off_policy.OffPolicyCorrection`).
+        tis_cap: the truncation ``C`` of ``tis`` (> 0). mis_threshold: the sequence-ratio threshold
+            of ``mis`` (>= 1).
 
     Raises:
         ValueError: a bad knob, naming the ``objective.*`` field.
@@ -63,9 +71,13 @@ class GRPO(Objective):
         mask_truncated: bool = False,
         eps: float = 1e-6,
         token_sum_norm: float = 1.0,
+        off_policy_correction: str = "none",
+        tis_cap: float = 2.0,
+        mis_threshold: float = 3.0,
         context=None,
     ):
         super().__init__(mask_truncated=mask_truncated)
+        self.off_policy = OffPolicyCorrection(off_policy_correction, tis_cap, mis_threshold)
         check_range("objective.clip_low", clip_low, 0, 1, high_open=True)
         check_range("objective.clip_high", clip_high, 0)
         check_range("objective.dual_clip", dual_clip, 1, low_open=True, none_ok=True)
@@ -96,8 +108,9 @@ class GRPO(Objective):
         return adv, {}
 
     def old_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
-        """``[N, L]`` log-probs the ratio is taken against: the rollout-time policy's."""
-        return batch.rollout_logprobs
+        """``[N, L]`` log-probs the ratio is taken against: the proximal policy's (the rollout-time
+        policy's unless the batch is stale, :func:`mintrl.objective.off_policy.proximal_logprobs`)."""
+        return proximal_logprobs(batch)
 
     def extra_tensors(self, batch, valid, logprob_fn):
         adv, stats = self.advantages(batch, valid)
@@ -117,16 +130,17 @@ class GRPO(Objective):
         return batch.extras["advantages"][:, None]
 
     def token_loss(self, batch: RolloutBatch, logprobs: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``[n, L]`` per-token loss (surrogate + KL) and detached metrics."""
+        """``[n, L]`` per-token loss (weighted surrogate + KL) and detached metrics."""
         mask = batch.loss_mask
         adv = self.token_advantages(batch)  # [n, 1] or [n, L]
         loss, clipped, ratio = clipped_surrogate(
             logprobs, self.old_logprobs(batch), adv, self.clip_low, self.clip_high, self.dual_clip
         )
-        metrics = {
-            "objective/clip_frac": masked_mean(clipped.float(), mask),
-            "objective/ratio": masked_mean(ratio, mask),
-        }
+        weights, metrics = self.off_policy.weights(batch)  # [n, L] or None
+        if weights is not None:
+            loss = loss * weights
+        metrics["objective/clip_frac"] = masked_mean(clipped.float(), mask)
+        metrics["objective/ratio"] = masked_mean(ratio, mask)
         if self.kl_coef > 0:
             kl = kl_penalty(logprobs, batch.extras["ref_logprobs"], self.kl_estimator)
             loss = loss + self.kl_coef * kl

@@ -46,12 +46,17 @@ class InterventionGRPO(GRPO):
     """GRPO over control + semi-on-policy rollouts (see module docstring).
 
     Args:
-        importance: ``rollout`` (ratios against the rollout-time policy pi_t on every token, MENTOR)
-            or ``behaviour`` (against the policy that wrote each token: pi_t or the intervention).
+        importance: ``rollout`` (ratios against the rollout-time policy pi_t on every token, MENTOR;
+            a stale batch's proximal policy, as GRPO) or ``behaviour`` (against the policy that wrote
+            each token: pi_t or the intervention; ``off_policy_correction`` must then be ``none``).
         semi_advantage: ``group`` (GRPO over the whole group) or ``mentor`` (see
             :func:`mintrl.objective.advantages.mentor_advantages`).
         alpha_decay_steps: optimizer steps over which MENTOR's ``alpha`` decays to 0.
         **grpo: :class:`mintrl.objective.grpo.GRPO` knobs.
+
+    Raises:
+        ValueError: a bad knob (field named), or ``off_policy_correction`` other than ``none`` with
+            ``importance=behaviour``.
     """
 
     def __init__(
@@ -61,6 +66,11 @@ class InterventionGRPO(GRPO):
         check_choice("objective.importance", importance, IMPORTANCE)
         check_choice("objective.semi_advantage", semi_advantage, SEMI_ADVANTAGES)
         check_int("objective.alpha_decay_steps", alpha_decay_steps)
+        if importance == "behaviour" and self.off_policy.kind != "none":
+            raise ValueError(
+                f"objective.off_policy_correction={self.off_policy.kind} needs objective.importance=rollout: "
+                "importance=behaviour already takes every ratio against the behaviour policy"
+            )
         self.importance, self.semi_advantage, self.alpha_decay_steps = importance, semi_advantage, alpha_decay_steps
 
     def advantages(self, batch: RolloutBatch, rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
@@ -75,7 +85,9 @@ class InterventionGRPO(GRPO):
         return adv, {"objective/mentor_alpha": alpha}
 
     def old_logprobs(self, batch: RolloutBatch) -> torch.Tensor:
-        return batch.behaviour_logprobs if self.importance == "behaviour" else batch.rollout_logprobs
+        """``importance=behaviour``: the policy that wrote each token (intervention tokens: the
+        intervention's own log-probs; never the proximal policy); ``rollout``: GRPO's (proximal)."""
+        return batch.behaviour_logprobs if self.importance == "behaviour" else super().old_logprobs(batch)
 
     def __call__(self, batch: RolloutBatch, logprobs: torch.Tensor, totals: StepTotals) -> ObjectiveOutput:
         out = super().__call__(batch, logprobs, totals)

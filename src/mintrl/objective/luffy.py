@@ -38,8 +38,10 @@ class LUFFY(GRPO):
     docstring). Off-policy tokens are the batch's guide tokens (``guide=demonstration``: whole
     traces; ``guide=prefix``: solution prefixes, the policy's continuation on-policy).
 
-    Per token: on-policy (``response_mask``) ``max(-A r, -A clip(r))`` (+ optional KL);
-    off-policy (``guide_mask``) ``-A f(pi_theta)``, unclipped, no KL.
+    Per token: on-policy (``response_mask``) ``max(-A r, -A clip(r))`` (+ optional KL), ``r`` against
+    the proximal policy; off-policy (``guide_mask``) ``-A f(pi_theta)``, unclipped, no KL. The
+    ``off_policy_correction`` weight (GRPO's) multiplies both: under ``tis`` it is 1 on guide tokens
+    (no policy sampled them), under ``mis`` a masked row leaves the loss whole.
 
     Args:
         gamma: the shaping constant (> 0). LUFFY: 0.1.
@@ -68,12 +70,13 @@ class LUFFY(GRPO):
         )
         shaped = shaped_probability(logprobs, self.gamma)  # [n, L]
         loss = torch.where(off, -adv * shaped, on_loss)
-        metrics = {
-            "objective/clip_frac": masked_mean(clipped.float(), on),
-            "objective/ratio": masked_mean(ratio, on),
-            "objective/offpolicy_prob": masked_mean(logprobs.detach().exp(), mask & off),
-            "objective/shaping": masked_mean(shaped, mask & off),
-        }
+        weights, metrics = self.off_policy.weights(batch)  # [n, L] or None; 1 on guide tokens under tis
+        if weights is not None:
+            loss = loss * weights
+        metrics["objective/clip_frac"] = masked_mean(clipped.float(), on)
+        metrics["objective/ratio"] = masked_mean(ratio, on)
+        metrics["objective/offpolicy_prob"] = masked_mean(logprobs.detach().exp(), mask & off)
+        metrics["objective/shaping"] = masked_mean(shaped, mask & off)
         if self.kl_coef > 0:
             kl = kl_penalty(logprobs, batch.extras["ref_logprobs"], self.kl_estimator)
             loss = loss + self.kl_coef * torch.where(off, torch.zeros_like(kl), kl)

@@ -11,6 +11,7 @@ from mintrl.model.tokens import same_vocabulary
 from mintrl.objective.aggregation import AGGREGATIONS, StepTotals, aggregate
 from mintrl.objective.base import Objective, ObjectiveOutput, Prepared
 from mintrl.objective.grpo import masked_mean
+from mintrl.objective.off_policy import OffPolicyCorrection, proximal_logprobs
 from mintrl.objective.policy_gradient import clipped_surrogate
 from mintrl.prompts.templates import load_prompt
 
@@ -21,7 +22,10 @@ class OnPolicyDistillation(Objective):
     For each sampled response token ``y_t`` the per-token reverse-KL estimate is
     ``k_t = log pi_t(y_t) - log q(y_t)`` (student at rollout time minus teacher, nats); its negative
     is a per-token advantage ``A_t = -k_t`` optimised with the PPO-clip surrogate, so several
-    updates per rollout batch stay on-policy-corrected. Rewards are not used (still logged).
+    updates per rollout batch stay on-policy-corrected. Rewards are not used (still logged). ``k_t``
+    uses the behaviour log-probs (the version that sampled ``y_t``); on a stale batch the ratio is
+    taken against the proximal policy and ``off_policy_correction`` weights the surrogate
+    (:mod:`mintrl.objective.off_policy`).
 
     Args:
         context: the run's :class:`mintrl.build.components.ModelContext` (policy tokenizer, teacher loading).
@@ -33,7 +37,8 @@ class OnPolicyDistillation(Objective):
             policy's prompt: self-distillation with privileged context when the teacher is the
             policy itself.
         teacher_temperature: temperature of the teacher's log-probs (default: the rollout temperature).
-        clip_low, clip_high, aggregation, mask_truncated: as in :class:`mintrl.objective.grpo.GRPO`.
+        clip_low, clip_high, aggregation, mask_truncated, off_policy_correction, tis_cap,
+            mis_threshold: as in :class:`mintrl.objective.grpo.GRPO`.
 
     Raises:
         ValueError: a teacher with a different vocabulary (both sources named), or a bad knob.
@@ -55,8 +60,12 @@ class OnPolicyDistillation(Objective):
         clip_high: float = 0.2,
         aggregation: str = "token-mean",
         mask_truncated: bool = False,
+        off_policy_correction: str = "none",
+        tis_cap: float = 2.0,
+        mis_threshold: float = 3.0,
     ):
         super().__init__(mask_truncated=mask_truncated, uses_reward=False)
+        self.off_policy = OffPolicyCorrection(off_policy_correction, tis_cap, mis_threshold)
         check_choice("objective.aggregation", aggregation, AGGREGATIONS)
         check_range("objective.teacher_temperature", teacher_temperature, 0, low_open=True, none_ok=True)
         if privileged_note is not None:
@@ -123,12 +132,11 @@ class OnPolicyDistillation(Objective):
         mask = batch.loss_mask
         reverse_kl = batch.rollout_logprobs - batch.extras["teacher_logprobs"]  # [n, L], per sampled token
         loss, clipped, ratio = clipped_surrogate(
-            logprobs, batch.rollout_logprobs, -reverse_kl, self.clip_low, self.clip_high
+            logprobs, proximal_logprobs(batch), -reverse_kl, self.clip_low, self.clip_high
         )
-        return ObjectiveOutput(
-            aggregate(loss, mask, self.aggregation, totals),
-            {
-                "objective/reverse_kl": masked_mean(reverse_kl, mask),
-                "objective/clip_frac": masked_mean(clipped.float(), mask),
-            },
-        )
+        weights, metrics = self.off_policy.weights(batch)  # [n, L] or None
+        if weights is not None:
+            loss = loss * weights
+        metrics["objective/reverse_kl"] = masked_mean(reverse_kl, mask)
+        metrics["objective/clip_frac"] = masked_mean(clipped.float(), mask)
+        return ObjectiveOutput(aggregate(loss, mask, self.aggregation, totals), metrics)

@@ -17,7 +17,11 @@ class AdvantageRegression(Objective):
 
     No importance weights: the anchor ``log pi~_t`` is the rollout-time log-prob of each policy
     token (fixed for all updates on the batch) and ``kappa`` (Const) or the policy's rollout-time
-    log-prob (Proxy) on intervention tokens. Guide tokens (a reference solution's prefix,
+    log-prob (Proxy) on intervention tokens. The anchor is always the behaviour policy's, the weights
+    version that sampled the batch (``RolloutBatch.step``), also for a stale batch: the regression
+    needs no proximal policy and takes no ``off_policy_correction`` (not a field: the config is
+    refused with the field's name; :mod:`mintrl.objective.off_policy` is for the ratio-based
+    objectives). Guide tokens (a reference solution's prefix,
     :mod:`mintrl.guide`) are anchored exactly like intervention tokens (``trains_guide_tokens``). The loss is the mean over the optimizer step's
     sequences of ``(beta * log_ratio - A)^2``; rows without a reward or whose group has no valid
     control rollout are left out (counted in ``objective/rows_without_signal``).
