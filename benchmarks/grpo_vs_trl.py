@@ -104,7 +104,8 @@ else:
         with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
             module.objective.prepare(batch, module.frozen_logprobs)
             # one update per batch: its forward recomputes the rollout log-probs in the trainer's precision
-            module.accumulate(batch, step_totals(batch.loss_mask), adopt_logprobs=bf16 or not batch.sampler_exact)
+            adopt = bf16 or not batch.sampler_exact  # staleness 0: the update's weights generated the batch
+            module.accumulate(batch, step_totals(batch.loss_mask), own_logprobs="adopt" if adopt else None)
         torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
         optimizer.step(); optimizer.zero_grad(set_to_none=True)
         if device != "cpu":

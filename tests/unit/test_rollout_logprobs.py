@@ -1,5 +1,6 @@
 """Rollout log-probs in the trainer's numerics: when they are recomputed, what is replaced, the
-mismatch logged; the LM head in fp32 under bf16 autocast; the CPU's bf16 check."""
+mismatch logged; a stale batch's proximal recompute replaces nothing; the LM head in fp32 under bf16
+autocast; the CPU's bf16 check."""
 
 from __future__ import annotations
 
@@ -11,7 +12,13 @@ import torch
 from mintrl.core.batch import Provenance, RolloutBatch
 from mintrl.core.precision import cpu_has_fast_bf16
 from mintrl.model.logprobs import head_logits
-from mintrl.training.rollout_logprobs import adopt_trainer_logprobs, needs_recompute, sampler_mismatch
+from mintrl.objective.off_policy import PROXIMAL_LOGPROBS, proximal_logprobs
+from mintrl.training.rollout_logprobs import (
+    adopt_trainer_logprobs,
+    keep_proximal_logprobs,
+    needs_recompute,
+    sampler_mismatch,
+)
 
 P, IV, G, N = int(Provenance.POLICY), int(Provenance.INTERVENTION), int(Provenance.GUIDE), int(Provenance.NONE)
 
@@ -43,14 +50,9 @@ def test_mismatch_is_the_mean_abs_gap_and_the_k3_kl_over_masked_tokens():
     assert empty == {"train/sampler_mismatch_abs": 0.0, "train/sampler_mismatch_kl": 0.0}
 
 
-def test_adopted_logprobs_replace_scored_tokens_and_policy_behaviour_only():
-    """Row 0: prompt, policy, intervention, guide, padding. The trainer's values replace the rollout
-    log-probs of the three scored kinds and the behaviour log-probs of the policy token only (the
-    intervention wrote its own token: its behaviour value stays); prompt and padding keep theirs."""
-    provenance = torch.tensor([[N, P, IV, G, N]], dtype=torch.int8)
-    rollout = torch.tensor([[0.0, -1.0, -2.0, -3.0, 0.0]])
-    behaviour = torch.tensor([[0.0, -1.0, -0.25, 0.0, 0.0]])
-    batch = RolloutBatch(
+def _one_row(rollout: torch.Tensor, behaviour: torch.Tensor) -> RolloutBatch:
+    """Row 0: prompt, policy, intervention, guide, padding."""
+    return RolloutBatch(
         input_ids=torch.tensor([[5, 6, 7, 8, 0]]),
         attention_mask=torch.tensor([[1, 1, 1, 1, 0]]),
         rollout_logprobs=rollout.clone(),
@@ -58,15 +60,40 @@ def test_adopted_logprobs_replace_scored_tokens_and_policy_behaviour_only():
         group_index=torch.tensor([0]),
         is_control=torch.tensor([True]),
         num_groups=1,
-        provenance=provenance,
+        provenance=torch.tensor([[N, P, IV, G, N]], dtype=torch.int8),
         behaviour_logprobs=behaviour.clone(),
     )
+
+
+def test_adopted_logprobs_replace_scored_tokens_and_policy_behaviour_only():
+    """Row 0: prompt, policy, intervention, guide, padding. The trainer's values replace the rollout
+    log-probs of the three scored kinds and the behaviour log-probs of the policy token only (the
+    intervention wrote its own token: its behaviour value stays); prompt and padding keep theirs."""
+    rollout = torch.tensor([[0.0, -1.0, -2.0, -3.0, 0.0]])
+    behaviour = torch.tensor([[0.0, -1.0, -0.25, 0.0, 0.0]])
+    batch = _one_row(rollout, behaviour)
     fresh = torch.tensor([[-7.0, -1.5, -2.5, -3.5, -7.0]])
     stats = adopt_trainer_logprobs(batch, fresh)
     assert torch.equal(batch.rollout_logprobs, torch.tensor([[0.0, -1.5, -2.5, -3.5, 0.0]]))
     assert torch.equal(batch.behaviour_logprobs, torch.tensor([[0.0, -1.5, -0.25, 0.0, 0.0]]))
     assert stats["train/sampler_mismatch_abs"] == pytest.approx(0.5)  # the one policy token
     assert stats["train/sampler_mismatch_kl"] == pytest.approx(math.exp(-0.5) + 0.5 - 1)
+
+
+def test_a_proximal_recompute_replaces_no_behaviour_logprob():
+    """A stale batch: the trainer's values are kept as the proximal policy's beside the sampling
+    version's rollout and behaviour log-probs, which stay as they were; the shift is logged."""
+    rollout = torch.tensor([[0.0, -1.0, -2.0, -3.0, 0.0]])
+    behaviour = torch.tensor([[0.0, -1.0, -0.25, 0.0, 0.0]])
+    batch = _one_row(rollout, behaviour)
+    fresh = torch.tensor([[-7.0, -1.5, -2.5, -3.5, -7.0]])
+    stats = keep_proximal_logprobs(batch, fresh)
+    assert torch.equal(batch.rollout_logprobs, rollout) and torch.equal(batch.behaviour_logprobs, behaviour)
+    assert batch.extras[PROXIMAL_LOGPROBS] is fresh and proximal_logprobs(batch) is fresh
+    assert stats == {
+        "train/proximal_shift_abs": pytest.approx(0.5),  # the one policy token
+        "train/proximal_shift_kl": pytest.approx(math.exp(-0.5) + 0.5 - 1),
+    }
 
 
 def test_lm_head_runs_in_fp32_under_bf16_autocast():

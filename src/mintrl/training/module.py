@@ -25,9 +25,10 @@ from mintrl.model.dropout import disable_dropout
 from mintrl.model.logprobs import token_logprobs
 from mintrl.model.lora import is_lora
 from mintrl.objective.aggregation import StepTotals, step_totals
+from mintrl.objective.off_policy import PROXIMAL_LOGPROBS
 from mintrl.sampler.weights import is_sharded, strip_wrapper_prefixes, weights_generation
+from mintrl.training.rollout_logprobs import ADOPT, batch_staleness, recompute_role, use_trainer_logprobs
 from mintrl.training.rollout_logprobs import MODES as RECOMPUTE_MODES
-from mintrl.training.rollout_logprobs import adopt_trainer_logprobs, needs_recompute
 from mintrl.training.step_logging import log_step, step_weights
 
 log = logging.getLogger(__name__)
@@ -148,6 +149,8 @@ class PolicyModule(L.LightningModule):
             its rollout-time log-probs with the trainer's own forward when the sampler's are not the
             trainer's numerics (a bf16 or vLLM sampler, or a bf16-mixed trainer), logging the
             mismatch removed; ``"always"`` / ``"never"`` (:mod:`mintrl.training.rollout_logprobs`).
+            A stale batch (generated ``train/staleness`` > 0 optimizer steps ago) is recomputed
+            under ``auto`` and ``always`` as its proximal policy, its behaviour log-probs kept.
 
         companion_models: ``() -> models`` that run beside the policy without being its
             submodules (frozen step-0 copy, teachers, judge / intervention models), moved to the
@@ -272,15 +275,17 @@ class PolicyModule(L.LightningModule):
         ]
         return torch.cat(parts) if parts else torch.zeros(input_ids.shape, dtype=torch.float32, device=input_ids.device)
 
-    def recompute_logprobs(self, batch: RolloutBatch) -> dict[str, float]:
-        """Replace the batch's rollout-time log-probs by the policy's own in the trainer's
-        precision (one no-grad forward of the weights that generated the batch; see
-        :mod:`mintrl.training.rollout_logprobs`); returns the mismatch it removed
-        (``train/sampler_mismatch_abs``, ``train/sampler_mismatch_kl``, nats per policy token)."""
+    def recompute_logprobs(self, batch: RolloutBatch, role: str = ADOPT) -> dict[str, float]:
+        """One no-grad forward of the current weights over the batch's scored tokens, used as
+        ``role`` says (:mod:`mintrl.training.rollout_logprobs`): ``adopt`` (staleness 0: the weights
+        that generated the batch) replaces its rollout-time log-probs by the policy's own in the
+        trainer's precision and returns the mismatch removed (``train/sampler_mismatch_abs`` /
+        ``_kl``, nats per policy token); ``proximal`` (a stale batch) stores them as the proximal
+        policy's, the behaviour log-probs unchanged, and returns ``train/proximal_shift_abs`` / ``_kl``."""
         fresh = self.frozen_logprobs(
             self.policy, batch.input_ids, batch.attention_mask, batch.scored_mask, batch.temperature
         )  # [N, L]
-        return adopt_trainer_logprobs(batch, fresh)
+        return use_trainer_logprobs(batch, fresh, role)
 
     def _share(self, model) -> bool:
         # prompt sharing runs the body twice per micro-batch; FSDP's per-forward hooks are not built for that
@@ -301,7 +306,7 @@ class PolicyModule(L.LightningModule):
         totals: StepTotals,
         world_size: int = 1,
         backward: Callable | None = None,
-        adopt_logprobs: bool = False,
+        own_logprobs: str | None = None,
     ) -> tuple[torch.Tensor, dict]:
         """Forward + backward of one update's mini-batch in micro-batches; gradients accumulate in
         the parameters' ``.grad``.
@@ -316,11 +321,12 @@ class PolicyModule(L.LightningModule):
                 :func:`padding_row` (gradients unchanged), so ranks holding different numbers of
                 rows (RAIL, entropy branching, guided rollouts) never wait on each other.
             backward: ``loss -> None`` (default ``loss.backward``; Lightning passes ``manual_backward``).
-            adopt_logprobs: the weights are still those that generated the rollouts (the batch's
-                only update): each micro-batch's own forward gives the trainer's rollout-time
-                log-probs, which replace the sampler's before the objective runs
-                (:func:`mintrl.training.rollout_logprobs.adopt_trainer_logprobs`; the separate
-                no-grad pass of :meth:`recompute_logprobs` is saved), and the mismatch is logged.
+            own_logprobs: the batch's only update runs on the weights a recompute would use
+                (:meth:`recompute_logprobs`, whose separate no-grad pass is saved): each micro-batch's
+                own forward gives those log-probs, used as the role says before the objective runs
+                (:func:`mintrl.training.rollout_logprobs.use_trainer_logprobs`: ``adopt`` replaces
+                the sampler's at staleness 0, ``proximal`` keeps them as a stale batch's proximal
+                policy), and the mismatch or shift is logged; None: no recompute.
 
         Returns:
             ``(loss, metrics)``: the update's loss on this rank (detached; the sum of the micro
@@ -328,7 +334,8 @@ class PolicyModule(L.LightningModule):
             entropy on policy-authored tokens and ``train/sampler_logprob_gap``, the mean
             ``|trainer - rollout|`` log-prob of policy-sampled tokens (nats; at the first update of
             a batch ~1e-5 for the exact fp32 sampler, 0 where the rollout log-probs were
-            recomputed), with ``adopt_logprobs`` also ``train/sampler_mismatch_abs`` and ``_kl``.
+            adopted), with ``own_logprobs`` also ``train/sampler_mismatch_abs`` and ``_kl``
+            (``adopt``) or ``train/proximal_shift_abs`` and ``_kl`` (``proximal``).
         """
         backward = backward or (lambda loss: loss.backward())
         step = self.micro_batch_rows or max(len(mini), 1)
@@ -350,9 +357,9 @@ class PolicyModule(L.LightningModule):
                 self.logprob_chunk_tokens,
                 self._share(self.policy),
             )  # [n, L] each
-            if adopt_logprobs:
+            if own_logprobs is not None:
                 tokens = int(micro.policy_mask.sum())
-                for k, v in adopt_trainer_logprobs(micro, logprobs.detach()).items():
+                for k, v in use_trainer_logprobs(micro, logprobs.detach(), own_logprobs).items():
                     mismatch[k] += v * tokens
             out = self.objective(micro, logprobs, totals)
             backward(out.loss * world_size)
@@ -458,11 +465,15 @@ class PolicyModule(L.LightningModule):
             for rows in minibatch_rows(len(batch), self.minibatches, generator, everywhere)
         ]
         precision = self.trainer.precision if self._trainer is not None else "32-true"
-        recompute = needs_recompute(self.recompute_rollout_logprobs, batch.sampler_exact, precision)
-        # one update on the whole batch runs on the weights that generated it: its own forward is the recomputation
-        fused = recompute and budget == 1 and len(plan) == 1
-        if recompute and not fused:
-            batch.stats.update(self.recompute_logprobs(batch))
+        staleness = batch_staleness(int(self.global_step), batch.step)
+        # a batch object trained twice (tests) keeps no proximal policy of an earlier step
+        batch.extras.pop(PROXIMAL_LOGPROBS, None)
+        role = recompute_role(self.recompute_rollout_logprobs, batch.sampler_exact, precision, staleness)
+        # one update on the whole batch runs on the weights a recompute would use: its own forward is the recomputation
+        fused = role is not None and budget == 1 and len(plan) == 1
+        if role is not None and not fused:
+            batch.stats.update(self.recompute_logprobs(batch, role))
+        batch.stats["train/staleness"] = float(staleness)
         batch.stats.update(self.objective.prepare(batch, self.frozen_logprobs))
         sums: dict[str, float] = defaultdict(float)
         if self._all_ranks_sum(batch.loss_mask.sum()) == 0:  # every rollout failed: nothing to learn from
@@ -480,7 +491,11 @@ class PolicyModule(L.LightningModule):
         for rows in plan[:budget]:
             mini = batch.select(rows.to(batch.input_ids.device))
             loss, metrics = self.accumulate(
-                mini, self.global_totals(mini), self.trainer.world_size, self.manual_backward, adopt_logprobs=fused
+                mini,
+                self.global_totals(mini),
+                self.trainer.world_size,
+                self.manual_backward,
+                own_logprobs=role if fused else None,
             )
             gap = metrics.pop("train/sampler_logprob_gap")  # later updates measure policy drift, not the sampler
             first_gap = gap if first_gap is None else first_gap

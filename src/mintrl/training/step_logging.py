@@ -74,6 +74,7 @@ SHARED = frozenset(
         "train/skipped_batches",
         "train/skipped_updates",
         "rollout/generated_at_step",
+        "train/staleness",
         "rollout/intervention_phase",
         "rollout/gap_smoothed",
         "rollout/adaptive_stop",
@@ -85,6 +86,8 @@ TOKEN_MEANS = (
     "train/sampler_logprob_gap",
     "train/sampler_mismatch_abs",
     "train/sampler_mismatch_kl",
+    "train/proximal_shift_abs",
+    "train/proximal_shift_kl",
 )
 DEFAULT = "*"  # the weights key of a mean without its own denominator
 
