@@ -5,6 +5,7 @@ thread behind."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 
 import pytest
@@ -13,10 +14,14 @@ from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import mintrl.data.datamodule as datamodule
+from mintrl.analysis.rollouts import read_records
 from mintrl.build.config import CONFIG_DIR
 from mintrl.build.run import run
+from mintrl.data.pipeline import ProducerError
+from mintrl.rollout.records import record_path
+from mintrl.rollout.single_turn import SingleTurnRollout
 
-TIMING = ("perf/gen_tokens_per_s", "perf/step_seconds", "perf/")  # wall-clock scalars differ between runs
+TIMING = ("_seconds", "_per_s")  # wall-clock scalars (perf/*_seconds, perf/gen_tokens_per_s) differ between runs
 
 
 def train(out, *overrides: str) -> dict[str, list[tuple[int, float]]]:
@@ -39,7 +44,7 @@ def train(out, *overrides: str) -> dict[str, list[tuple[int, float]]]:
         acc = EventAccumulator(str(event))
         acc.Reload()
         for tag in acc.Tags()["scalars"]:
-            if not any(tag.startswith(t) for t in TIMING):
+            if not tag.endswith(TIMING):
                 values.setdefault(tag, []).extend((s.step, s.value) for s in acc.Scalars(tag))
     return {tag: sorted(v) for tag, v in values.items()}
 
@@ -68,6 +73,48 @@ def test_max_staleness_1_trains_batch_k_plus_1_on_weights_k_and_leaves_no_thread
     assert [v for _, v in values["rollout/staleness"]] == [0.0, 1.0, 1.0]  # logged for every batch, <= 1
     assert [v for _, v in values["rollout/dropped_stale"]] == [0.0, 0.0, 0.0]
     assert len(values["train/loss"]) == 3 and len(values["val/reward"]) == 1
+    # one record file per training step, named by the step it trained from (two batches share version 0)
+    root = tmp_path / "rollouts"
+    assert sorted((root / "train").iterdir()) == [record_path(root, "train", k) for k in range(3)]
+    assert not producer_threads()
+
+
+def test_a_producer_that_raises_stops_the_run_with_its_error_in_the_trainers_thread(tmp_path, monkeypatch):
+    original = SingleTurnRollout.generate
+
+    def generate(self, items, *args, step=0, **kwargs):
+        if threading.current_thread().name == "rollout-producer" and step == 1:
+            raise ConnectionError("the judge server went away")
+        return original(self, items, *args, step=step, **kwargs)
+
+    monkeypatch.setattr(SingleTurnRollout, "generate", generate)
+    with pytest.raises(ProducerError, match=r"failed generating the rollout batch of weights version 1") as err:
+        train(tmp_path, "trainer.max_steps=3", "rollout.max_staleness=1")
+    assert threading.current_thread() is threading.main_thread()  # raised here, in the trainer's thread
+    assert "ConnectionError: the judge server went away" in str(err.value)
+    assert isinstance(err.value.__cause__, ConnectionError) and not producer_threads()
+
+
+def test_a_resumed_run_samples_its_first_batch_from_the_restored_weights(tmp_path):
+    # the step-1 checkpoint is written while batch 1 (of weights version 0) is in flight
+    first = train(
+        tmp_path / "first",
+        "trainer.max_steps=2",
+        "rollout.max_staleness=1",
+        "callbacks.checkpoint.every_n_train_steps=1",
+        "callbacks.checkpoint.save_top_k=-1",
+    )
+    assert [v for _, v in first["rollout/generated_at_step"]] == [0.0, 0.0]
+    checkpoint = tmp_path / "step1.ckpt"  # a name without '=' for the override
+    shutil.copy(next((tmp_path / "first" / "checkpoints").glob("*step=1.ckpt")), checkpoint)
+    resumed = train(tmp_path / "resumed", "trainer.max_steps=2", "rollout.max_staleness=1", f"ckpt_path={checkpoint}")
+    # batch 1 again (the same prompts: the data position is the one before the batch in flight), from version 1
+    assert [v for _, v in resumed["rollout/generated_at_step"]] == [1.0]
+    assert [v for _, v in resumed["rollout/staleness"]] == [0.0]
+    questions = [
+        read_records(record_path(d / "rollouts", "train", 1)) for d in (tmp_path / "first", tmp_path / "resumed")
+    ]
+    assert [r["question"] for r in questions[0]] == [r["question"] for r in questions[1]]
     assert not producer_threads()
 
 

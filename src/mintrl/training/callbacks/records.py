@@ -42,6 +42,7 @@ class RolloutRecords(L.Callback):
         self.writer: RecordWriter | None = None
         self._val: list[tuple[int, list[dict]]] = []
         self._warned = False
+        self._train_step: int | None = None  # the optimizer step the current training batch trains from
 
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         if self.writer is None:
@@ -74,11 +75,17 @@ class RolloutRecords(L.Callback):
         """The policy tokenizer: the module's, else the data module's."""
         return pl_module.tokenizer if pl_module.tokenizer is not None else trainer.datamodule.tokenizer
 
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        # the optimizer step the batch trains from: the file's step (batch.step, the weights version that
+        # sampled it, is older with rollout.max_staleness > 0, where two batches may share it)
+        self._train_step = int(trainer.global_step)
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if not self.enabled or not isinstance(batch, RolloutBatch):
             return
-        records = batch_records(batch, self._tokenizer(trainer, pl_module), "train", batch.step)
-        self._write(trainer, "train", batch.step, [(batch.num_groups, records)])
+        step = batch.step if self._train_step is None else self._train_step
+        records = batch_records(batch, self._tokenizer(trainer, pl_module), "train", step)
+        self._write(trainer, "train", step, [(batch.num_groups, records)])
 
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         if not self.enabled or trainer.sanity_checking or not isinstance(batch, RolloutBatch):

@@ -15,8 +15,9 @@ TAG = "rollouts/train"  # the text's tag; the writer stores it as "rollouts/trai
 
 class RolloutText(L.Callback):
     """After each training step, writes ``rollouts`` of the step's rollouts as one markdown text to
-    TensorBoard (tag :data:`TAG`, step: the optimizer step that generated the batch, as the rollout
-    records' file step).
+    TensorBoard (tag :data:`TAG`, step: the optimizer step the batch trains from, as the rollout
+    records' file step; the weights version that generated it, ``batch.step``, is that step at
+    ``rollout.max_staleness=0`` and older above).
 
     Each shown rollout: row, group, control or semi-on-policy; reward and the objective's advantage;
     tokens by provenance; the prompt's last line; the response with intervention tokens marked
@@ -41,6 +42,7 @@ class RolloutText(L.Callback):
     def __init__(self, enabled: bool = True, rollouts: int = 4, seed: int = 0):
         check_int("callbacks.rollout_text.rollouts", rollouts, 1)
         self.enabled, self.rollouts, self.seed = bool(enabled), int(rollouts), int(seed)
+        self._train_step: int | None = None  # the optimizer step the current training batch trains from
 
     @staticmethod
     def writer(trainer: L.Trainer):
@@ -50,16 +52,21 @@ class RolloutText(L.Callback):
                 return logger.experiment
         return None
 
-    def markdown(self, batch: RolloutBatch, tokenizer) -> str:
+    def markdown(self, batch: RolloutBatch, tokenizer, step: int | None = None) -> str:
         """The step's text: the picked rows of ``batch`` as records, rendered
-        (:func:`mintrl.rollout.markdown.step_markdown`)."""
+        (:func:`mintrl.rollout.markdown.step_markdown`); ``step``: the optimizer step the batch
+        trains from (default ``batch.step``)."""
+        step = batch.step if step is None else step
         rewards = batch.rewards.detach().float().cpu().tolist()
-        rows = pick_rows(rewards, intervened_rows(batch), self.rollouts, self.seed, batch.step)
+        rows = pick_rows(rewards, intervened_rows(batch), self.rollouts, self.seed, step)
         sub = select_rows(batch, rows)
-        records = with_action_segments(batch_records(sub, tokenizer, "train", batch.step), sub, tokenizer)
+        records = with_action_segments(batch_records(sub, tokenizer, "train", step), sub, tokenizer)
         for record, row in zip(records, rows):
             record["row"] = row  # the row in the step's batch, not in the sub-batch
-        return step_markdown(records, "train", batch.step, len(batch))
+        return step_markdown(records, "train", step, len(batch))
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._train_step = int(trainer.global_step)  # the optimizer step the batch trains from
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if not self.enabled or not trainer.is_global_zero or not isinstance(batch, RolloutBatch):
@@ -68,4 +75,5 @@ class RolloutText(L.Callback):
         if writer is None:
             return
         tokenizer = pl_module.tokenizer if pl_module.tokenizer is not None else trainer.datamodule.tokenizer
-        writer.add_text(TAG, self.markdown(batch, tokenizer), global_step=batch.step)
+        step = batch.step if self._train_step is None else self._train_step
+        writer.add_text(TAG, self.markdown(batch, tokenizer, step), global_step=step)
