@@ -202,3 +202,6 @@ def test_the_config_check_refuses_what_the_pipeline_cannot_run_naming_the_field(
     with pytest.raises(ValueError, match=r"rollout.max_staleness=1 < module.epochs x module.minibatches = 2"):
         check_config(composed("rollout.max_staleness=1", "module.minibatches=2", "trainer.max_steps=2"))
     check_config(composed("rollout.max_staleness=2", "module.minibatches=2", "trainer.max_steps=2"))
+    with pytest.raises(ValueError, match=r"rollout.max_staleness=1 with allocation=RailAllocation: the branch"):
+        check_config(composed("rollout.max_staleness=1", "allocation=rail"))
+    check_config(composed("rollout.max_staleness=1", "allocation=rail", "callbacks.allocation_decisions=null"))

@@ -15,6 +15,7 @@ from pathlib import Path
 from hydra.utils import get_class
 from omegaconf import DictConfig, OmegaConf
 
+from mintrl.allocation.base import Allocation
 from mintrl.build.config import sequence_limits
 from mintrl.core.checks import check_int
 from mintrl.core.ranks import rank_share
@@ -121,7 +122,9 @@ def check_max_staleness(cfg: DictConfig, strategy: str = "", updates: int = 1) -
     ``sampler=hf``), ``s`` at least the optimizer updates of one rollout batch (the batch generated
     during a batch's updates is trained that many steps after its weights), and no judge or
     intervention generating from the step-0 policy of a LoRA policy (the live module with its
-    adapter off, which the producer would run while the trainer updates it).
+    adapter off, which the producer would run while the trainer updates it), and no allocation whose
+    branch decisions are logged (:func:`records_decisions` with ``callbacks.allocation_decisions``:
+    the trainer's thread would take those of the batch in flight with the batch it trains).
 
     Args:
         strategy: the trainer's strategy (its ``_target_`` or name). updates: ``module.epochs x
@@ -154,6 +157,14 @@ def check_max_staleness(cfg: DictConfig, strategy: str = "", updates: int = 1) -
             f"{field} < module.epochs x module.minibatches = {updates}: a batch generated during the previous "
             f"batch's updates is trained {updates} optimizer steps after its weights; set it to >= {updates} or 0"
         )
+    allocation = component_class(cfg, "allocation")
+    logged = OmegaConf.select(cfg, "callbacks.allocation_decisions", default=None)
+    if allocation is not None and logged is not None and records_decisions(allocation):
+        raise ValueError(
+            f"{field} with allocation={allocation.__name__}: the branch decisions of the batch in flight would be "
+            "logged with the batch being trained (callbacks.allocation_decisions); use allocation=uniform, "
+            "callbacks.allocation_decisions=null or rollout.max_staleness=0"
+        )
     if OmegaConf.select(cfg, "model.lora") is not None:
         for key in ("judge", "intervention"):
             component = component_class(cfg, key)
@@ -164,6 +175,12 @@ def check_max_staleness(cfg: DictConfig, strategy: str = "", updates: int = 1) -
                     f"trainer updates it; use a teacher model ({key}.teacher=embedded or a path) or "
                     "rollout.max_staleness=0"
                 )
+
+
+def records_decisions(allocation: type) -> bool:
+    """Whether an allocation class keeps the branch decisions it executes for
+    ``callbacks.allocation_decisions`` (it overrides ``take_decisions``: RAIL, entropy)."""
+    return getattr(allocation, "take_decisions", None) is not Allocation.take_decisions
 
 
 def check_sampler_fits(cfg: DictConfig) -> None:
