@@ -13,7 +13,7 @@ invariance for policy optimization", and AReaL, Fu et al. 2025, arXiv 2505.24298
 
 PPO's ratio and clip are taken against ``pi_prox`` (the trust region is around weights the trainer
 had); the sampling mismatch ``pi_prox / mu`` is an importance weight, detached, multiplying the
-per-token surrogate (``objective.off_policy_correction``):
+per-token surrogate, not a KL penalty (``objective.off_policy_correction``):
 
 - ``none``: no weight (1);
 - ``tis``: token-level truncated importance sampling ``w_t = min(pi_prox / mu, C)`` (Yao et al. 2025,
