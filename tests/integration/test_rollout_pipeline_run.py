@@ -1,7 +1,9 @@
 """Training runs of the embedded model with ``rollout.max_staleness`` (small: 2 prompts, 24 tokens):
 at 0 the synchronous path is today's (no producer thread, every scalar equal to a run without the
 field), at 1 a 3-step run trains batch ``k + 1`` on weights ``k`` within the bound and leaves no
-thread behind."""
+thread behind, a producer that raises stops the run with its error in the trainer's thread, and a run
+resumed from a checkpoint written with a batch in flight generates that batch again from the restored
+weights (slow tier: all but the 3-step run)."""
 
 from __future__ import annotations
 
@@ -53,14 +55,15 @@ def producer_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "rollout-producer"]
 
 
+@pytest.mark.slow  # 2 runs of one step: 5.5 min on the shared 2-core machine (generation in the main thread is slow there)
 def test_max_staleness_0_is_the_synchronous_path_bit_for_bit(tmp_path, monkeypatch):
-    without = train(tmp_path / "without", "trainer.max_steps=2", "~rollout.max_staleness")
+    without = train(tmp_path / "without", "trainer.max_steps=1", "~rollout.max_staleness")
 
     def no_pipeline(*args, **kwargs):
         raise AssertionError("rollout.max_staleness=0 must not start a rollout pipeline")
 
     monkeypatch.setattr(datamodule, "RolloutPipeline", no_pipeline)
-    zero = train(tmp_path / "zero", "trainer.max_steps=2", "rollout.max_staleness=0")
+    zero = train(tmp_path / "zero", "trainer.max_steps=1", "rollout.max_staleness=0")
     assert "rollout/staleness" not in zero and not producer_threads()
     assert zero.keys() == without.keys() and "train/loss" in zero
     for tag in zero:
@@ -79,6 +82,7 @@ def test_max_staleness_1_trains_batch_k_plus_1_on_weights_k_and_leaves_no_thread
     assert not producer_threads()
 
 
+@pytest.mark.slow  # 55-70 s on the shared 2-core machine; tests/unit/test_rollout_pipeline.py checks the same on a fake engine
 def test_a_producer_that_raises_stops_the_run_with_its_error_in_the_trainers_thread(tmp_path, monkeypatch):
     original = SingleTurnRollout.generate
 
@@ -95,6 +99,7 @@ def test_a_producer_that_raises_stops_the_run_with_its_error_in_the_trainers_thr
     assert isinstance(err.value.__cause__, ConnectionError) and not producer_threads()
 
 
+@pytest.mark.slow  # 85-110 s on the shared 2-core machine
 def test_a_resumed_run_samples_its_first_batch_from_the_restored_weights(tmp_path):
     # the step-1 checkpoint is written while batch 1 (of weights version 0) is in flight
     first = train(
