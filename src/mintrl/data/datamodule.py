@@ -334,6 +334,15 @@ class RolloutDataModule(L.LightningDataModule):
                 f"rollout.max_staleness={self.max_staleness} runs one process: {world} ranks are refused "
                 "(set rollout.max_staleness=0)"
             )
+        updates = int(getattr(self.trainer.lightning_module, "updates_per_batch", 1))
+        if self.max_staleness > updates:
+            log.warning(
+                "rollout.max_staleness=%d is a bound, not a delay: the pipeline holds one batch in flight, so each "
+                "batch is trained %d optimizer steps after its weights (as at rollout.max_staleness=%d)",
+                self.max_staleness,
+                updates,
+                updates,
+            )
         sampler = PinnedSampler(self.rollout.sampler)
         sampler.push(int(self.trainer.global_step))  # building the copy draws random numbers: before the restore
         if self._resume_rng is not None:
