@@ -86,6 +86,7 @@ bench: $(STAMP)
 	cd benchmarks && ../$(BIN)/python semi_on_policy_overhead.py
 	cd benchmarks && ../$(BIN)/python scaling.py
 	cd benchmarks && ../$(BIN)/python grpo_vs_trl.py
+	cd benchmarks && ../$(BIN)/python staleness_overlap.py
 
 # the paper's comparison on the 3-term task, data=arithmetic_3terms (configs/sweep/reproduce_*.yaml;
 # docs/evaluation.md "Reproduce the paper's comparison"): the core multirun (3 rows: MInTRL-Const, GRPO,
