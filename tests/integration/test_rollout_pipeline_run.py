@@ -82,6 +82,14 @@ def test_max_staleness_1_trains_batch_k_plus_1_on_weights_k_and_leaves_no_thread
     assert not producer_threads()
 
 
+@pytest.mark.slow  # 40-60 s on the shared 2-core machine
+def test_max_staleness_2_trains_batch_k_on_weights_k_minus_2(tmp_path):
+    values = train(tmp_path, "trainer.max_steps=3", "rollout.max_staleness=2")
+    assert [v for _, v in values["rollout/generated_at_step"]] == [0.0, 0.0, 0.0]  # two batches in flight
+    assert [v for _, v in values["rollout/staleness"]] == [0.0, 1.0, 2.0]
+    assert not producer_threads()
+
+
 @pytest.mark.slow  # 55-70 s on the shared 2-core machine; tests/unit/test_rollout_pipeline.py checks the same on a fake engine
 def test_a_producer_that_raises_stops_the_run_with_its_error_in_the_trainers_thread(tmp_path, monkeypatch):
     original = SingleTurnRollout.generate

@@ -27,14 +27,23 @@ TOKENIZER = SimpleNamespace(pad_token_id=0, eos_token_id=2)
 
 
 class FakeSampler:
-    """What the pipeline needs of a PinnedSampler: push, release, stop."""
+    """What the pipeline needs of a PinnedSampler: push, capture, load, release, stop; ``live``: the
+    'weights' version now (the trainer's)."""
 
     def __init__(self):
-        self.version, self.pushes, self.stop = None, [], threading.Event()
+        self.version, self.pushes, self.loads, self.stop, self.live = None, [], [], threading.Event(), 0
 
     def push(self, version):
         self.version = version
         self.pushes.append(version)
+
+    def capture(self):
+        return {"w": self.live}
+
+    def load(self, weights, version):
+        assert weights["w"] == version  # captured when the trainer was at that version
+        self.version = version
+        self.loads.append(version)
 
     def release(self):
         pass
@@ -73,12 +82,14 @@ def producer_threads():
 
 
 def run_steps(pipeline, steps, updates=1):
-    """The trainer's side: take the batch of each step, start the next, 'update'."""
+    """The trainer's side: take the batch of each step, start batches up to the depth (none past the
+    last step), 'update'."""
     out = []
     for k in range(steps):
         global_step = k * updates
+        pipeline.sampler.live = global_step
         out.append(pipeline.take(global_step))
-        if k + 1 < steps:
+        while pipeline.ahead < pipeline.depth and k + pipeline.ahead + 1 < steps:
             pipeline.start(global_step)
     return out
 
@@ -97,6 +108,37 @@ def test_batch_k_plus_1_is_sampled_by_weights_k_in_the_producer_thread():
     assert set(engine.threads) == {"rollout-producer"}
     assert pipeline.engine.sampler is sampler and engine.sampler is None  # a copy of the engine samples the pinned copy
     assert not pipeline.thread.is_alive() and not producer_threads()
+
+
+def test_at_depth_2_batch_k_plus_2_is_sampled_by_weights_k_from_a_captured_copy():
+    engine, sampler = FakeEngine(), FakeSampler()
+    pipeline = RolloutPipeline(engine, sampler, prompt_batches(), max_staleness=2, depth=2)
+    try:
+        batches = run_steps(pipeline, 5)
+    finally:
+        pipeline.close()
+    assert [b.step for b in batches] == [0, 0, 0, 1, 2]  # batch k from weights k - 2 from batch 2 on
+    assert [b.stats["rollout/staleness"] for b in batches] == [0.0, 1.0, 2.0, 2.0, 2.0]
+    assert [b.prompts[0] for b in batches] == [f"p{k}a" for k in range(5)]
+    assert sampler.loads == [0, 1, 2]  # started while another was in flight: captured, loaded by the producer
+    assert not producer_threads()
+
+
+def test_a_checkpoint_holds_the_state_the_oldest_batch_ahead_found():
+    hold = threading.Event()
+    state = {"n": 0}
+    pipeline = RolloutPipeline(FakeEngine(hold=hold), FakeSampler(), prompt_batches(), 2, depth=2, state=lambda: state)
+    try:
+        assert pipeline.state_before_oldest() is None  # nothing ahead: the live state
+        pipeline.start(0)
+        time.sleep(0.05)  # the producer started it (and holds)
+        state["n"] = 1  # what the producer's batch changes
+        assert pipeline.state_before_oldest() == {"n": 0}
+        hold.set()
+        pipeline.take(0)
+        assert pipeline.state_before_oldest() is None
+    finally:
+        pipeline.close()
 
 
 def test_a_batch_older_than_the_bound_is_dropped_and_generated_again():
@@ -178,6 +220,18 @@ def test_the_pinned_sampler_samples_its_copy_which_changes_only_at_a_push():
     assert all(torch.allclose(a, b, atol=1e-5) for a, b in zip(after, expected))
     assert pinned.exact_logprobs == live.exact_logprobs and pinned.model is not policy
     assert len(pinned.generate(prefixes, 3).token_ids) == 2
+    captured = pinned.capture()  # the trainer's thread, while the producer samples version 1
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(0.05)
+    weights_generation(policy).advance()
+    assert all(torch.equal(a, b) for a, b in zip(after, pinned.score(prefixes, [1, 1])))
+    pinned.load(captured, 2)  # the producer, between its batches
+    assert pinned.version == 2 and all(torch.equal(a, b) for a, b in zip(after, pinned.score(prefixes, [1, 1])))
+    pinned.push(3)  # a push after a load copies the live weights again
+    assert all(
+        torch.allclose(a, b, atol=1e-5) for a, b in zip(pinned.score(prefixes, [1, 1]), live.score(prefixes, [1, 1]))
+    )
     pinned.stop.set()
     with pytest.raises(SamplingStopped):
         pinned.generate(prefixes, 3)

@@ -1,15 +1,17 @@
-"""Rollouts one batch ahead of the trainer (``rollout.max_staleness > 0``): a producer thread
-generates rollout batch ``k + 1`` from weights version ``v`` (optimizer steps done when it was
-started) while the trainer updates on batch ``k``.
+"""Rollouts ahead of the trainer (``rollout.max_staleness > 0``): a producer thread generates
+rollout batch ``k + d`` from weights version ``v`` (optimizer steps done when it was started) while
+the trainer updates on batch ``k``; ``d`` (``depth``) batches are in flight at most.
 
 The producer samples from its own copy of the weights (:class:`mintrl.sampler.pinned.PinnedSampler`),
-never from the live policy the optimizer writes: the trainer's thread pushes the live weights into
-the copy between the producer's batches, while no job is in flight, and stamps the job with that
-version, which the engine writes into ``RolloutBatch.step``. At most one batch is in flight, so a
-batch is trained ``global_step - batch.step`` optimizer steps after its weights (its staleness):
-the updates of one batch (``module.epochs x module.minibatches``), which the config check keeps
-within ``rollout.max_staleness``. A batch staler than the bound all the same (a guard) is dropped,
-counted (``rollout/dropped_stale``) and its prompts generated again from the current weights.
+never from the live policy the optimizer writes. A batch started while the producer is idle gets
+the live weights pushed into the copy by the trainer's thread; one started while the producer is
+busy carries a capture of the live weights, which the producer loads into its copy between its
+batches. Either way the job is stamped with that version, which the engine writes into
+``RolloutBatch.step``. A batch is trained ``global_step - batch.step`` optimizer steps after its
+weights (its staleness): ``depth`` batches' updates (``module.epochs x module.minibatches`` each),
+which the data module keeps within ``rollout.max_staleness``. A batch staler than the bound all the
+same (a guard) is dropped, counted (``rollout/dropped_stale``) and its prompts generated again from
+the current weights.
 
 This is a thread in the trainer's process: on CPU it overlaps no compute of its own with the
 update (the two share the cores) but overlaps what waits on something else (a served judge's or
@@ -23,8 +25,9 @@ import copy
 import logging
 import queue
 import threading
+from collections import deque
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 from mintrl.core.batch import RolloutBatch
 from mintrl.core.checks import check_int
@@ -42,10 +45,15 @@ class ProducerError(RuntimeError):
 
 @dataclass
 class _Job:
-    """A rollout batch to generate: its prompts and the weights version pushed for it."""
+    """A rollout batch to generate: its prompts, the weights version it is stamped with, the captured
+    weights the producer loads first (None: pushed already), and the state the producer found when
+    it started the job (a copy of ``state()``, None until then)."""
 
     prompts: list[PromptItem]
     version: int
+    weights: dict | None = None
+    state: dict | None = None
+    started: bool = False
 
 
 @dataclass
@@ -58,25 +66,30 @@ class _Result:
 
 
 class RolloutPipeline:
-    """One producer thread, one rollout batch in flight (see module docstring).
+    """One producer thread, up to ``depth`` rollout batches in flight (see module docstring).
 
     The trainer's thread calls :meth:`take` once per training batch (it returns the batch of the
-    next prompts, waiting for it) and then :meth:`start` to set the batch after it going from the
-    weights as they are now; :meth:`drain` waits for the batch in flight (before a validation uses
-    the engine); :meth:`close` stops and joins the thread.
+    next prompts, waiting for it) and :meth:`start` to set later batches going from the weights as
+    they are now; :meth:`drain` waits for the batches in flight (before a validation uses the
+    engine); :meth:`state_before_oldest` is the state a checkpoint holds; :meth:`close` stops and
+    joins the thread.
 
     Args:
         engine: the rollout engine (:class:`mintrl.rollout.engine.RolloutEngine`); the producer runs
             a shallow copy of it whose sampler is ``sampler`` (schedule, allocation, judge and reward
             are the engine's own objects, used by one thread at a time).
-        sampler: the producer's sampler, pushed only by this class.
+        sampler: the producer's sampler, pushed and loaded only by this class.
         prompts: the training prompt batches, from the data position of the first batch on.
         max_staleness: the bound (optimizer steps, >= 1) on ``global_step - batch.step`` of a batch
             :meth:`take` returns.
+        depth: batches in flight at most (>= 1).
+        state: the data module's state now (``RolloutDataModule._own_state``); a deep copy of it is
+            taken in the producer thread right before each job (under :attr:`lock`) and kept with
+            the job for :meth:`state_before_oldest`. None: no state is kept.
         join_timeout_s: seconds :meth:`close` waits for the thread (it stops at its next sampler call).
 
     Raises:
-        ValueError: ``max_staleness`` not an integer >= 1.
+        ValueError: ``max_staleness`` or ``depth`` not an integer >= 1.
     """
 
     def __init__(
@@ -85,19 +98,24 @@ class RolloutPipeline:
         sampler: PinnedSampler,
         prompts: Iterator[list[PromptItem]],
         max_staleness: int,
+        depth: int = 1,
+        state: Callable[[], dict] | None = None,
         join_timeout_s: float = 600.0,
     ):
         check_int(FIELD, max_staleness, 1)
+        check_int("depth", depth, 1)
         self.engine = copy.copy(engine)
         self.engine.sampler = sampler
-        self.sampler, self.prompts, self.max_staleness = sampler, prompts, max_staleness
-        self.join_timeout_s = join_timeout_s
+        self.sampler, self.prompts, self.max_staleness, self.depth = sampler, prompts, max_staleness, depth
+        self.state, self.join_timeout_s = state, join_timeout_s
         self.dropped_stale = 0  # batches dropped for exceeding max_staleness (rollout/dropped_stale)
+        self.lock = threading.Lock()  # a job's start (its state) against state_before_oldest
         self._jobs: queue.Queue = queue.Queue()
         self._results: queue.Queue = queue.Queue()
-        self._in_flight: _Job | None = None  # started, its result not yet received
-        self._ready: _Result | None = None  # received by drain, not yet taken
+        self._pending: deque[_Job] = deque()  # started, result not received yet (in order)
+        self._done: deque[_Result] = deque()  # received by drain, not taken yet (in order)
         self._closed = False
+        self._state_at_close: dict | None = None
         self.thread = threading.Thread(target=self._produce, name="rollout-producer", daemon=True)
         self.thread.start()
 
@@ -109,6 +127,12 @@ class RolloutPipeline:
             if job is None:
                 return
             try:
+                with self.lock:
+                    job.state = copy.deepcopy(self.state()) if self.state is not None else None
+                    job.started = True
+                if job.weights is not None:
+                    self.sampler.load(job.weights, job.version)
+                    job.weights = None
                 batch = self.engine.generate(job.prompts, step=job.version)
             except SamplingStopped:
                 return
@@ -121,51 +145,60 @@ class RolloutPipeline:
 
     # ------------------------------------------------------------------ the trainer's thread
     @property
+    def ahead(self) -> int:
+        """Batches started and not taken yet."""
+        return len(self._pending) + len(self._done)
+
+    @property
     def idle(self) -> bool:
         """No job in flight (the copy may be pushed)."""
-        return self._in_flight is None
+        return not self._pending
 
     def start(self, version: int, prompts: list[PromptItem] | None = None) -> None:
-        """Push the live weights as version ``version`` (optimizer steps done) and start the batch
-        of ``prompts`` (default: the next prompt batch) in the producer.
+        """Start the batch of ``prompts`` (default: the next prompt batch) from the live weights as
+        version ``version`` (optimizer steps done): pushed into the copy when the producer is idle,
+        else captured for the producer to load.
 
         Raises:
-            RuntimeError: a batch is in flight or waits to be taken, or the pipeline is closed.
+            RuntimeError: ``depth`` batches are ahead already, or the pipeline is closed.
         """
-        if self._closed or self._in_flight is not None or self._ready is not None:
-            raise RuntimeError("RolloutPipeline.start: the previous batch is not taken yet, or the pipeline is closed")
-        self.sampler.push(version)
-        self._in_flight = _Job(next(self.prompts) if prompts is None else prompts, int(version))
-        self._jobs.put(self._in_flight)
+        if self._closed or self.ahead >= self.depth:
+            raise RuntimeError(f"RolloutPipeline.start: {self.ahead} batches ahead (depth {self.depth}) or closed")
+        self._submit(next(self.prompts) if prompts is None else prompts, version)
+
+    def _submit(self, prompts: list[PromptItem], version: int) -> None:
+        if self._pending:
+            job = _Job(prompts, int(version), weights=self.sampler.capture())
+        else:
+            self.sampler.push(version)
+            job = _Job(prompts, int(version))
+        self._pending.append(job)
+        self._jobs.put(job)
 
     def drain(self) -> None:
-        """Wait until the batch in flight (if any) is generated; it stays for :meth:`take`.
+        """Wait until the batches in flight are generated; they stay for :meth:`take`.
 
         Raises:
             ProducerError: the producer raised (the thread is joined first).
         """
-        if self._in_flight is not None:
-            self._ready = self._receive()
-            self._in_flight = None
+        while self._pending:
+            self._done.append(self._receive())
 
     def take(self, global_step: int) -> RolloutBatch:
-        """The rollout batch trained at optimizer step ``global_step``: the one in flight (started at
-        the previous step), else one started now from the current weights. A batch with
-        ``global_step - batch.step > max_staleness`` is dropped (counted, warned) and its prompts
-        generated again from the current weights. Its stats gain ``rollout/staleness`` (optimizer
+        """The rollout batch trained at optimizer step ``global_step``: the oldest started (else one
+        started now from the current weights). A batch with ``global_step - batch.step >
+        max_staleness`` is dropped (counted, warned) and its prompts generated again from the
+        current weights, before the later batches. Its stats gain ``rollout/staleness`` (optimizer
         steps) and ``rollout/dropped_stale`` (count so far).
 
         Raises:
             ProducerError: the producer raised (the thread is joined first).
         """
-        if self._in_flight is None and self._ready is None:
+        if self.ahead == 0:
             self.start(global_step)
-        while True:
-            self.drain()
-            result, self._ready = self._ready, None
-            staleness = global_step - result.batch.step
-            if 0 <= staleness <= self.max_staleness:
-                break
+        result = self._done.popleft() if self._done else self._receive()
+        staleness = global_step - result.batch.step
+        while not 0 <= staleness <= self.max_staleness:
             self.dropped_stale += 1
             log.warning(
                 "dropped a rollout batch of weights version %d at optimizer step %d: %d steps old, over %s=%d; "
@@ -176,20 +209,36 @@ class RolloutPipeline:
                 FIELD,
                 self.max_staleness,
             )
-            self.start(global_step, result.job.prompts)
+            self.drain()  # the producer idle: the copy takes the current weights, later batches keep their order
+            self._submit(result.job.prompts, global_step)
+            result = self._receive()
+            staleness = global_step - result.batch.step
         batch = result.batch
         assert 0 <= global_step - batch.step <= self.max_staleness, "a rollout batch over the staleness bound"
         batch.stats["rollout/staleness"] = float(staleness)
         batch.stats["rollout/dropped_stale"] = float(self.dropped_stale)
         return batch
 
+    def state_before_oldest(self) -> dict | None:
+        """The state the oldest batch not taken yet found when the producer started it (``state()``
+        now when it has not started: the producer is then idle); None when no batch is ahead or no
+        ``state`` was given. After :meth:`close`, the one at the close (the batches ahead were
+        discarded)."""
+        if self._closed:
+            return self._state_at_close
+        with self.lock:
+            job = self._done[0].job if self._done else (self._pending[0] if self._pending else None)
+            if job is None or self.state is None:
+                return None
+            return job.state if job.started else self.state()
+
     def _receive(self) -> _Result:
-        """The in-flight job's result (waits; checks every second that the producer still runs).
+        """The oldest pending job's result (waits; checks every second that the producer still runs).
 
         Raises:
             ProducerError: the producer raised, or ended without a result.
         """
-        job = self._in_flight
+        job = self._pending[0]
         while True:
             try:
                 result = self._results.get(timeout=1.0)
@@ -199,20 +248,22 @@ class RolloutPipeline:
                     result = _Result(job, error=RuntimeError("the producer thread ended without a result"))
                     break
         if result.error is not None:
-            self.close()
+            self.close()  # the failed job still counts as the oldest: the state at the close is the one it found
             error = result.error
             raise ProducerError(
                 f"the rollout producer thread ({FIELD}={self.max_staleness}) failed generating the rollout batch "
                 f"of weights version {job.version} ({len(job.prompts)} prompts): {type(error).__name__}: {error}"
             ) from error
+        self._pending.popleft()
         return result
 
     def close(self) -> None:
-        """Stop the producer (a batch in flight stops at its next sampler call and is discarded)
-        and join it; idempotent. Warns when the thread is still alive after ``join_timeout_s``
-        (a call it waits on, e.g. a judge request, has not returned)."""
+        """Stop the producer (a batch in flight stops at its next sampler call; the batches ahead are
+        discarded) and join it; idempotent. Warns when the thread is still alive after ``join_timeout_s`` (a call it
+        waits on, e.g. a judge request, has not returned)."""
         if self._closed:
             return
+        self._state_at_close = self.state_before_oldest()
         self._closed = True
         self.sampler.stop.set()
         self._jobs.put(None)
@@ -220,4 +271,5 @@ class RolloutPipeline:
             self.thread.join(self.join_timeout_s)
             if self.thread.is_alive():
                 log.error("the rollout producer thread did not stop within %.0f s", self.join_timeout_s)
-        self._in_flight, self._ready = None, None
+        self._pending.clear()
+        self._done.clear()

@@ -11,7 +11,7 @@ import torch
 from mintrl.sampler.base import Generation
 from mintrl.sampler.hf import HFSampler
 from mintrl.sampler.sampling_copy import SamplingCopy
-from mintrl.sampler.weights import weights_generation
+from mintrl.sampler.weights import hf_weights, weights_generation
 
 
 class SamplingStopped(Exception):
@@ -26,7 +26,9 @@ class PinnedSampler(HFSampler):
     between the producer's batches (the producer idle), recording their :attr:`version`.
 
     The copy is in the dtype ``live`` samples in (bf16 for ``sampler.dtype=bf16``, else the policy's),
-    a LoRA adapter merged; :attr:`exact_logprobs` is ``live``'s (the log-probs are the pushed
+    a LoRA adapter merged. With several batches in flight the trainer's thread :meth:`capture` s the
+    weights of a later batch and the producer :meth:`load` s them before generating it.
+    :attr:`exact_logprobs` is ``live``'s (the log-probs are the pushed
     weights' own, exact or bf16-rounded as ``live``'s would be). Costs one more copy of the weights
     in that dtype. A sharded policy (FSDP) is not supported (the push would be a collective).
 
@@ -75,6 +77,35 @@ class PinnedSampler(HFSampler):
         self.model = self.snapshot.current()
         if self.snapshot.refreshes != refreshes:
             weights_generation(self.model).advance()  # kept continuation KV of older weights is dropped
+        self.version = int(version)
+
+    def capture(self) -> dict[str, torch.Tensor]:
+        """The live weights as they are now, cloned in the copy's dtype (floating tensors; others as
+        they are), for a :meth:`load` later, while the copy is being sampled: call from the trainer's
+        thread between optimizer steps. Costs one more copy of the weights until loaded."""
+        dtype = self.snapshot.dtype
+        with torch.inference_mode(False), torch.no_grad():
+            return {
+                name: tensor.to(dtype, copy=True) if tensor.is_floating_point() else tensor.clone()
+                for name, tensor in hf_weights(self.snapshot.policy)
+            }
+
+    def load(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """Write :meth:`capture`'s ``weights`` into the copy and record their ``version``; call while
+        nothing samples from the copy (the producer, between its batches), after a first :meth:`push`.
+
+        Raises:
+            RuntimeError: no push yet (the copy is not built).
+        """
+        if self.model is None:
+            raise RuntimeError("PinnedSampler.push must run before the first load")
+        state = self.model.state_dict()
+        with torch.inference_mode(False), torch.no_grad():
+            for name, tensor in weights.items():
+                if name in state:
+                    state[name].copy_(tensor)
+        self.snapshot.forget()  # the copy no longer holds the generation it last copied
+        weights_generation(self.model).advance()  # kept continuation KV of older weights is dropped
         self.version = int(version)
 
     def _continue(self, prefixes, budgets: list[int], temperature: float, top_p: float, cache_keys) -> Generation:

@@ -47,6 +47,11 @@ class SamplingCopy:
         with torch.inference_mode(False), torch.no_grad():
             return self._current()
 
+    def forget(self) -> None:
+        """The next :meth:`current` copies the policy's weights again (its module was written by
+        someone else, e.g. :meth:`mintrl.sampler.pinned.PinnedSampler.load`)."""
+        self._generation = None
+
     def _current(self) -> torch.nn.Module:
         generation = weights_generation(self.policy).value
         if self.module is not None and generation == self._generation:
