@@ -8,7 +8,7 @@ from hydra.errors import InstantiationException, MissingConfigException
 from hydra.utils import instantiate
 
 import mintrl.model.loading as loading
-from mintrl.build.components import build_components
+from mintrl.build.components import build_components, split_max_staleness
 from mintrl.build.config import CONFIG_DIR
 from mintrl.build.config_checks import check_config
 from mintrl.data.reasoning_gym import ReasoningGymPrompts
@@ -85,7 +85,8 @@ def test_bad_sizes_rejected_by_the_component_that_owns_them(override, field):
     with pytest.raises(InstantiationException, match=field):
         if override.startswith("rollout."):
             parts = dict(sampler=None, judge=None, intervention=None, tokenizer=None)
-            instantiate(cfg.rollout, reward=instantiate(cfg.reward), **parts)
+            engine, _ = split_max_staleness(cfg.rollout)  # as the build does: max_staleness is the data module's
+            instantiate(engine, reward=instantiate(cfg.reward), **parts)
         else:
             instantiate(cfg.data, rollout=None, tokenizer=None)
 
