@@ -3,7 +3,9 @@ test_updates_trainer.py): a hand-built rollout batch on a tiny model and the obj
 
 import copy
 
+import lightning.pytorch as L
 import torch
+from torch.utils.data import DataLoader
 
 from mintrl.core.batch import RolloutBatch
 from mintrl.model.logprobs import token_logprobs
@@ -95,3 +97,15 @@ def make_objective(name: str, model: torch.nn.Module):
     if name == "opd":
         return _opd_against(model)
     return OBJECTIVES[name]()
+
+
+class RepeatedBatch(L.LightningDataModule):
+    """A data module that yields the same rollout batch ``times`` times (a Trainer's training steps over one
+    batch: from the second step on the batch is older than the weights, as a stale batch is)."""
+
+    def __init__(self, batch: RolloutBatch, times: int = 100):
+        super().__init__()
+        self.batch, self.times = batch, times
+
+    def train_dataloader(self):
+        return DataLoader([self.batch] * self.times, batch_size=None, collate_fn=lambda x: x)

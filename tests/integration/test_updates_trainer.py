@@ -9,21 +9,12 @@ import lightning.pytorch as L
 import pytest
 import torch
 from torch.utils.data import DataLoader
-from update_helpers import make_objective, rollout_batch
+from update_helpers import RepeatedBatch, make_objective, rollout_batch
 
 from mintrl.model.logprobs import token_logprobs
 from mintrl.objective import GRPO
 from mintrl.training.module import PolicyModule
 from mintrl.training.rollout_logprobs import sampler_mismatch
-
-
-class _FixedBatches(L.LightningDataModule):
-    def __init__(self, batch):
-        super().__init__()
-        self.batch = batch
-
-    def train_dataloader(self):
-        return DataLoader([self.batch] * 100, batch_size=None, collate_fn=lambda x: x)
 
 
 def _cpu_trainer(tmp_path, max_steps: int, **kwargs) -> L.Trainer:
@@ -56,7 +47,7 @@ def test_several_updates_per_rollout_batch_through_the_trainer(tiny_model, tmp_p
         max_grad_norm=0.5,
     )
     trainer = _cpu_trainer(tmp_path, max_steps=8)
-    trainer.fit(module, datamodule=_FixedBatches(batch))
+    trainer.fit(module, datamodule=RepeatedBatch(batch))
     assert trainer.global_step == 8  # optimizer updates
     assert trainer.fit_loop.epoch_loop.batch_progress.total.completed == 2  # rollout batches (2 x 2 updates each)
     assert len(module.history) == 2 and all("train/grad_norm" in h and "train/loss" in h for h in module.history)
@@ -105,7 +96,7 @@ def test_real_ddp_update_equals_the_single_process_update(tiny_model, tmp_path, 
 
     single = module()
     trainer = _cpu_trainer(tmp_path, max_steps=1)
-    trainer.fit(single, datamodule=_FixedBatches(batch))
+    trainer.fit(single, datamodule=RepeatedBatch(batch))
     ddp = _cpu_trainer(
         tmp_path, max_steps=1, devices=2, strategy="ddp_spawn", callbacks=[_SaveWeights(tmp_path / "ddp.pt")]
     )
@@ -148,7 +139,7 @@ def test_inexact_rollout_logprobs_are_recomputed_by_the_trainer(tiny_model, tmp_
             functools.partial(torch.optim.SGD, lr=0.5),
             epochs=epochs,
         )
-        _cpu_trainer(tmp_path, max_steps=epochs, precision="32-true").fit(module, datamodule=_FixedBatches(batch))
+        _cpu_trainer(tmp_path, max_steps=epochs, precision="32-true").fit(module, datamodule=RepeatedBatch(batch))
         weights[name] = torch.cat([p.detach().flatten() for p in model.parameters()])
         if name == "noisy":
             logged = module.history[0]

@@ -13,9 +13,8 @@ import pytest
 import torch
 from peft import PeftModel
 from safetensors.torch import load_file
-from torch.utils.data import DataLoader
 from transformers import AutoModelForCausalLM
-from update_helpers import rollout_batch
+from update_helpers import RepeatedBatch, rollout_batch
 
 from mintrl.model.logprobs import token_logprobs
 from mintrl.model.lora import AdapterOff, LoraSettings, apply_lora, frozen_step0, merge_lora_weights
@@ -28,15 +27,6 @@ RANK = 4
 # per layer: q 32x32, k 32x16, v 32x16, o 32x32, gate 32x64, up 32x64, down 64x32 (in x out);
 # LoRA adds r (in + out) per linear layer
 LORA_PARAMS = 2 * RANK * ((32 + 32) + (32 + 16) + (32 + 16) + (32 + 32) + (32 + 64) + (32 + 64) + (64 + 32))
-
-
-class _FixedBatches(L.LightningDataModule):
-    def __init__(self, batch):
-        super().__init__()
-        self.batch = batch
-
-    def train_dataloader(self):
-        return DataLoader([self.batch] * 100, batch_size=None, collate_fn=lambda x: x)
 
 
 def _lora(model, **kw):
@@ -71,7 +61,7 @@ def test_only_adapter_parameters_change_and_the_optimizer_sees_only_them(tiny_mo
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     module = _module(policy)
     trainer = _trainer(tmp_path, max_steps=2)
-    trainer.fit(module, datamodule=_FixedBatches(batch))
+    trainer.fit(module, datamodule=RepeatedBatch(batch))
     optimized = [p for group in trainer.optimizers[0].param_groups for p in group["params"]]
     assert sum(p.numel() for p in optimized) == LORA_PARAMS == 4096
     changed = {k for k, v in policy.state_dict().items() if not torch.equal(v, before[k])}
@@ -154,7 +144,7 @@ def test_checkpoint_holds_the_adapter_only_and_resume_is_exact(tiny_model, tmp_p
         policy = _lora(copy.deepcopy(base))
         module = _module(policy)
         trainer = _trainer(tmp_path, steps)
-        trainer.fit(module, datamodule=_FixedBatches(batch), ckpt_path=ckpt)
+        trainer.fit(module, datamodule=RepeatedBatch(batch), ckpt_path=ckpt)
         if save:
             trainer.save_checkpoint(save)
         return policy
@@ -172,7 +162,7 @@ def test_checkpoint_holds_the_adapter_only_and_resume_is_exact(tiny_model, tmp_p
     # against full fine-tuning: the same run without LoRA
     full = _module(copy.deepcopy(base))
     trainer = _trainer(tmp_path, 2)
-    trainer.fit(full, datamodule=_FixedBatches(batch))
+    trainer.fit(full, datamodule=RepeatedBatch(batch))
     trainer.save_checkpoint(tmp_path / "full.ckpt")
     lora_size, full_size = ((tmp_path / n).stat().st_size for n in ("lora.ckpt", "full.ckpt"))
     # weights + 2 Adam moments in fp32: 3 x 4 x (4096 vs 26784) bytes, plus the same fixed overhead

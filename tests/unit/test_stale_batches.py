@@ -8,8 +8,7 @@ import functools
 import lightning.pytorch as L
 import pytest
 import torch
-from torch.utils.data import DataLoader
-from update_helpers import make_objective, rollout_batch
+from update_helpers import RepeatedBatch, make_objective, rollout_batch
 
 from mintrl.objective import GRPO, step_totals
 from mintrl.objective.off_policy import PROXIMAL_LOGPROBS
@@ -23,17 +22,6 @@ from mintrl.training.rollout_logprobs import (
 )
 
 LR = 0.5
-
-
-class _SameBatch(L.LightningDataModule):
-    """The same rollout batch (generated at step 0) at every training step: stale from the second on."""
-
-    def __init__(self, batch):
-        super().__init__()
-        self.batch = batch
-
-    def train_dataloader(self):
-        return DataLoader([self.batch] * 10, batch_size=None, collate_fn=lambda x: x)
 
 
 class _WeightsAtBatchStart(L.Callback):
@@ -90,7 +78,7 @@ def _fit(tiny_model, tmp_path, objective, batch, max_steps: int, epochs: int = 1
         default_root_dir=tmp_path,
         callbacks=list(callbacks),
     )
-    trainer.fit(module, datamodule=_SameBatch(batch))
+    trainer.fit(module, datamodule=RepeatedBatch(batch, times=10))
     return module
 
 

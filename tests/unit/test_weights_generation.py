@@ -18,8 +18,7 @@ import pytest
 import torch
 from fake_vllm import FakeLLM, fake_vllm_module
 from hydra import compose, initialize_config_dir
-from torch.utils.data import DataLoader
-from update_helpers import make_objective, rollout_batch
+from update_helpers import RepeatedBatch, make_objective, rollout_batch
 
 from mintrl.build.config import CONFIG_DIR
 from mintrl.model.lora import LoraSettings, apply_lora, lora_scalings, merge_lora_stream, merge_lora_weights
@@ -45,15 +44,6 @@ def test_one_counter_per_model_advanced_by_its_writers(tiny_model):
     assert generation.value == 0 and weights_generation(tiny_model) is generation
     assert generation.advance() == 1 and weights_generation(tiny_model).value == 1
     assert weights_generation(copy.deepcopy(tiny_model)).value == 0  # a copy is another model
-
-
-class _OneBatch(L.LightningDataModule):
-    def __init__(self, batch):
-        super().__init__()
-        self.batch = batch
-
-    def train_dataloader(self):
-        return DataLoader([self.batch] * 4, batch_size=None, collate_fn=lambda x: x)
 
 
 def test_every_sampler_sees_a_step_that_leaves_the_tensor_versions(tiny_model, tmp_path, fake_vllm):
@@ -88,7 +78,7 @@ def test_every_sampler_sees_a_step_that_leaves_the_tensor_versions(tiny_model, t
         enable_model_summary=False,
         default_root_dir=tmp_path,
     )
-    trainer.fit(module, datamodule=_OneBatch(rollout_batch(policy)))
+    trainer.fit(module, datamodule=RepeatedBatch(rollout_batch(policy), times=4))
     assert trainer.global_step == 1
     assert [p._version for p in policy.parameters()] == versions, "the premise: fused AdamW leaves the versions"
     assert not torch.equal(policy.model.layers[0].mlp.up_proj.weight, before["model.layers.0.mlp.up_proj.weight"])
