@@ -259,3 +259,7 @@ def test_the_config_check_refuses_what_the_pipeline_cannot_run_naming_the_field(
     with pytest.raises(ValueError, match=r"rollout.max_staleness=1 with allocation=RailAllocation: the branch"):
         check_config(composed("rollout.max_staleness=1", "allocation=rail"))
     check_config(composed("rollout.max_staleness=1", "allocation=rail", "callbacks.allocation_decisions=null"))
+    lora = ("rollout.max_staleness=1", "model/lora=default")
+    with pytest.raises(ValueError, match=r"rollout.max_staleness=1 with model/lora and judge=SelfPrivilegedJudge"):
+        check_config(composed(*lora, "judge=self_privileged"))  # no teacher: the step-0 policy generates
+    check_config(composed(*lora, "judge=teacher", "teacher_model.path=/models/teacher"))  # its own model: accepted

@@ -165,16 +165,27 @@ def check_max_staleness(cfg: DictConfig, strategy: str = "", updates: int = 1) -
             "logged with the batch being trained (callbacks.allocation_decisions); use allocation=uniform, "
             "callbacks.allocation_decisions=null or rollout.max_staleness=0"
         )
-    if OmegaConf.select(cfg, "model.lora") is not None:
-        for key in ("judge", "intervention"):
-            component = component_class(cfg, key)
-            if component is not None and component.generates_with_step0_policy(OmegaConf.select(cfg, key)):
-                raise ValueError(
-                    f"{field} with model/lora and {key}={component.__name__} ({key}.teacher=null): the step-0 "
-                    "policy is the live policy with its adapter off, which the producer thread would run while the "
-                    f"trainer updates it; use a teacher model ({key}.teacher=embedded or a path) or "
-                    "rollout.max_staleness=0"
-                )
+    for key, component in lora_step0_generators(cfg):
+        raise ValueError(
+            f"{field} with model/lora and {key}={component.__name__} ({key}.teacher=null): the step-0 "
+            "policy is the live policy with its adapter off, which the producer thread would run while the "
+            f"trainer updates it; use a teacher model ({key}.teacher=embedded or a path) or "
+            "rollout.max_staleness=0"
+        )
+
+
+def lora_step0_generators(cfg: DictConfig) -> list[tuple[str, type]]:
+    """Under ``model.lora``, the judge and intervention that generate with the step-0 policy (the live policy
+    with its adapter off: ``generates_with_step0_policy``, self-privileged with ``teacher: null``), as
+    ``(config key, class)`` pairs; empty without LoRA."""
+    if OmegaConf.select(cfg, "model.lora") is None:
+        return []
+    found = []
+    for key in ("judge", "intervention"):
+        component = component_class(cfg, key)
+        if component is not None and component.generates_with_step0_policy(OmegaConf.select(cfg, key)):
+            found.append((key, component))
+    return found
 
 
 def records_decisions(allocation: type) -> bool:
@@ -239,16 +250,12 @@ def check_lora_step0_generation(cfg: DictConfig) -> None:
         ValueError: ``model.lora`` set, and ``judge`` or ``intervention`` generates with the
             step-0 policy (``generates_with_step0_policy``: self-privileged with ``teacher: null``).
     """
-    if OmegaConf.select(cfg, "model.lora") is None:
-        return
-    for key in ("judge", "intervention"):
-        component = component_class(cfg, key)
-        if component is not None and component.generates_with_step0_policy(OmegaConf.select(cfg, key)):
-            raise ValueError(
-                f"{key}={component.__name__} with {key}.teacher=null generates from the step-0 policy, which under "
-                "model/lora and trainer=fsdp is the sharded policy itself: use a teacher model "
-                f"({key}.teacher=embedded or a path), an API judge, or trainer=gpu / ddp"
-            )
+    for key, component in lora_step0_generators(cfg):
+        raise ValueError(
+            f"{key}={component.__name__} with {key}.teacher=null generates from the step-0 policy, which under "
+            "model/lora and trainer=fsdp is the sharded policy itself: use a teacher model "
+            f"({key}.teacher=embedded or a path), an API judge, or trainer=gpu / ddp"
+        )
 
 
 def check_no_cpu_offload(cfg: DictConfig) -> None:
