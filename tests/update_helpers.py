@@ -109,3 +109,17 @@ class RepeatedBatch(L.LightningDataModule):
 
     def train_dataloader(self):
         return DataLoader([self.batch] * self.times, batch_size=None, collate_fn=lambda x: x)
+
+
+def cpu_trainer(tmp_path, max_steps: int, **kwargs) -> L.Trainer:
+    """A CPU Trainer with no logger, checkpoints, progress bar or model summary (``max_steps``: updates)."""
+    return L.Trainer(
+        max_steps=max_steps,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        **kwargs,
+    )

@@ -9,26 +9,12 @@ import lightning.pytorch as L
 import pytest
 import torch
 from torch.utils.data import DataLoader
-from update_helpers import RepeatedBatch, make_objective, rollout_batch
+from update_helpers import RepeatedBatch, cpu_trainer, make_objective, rollout_batch
 
 from mintrl.model.logprobs import token_logprobs
 from mintrl.objective import GRPO
 from mintrl.training.module import PolicyModule
 from mintrl.training.rollout_logprobs import sampler_mismatch
-
-
-def _cpu_trainer(tmp_path, max_steps: int, **kwargs) -> L.Trainer:
-    """A CPU Trainer with no logger, checkpoints, progress bar or model summary (``max_steps``: updates)."""
-    return L.Trainer(
-        max_steps=max_steps,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-        **kwargs,
-    )
 
 
 @pytest.mark.parametrize("objective_name", ["grpo-token-mean-kl-k3", "mintrl-const"])
@@ -46,7 +32,7 @@ def test_several_updates_per_rollout_batch_through_the_trainer(tiny_model, tmp_p
         micro_batch_rows=3,
         max_grad_norm=0.5,
     )
-    trainer = _cpu_trainer(tmp_path, max_steps=8)
+    trainer = cpu_trainer(tmp_path, max_steps=8)
     trainer.fit(module, datamodule=RepeatedBatch(batch))
     assert trainer.global_step == 8  # optimizer updates
     assert trainer.fit_loop.epoch_loop.batch_progress.total.completed == 2  # rollout batches (2 x 2 updates each)
@@ -95,9 +81,9 @@ def test_real_ddp_update_equals_the_single_process_update(tiny_model, tmp_path, 
         )
 
     single = module()
-    trainer = _cpu_trainer(tmp_path, max_steps=1)
+    trainer = cpu_trainer(tmp_path, max_steps=1)
     trainer.fit(single, datamodule=RepeatedBatch(batch))
-    ddp = _cpu_trainer(
+    ddp = cpu_trainer(
         tmp_path, max_steps=1, devices=2, strategy="ddp_spawn", callbacks=[_SaveWeights(tmp_path / "ddp.pt")]
     )
     ddp.fit(module(), datamodule=_RankBatches(batch))
@@ -139,7 +125,7 @@ def test_inexact_rollout_logprobs_are_recomputed_by_the_trainer(tiny_model, tmp_
             functools.partial(torch.optim.SGD, lr=0.5),
             epochs=epochs,
         )
-        _cpu_trainer(tmp_path, max_steps=epochs, precision="32-true").fit(module, datamodule=RepeatedBatch(batch))
+        cpu_trainer(tmp_path, max_steps=epochs, precision="32-true").fit(module, datamodule=RepeatedBatch(batch))
         weights[name] = torch.cat([p.detach().flatten() for p in model.parameters()])
         if name == "noisy":
             logged = module.history[0]

@@ -8,13 +8,12 @@ import copy
 import functools
 from types import SimpleNamespace
 
-import lightning.pytorch as L
 import pytest
 import torch
 from peft import PeftModel
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
-from update_helpers import RepeatedBatch, rollout_batch
+from update_helpers import RepeatedBatch, cpu_trainer, rollout_batch
 
 from mintrl.model.logprobs import token_logprobs
 from mintrl.model.lora import AdapterOff, LoraSettings, apply_lora, frozen_step0, merge_lora_weights
@@ -37,18 +36,6 @@ def _module(policy, lr=1e-2):
     return PolicyModule(policy, GRPO(), functools.partial(torch.optim.AdamW, lr=lr), max_grad_norm=None)
 
 
-def _trainer(tmp_path, max_steps):
-    return L.Trainer(
-        max_steps=max_steps,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-    )
-
-
 def _logprobs(model, batch):
     with torch.no_grad():
         return token_logprobs(model, batch.input_ids, batch.attention_mask, batch.response_mask, batch.temperature)[0]
@@ -60,7 +47,7 @@ def test_only_adapter_parameters_change_and_the_optimizer_sees_only_them(tiny_mo
     policy = _lora(tiny_model)
     before = {k: v.clone() for k, v in policy.state_dict().items()}
     module = _module(policy)
-    trainer = _trainer(tmp_path, max_steps=2)
+    trainer = cpu_trainer(tmp_path, max_steps=2)
     trainer.fit(module, datamodule=RepeatedBatch(batch))
     optimized = [p for group in trainer.optimizers[0].param_groups for p in group["params"]]
     assert sum(p.numel() for p in optimized) == LORA_PARAMS == 4096
@@ -143,7 +130,7 @@ def test_checkpoint_holds_the_adapter_only_and_resume_is_exact(tiny_model, tmp_p
         torch.manual_seed(0)  # the same adapter initialisation (A is random, B = 0) in every run
         policy = _lora(copy.deepcopy(base))
         module = _module(policy)
-        trainer = _trainer(tmp_path, steps)
+        trainer = cpu_trainer(tmp_path, steps)
         trainer.fit(module, datamodule=RepeatedBatch(batch), ckpt_path=ckpt)
         if save:
             trainer.save_checkpoint(save)
@@ -161,7 +148,7 @@ def test_checkpoint_holds_the_adapter_only_and_resume_is_exact(tiny_model, tmp_p
     assert sum(s["exp_avg"].numel() for s in adam.values()) == LORA_PARAMS
     # against full fine-tuning: the same run without LoRA
     full = _module(copy.deepcopy(base))
-    trainer = _trainer(tmp_path, 2)
+    trainer = cpu_trainer(tmp_path, 2)
     trainer.fit(full, datamodule=RepeatedBatch(batch))
     trainer.save_checkpoint(tmp_path / "full.ckpt")
     lora_size, full_size = ((tmp_path / n).stat().st_size for n in ("lora.ckpt", "full.ckpt"))

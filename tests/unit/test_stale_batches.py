@@ -8,7 +8,7 @@ import functools
 import lightning.pytorch as L
 import pytest
 import torch
-from update_helpers import RepeatedBatch, make_objective, rollout_batch
+from update_helpers import RepeatedBatch, cpu_trainer, make_objective, rollout_batch
 
 from mintrl.objective import GRPO, step_totals
 from mintrl.objective.off_policy import PROXIMAL_LOGPROBS
@@ -68,16 +68,7 @@ def _fit(tiny_model, tmp_path, objective, batch, max_steps: int, epochs: int = 1
     module = PolicyModule(
         model, objective, functools.partial(torch.optim.SGD, lr=LR), epochs=epochs, max_grad_norm=None
     )
-    trainer = L.Trainer(
-        max_steps=max_steps,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-        callbacks=list(callbacks),
-    )
+    trainer = cpu_trainer(tmp_path, max_steps, callbacks=list(callbacks))
     trainer.fit(module, datamodule=RepeatedBatch(batch, times=10))
     return module
 

@@ -13,12 +13,11 @@ import os
 import sys
 from types import SimpleNamespace
 
-import lightning.pytorch as L
 import pytest
 import torch
 from fake_vllm import FakeLLM, fake_vllm_module
 from hydra import compose, initialize_config_dir
-from update_helpers import RepeatedBatch, make_objective, rollout_batch
+from update_helpers import RepeatedBatch, cpu_trainer, make_objective, rollout_batch
 
 from mintrl.build.config import CONFIG_DIR
 from mintrl.model.lora import LoraSettings, apply_lora, lora_scalings, merge_lora_stream, merge_lora_weights
@@ -69,15 +68,7 @@ def test_every_sampler_sees_a_step_that_leaves_the_tensor_versions(tiny_model, t
     module = PolicyModule(
         policy, make_objective("mintrl-const", policy), functools.partial(torch.optim.AdamW, lr=1e-2, fused=True)
     )
-    trainer = L.Trainer(
-        max_steps=1,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-    )
+    trainer = cpu_trainer(tmp_path, 1)
     trainer.fit(module, datamodule=RepeatedBatch(rollout_batch(policy), times=4))
     assert trainer.global_step == 1
     assert [p._version for p in policy.parameters()] == versions, "the premise: fused AdamW leaves the versions"
