@@ -79,7 +79,8 @@ def test_a_long_init_runs_whole_in_its_own_process_and_leaves_no_shell_state():
     init = f"cd ~ && mkdir d\n{lines}cd d; X=5; export Y=6; echo made; exit 3"
     with ShellSession(UID_BASE, ShellLimits(), 65536, init=init, init_timeout_s=10.0) as session:
         made = session.init_result
-        after = session.run('cat d/9 d/0; pwd; echo "x$X y$Y"; ls /proc/1/fd | tr "\\n" " "', 5.0)
+        # ls writes to a file, not a pipe: bash holds a pipeline's pipe ends (fds 3, 4) until it has forked both sides
+        after = session.run('cat d/9 d/0; pwd; echo "x$X y$Y"; ls /proc/1/fd > fds; tr "\\n" " " < fds', 5.0)
     assert len(init.encode()) > 100_000
     assert (made.output, made.exit_code) == ("made\n", 3)  # the init's own output and exit status
     # its files stay; its working folder and variables do not; the shell no longer holds the init pipe (fd 4)
