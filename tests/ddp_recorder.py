@@ -7,6 +7,7 @@ rank 0); with ``gathered=True`` every weight as gathered at the start of trainin
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import lightning.pytorch as L
@@ -55,3 +56,26 @@ class Recorder(L.Callback):
         if self.trainable:
             final["trainable"] = trainable_state(module.policy)
         torch.save(final, self.out / f"final_rank{trainer.global_rank}.pt")
+
+
+class FailingProducer(L.Callback):
+    """On rank ``rank`` only, the rollout producer thread raises ``ConnectionError`` when it starts
+    the batch of weights version ``version`` (the engine's class is patched in that rank's process
+    at the start of training; the trainer's thread and every other version generate as usual)."""
+
+    def __init__(self, rank: int = 1, version: int = 1):
+        self.rank, self.version = rank, version
+
+    def on_train_start(self, trainer, module):
+        if trainer.global_rank != self.rank:
+            return
+        engine_class = type(trainer.datamodule.rollout)
+        original = engine_class.generate
+        failing = self.version
+
+        def generate(self, items, *args, step=0, **kwargs):
+            if threading.current_thread().name == "rollout-producer" and step == failing:
+                raise ConnectionError("the judge server went away")
+            return original(self, items, *args, step=step, **kwargs)
+
+        engine_class.generate = generate

@@ -37,21 +37,12 @@ COMMON = [
 ]
 
 
-def distributed_run(
-    tmp_path: Path, trainer: str, *overrides: str, common: tuple[str, ...] | list[str] = COMMON, timeout_s: float = 900
-) -> Path:
-    """Run ``trainer=<trainer>`` (2 CPU processes, gloo) through the real entry point with the
-    ddp_recorder callback and ``common + overrides``; returns the recorder's folder. Output:
-    ``tmp_path / "run"``. Every rank's collectives are logged (:class:`hang_guard.CollectiveLog`,
-    in ``tmp_path / "collectives"``).
-
-    Raises:
-        AssertionError: the run failed (its stderr), or did not finish within ``timeout_s`` (a
-            hang: each rank's last collective is named).
-    """
-    record = tmp_path / "record"
-    collectives = tmp_path / "collectives"
-    cmd = [
+def distributed_command(tmp_path: Path, trainer: str, *overrides: str) -> list[str]:
+    """The command line of ``mintrl-train`` with ``trainer=<trainer>`` on 2 CPU processes (gloo),
+    output in ``tmp_path / "run"``, the ddp_recorder callback (folder ``tmp_path / "record"``) and
+    every rank's collectives logged (:class:`hang_guard.CollectiveLog`, in ``tmp_path /
+    "collectives"``), then ``overrides``."""
+    return [
         sys.executable,
         "-m",
         "mintrl.cli.train",
@@ -60,16 +51,28 @@ def distributed_run(
         "trainer.devices=2",
         f"paths.output_dir={tmp_path / 'run'}",
         f"hydra.run.dir={tmp_path / 'hydra'}",
-        *common,
         "+callbacks.record._target_=ddp_recorder.Recorder",
-        f"+callbacks.record.out={record}",
+        f"+callbacks.record.out={tmp_path / 'record'}",
         "+callbacks.collectives._target_=hang_guard.CollectiveLog",
-        f"+callbacks.collectives.out={collectives}",
+        f"+callbacks.collectives.out={tmp_path / 'collectives'}",
         *overrides,
     ]
-    done = run_guarded(cmd, collectives, timeout_s, cwd=tmp_path)
+
+
+def distributed_run(
+    tmp_path: Path, trainer: str, *overrides: str, common: tuple[str, ...] | list[str] = COMMON, timeout_s: float = 900
+) -> Path:
+    """Run :func:`distributed_command` with ``common + overrides`` to its end; returns the
+    recorder's folder.
+
+    Raises:
+        AssertionError: the run failed (its stderr), or did not finish within ``timeout_s`` (a
+            hang: each rank's last collective is named).
+    """
+    cmd = distributed_command(tmp_path, trainer, *common, *overrides)
+    done = run_guarded(cmd, tmp_path / "collectives", timeout_s, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]
-    return record
+    return tmp_path / "record"
 
 
 def single_process_step(tmp_path: Path, batches, max_grad_norm: float | None = None, *overrides: str):

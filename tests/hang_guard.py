@@ -98,7 +98,8 @@ def note(op: str, caller: str | None = None) -> None:
 
 def _wrap(name: str, fn):
     def guarded(*args, **kwargs):
-        note(name, _caller())
+        thread = threading.current_thread()  # a collective off the main thread is named with its thread
+        note(name, _caller() + ("" if thread is threading.main_thread() else f" [thread {thread.name}]"))
         return fn(*args, **kwargs)
 
     guarded.hang_guard_original = fn

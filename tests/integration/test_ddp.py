@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from distributed_helpers import COMMON, CONFIG_DIR, distributed_run
+from distributed_helpers import COMMON, CONFIG_DIR, distributed_command, distributed_run
+from hang_guard import read_ops, run_guarded
 from hydra import compose, initialize_config_dir
 
 from mintrl.analysis.rollouts import read_records
@@ -151,3 +152,37 @@ def test_ddp_lora_step_moves_only_the_adapter_as_the_single_process_step_on_the_
     ckpt = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
     policy_keys = [k for k in ckpt["state_dict"] if k.startswith("policy.")]
     assert len(policy_keys) == len(names) and all(".lora_" in k for k in policy_keys)
+
+
+def test_ddp_at_max_staleness_1_each_rank_trains_one_step_behind_and_a_rank_failure_stops_both(tmp_path, embedded):
+    # 3 steps, a checkpoint after each; rank 1's producer fails on the batch of version 1 (trained at step 2)
+    cmd = distributed_command(
+        tmp_path,
+        "ddp",
+        *COMMON,
+        "trainer.max_steps=3",
+        "rollout.max_staleness=1",
+        "callbacks.checkpoint.every_n_train_steps=1",
+        "+callbacks.fail._target_=ddp_recorder.FailingProducer",
+    )
+    done = run_guarded(cmd, tmp_path / "collectives", 900, cwd=tmp_path)  # a rank left waiting fails here, named
+    record = tmp_path / "record"
+    batches = {
+        (r, k): torch.load(record / f"batch_rank{r}_step{k}.pt", weights_only=False) for r in (0, 1) for k in (0, 1)
+    }
+    # each rank trained its own half of each step's prompts, batch k + 1 from the weights of step k
+    assert {key: b.step for key, b in batches.items()} == {(0, 0): 0, (1, 0): 0, (0, 1): 0, (1, 1): 0}
+    for k in (0, 1):
+        questions = [{p.question for p in batches[r, k].prompts} for r in (0, 1)]
+        assert len(questions[0]) == len(questions[1]) == 2 and not questions[0] & questions[1]
+    # both ranks stopped at step 2 (no rank waits in the update's all-reduce): rank 1 with its producer's
+    # error, rank 0 naming the other rank; nothing of step 2 was trained, the step-2 checkpoint is kept
+    assert done.returncode != 0 and not (record / "batch_rank0_step2.pt").exists()
+    assert "failed generating the rollout batch of weights version 1" in done.stderr
+    assert "ConnectionError: the judge server went away" in done.stderr
+    assert "the rollout producer of 1 other data-parallel rank(s) failed at optimizer step 2" in done.stderr
+    checkpoint = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert checkpoint["global_step"] == 2
+    # the producers ran no collective (one there interleaves with the update's: a mismatch or a hang)
+    ops = read_ops(tmp_path / "collectives")
+    assert sorted(ops) == [0, 1] and not [c for rows in ops.values() for _, c in rows if "rollout-producer" in c]

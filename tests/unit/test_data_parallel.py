@@ -15,6 +15,7 @@ import torch.multiprocessing as mp
 
 from mintrl.core.batch import Rollout
 from mintrl.core.ranks import rank_share
+from mintrl.data.pipeline import ProducerError, agreed_on_all_ranks
 from mintrl.rollout.engine import RolloutEngine
 from mintrl.rollout.schedule import InterventionSchedule
 from mintrl.rollout.stats import rollout_stat_weights, rollout_stats
@@ -128,7 +129,8 @@ def _engine_rank(rank: int, port: int, queue) -> None:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
         # threshold 0.3: the pooled gap (0.25) is under it, rank 1's own gap (1.0) and the plain mean (0.5) are not
         engine = SimpleNamespace(
-            schedule=InterventionSchedule(100, adaptive=True, gap_threshold=0.3, patience=2, smoothing=0.0)
+            schedule=InterventionSchedule(100, adaptive=True, gap_threshold=0.3, patience=2, smoothing=0.0),
+            runs_collectives=True,
         )
         logged = []
         for step in range(STEPS):
@@ -223,3 +225,39 @@ def test_a_global_count_that_does_not_split_over_the_ranks_is_refused_before_any
     check_config(evaluation)  # mintrl-eval's data.prompts_per_step=1 trains nothing: not split
     with pytest.raises(ValueError, match=rf"{field} .* multiple of 4"):
         check_config(bad)
+
+
+def _producer_rank(rank: int, port: int, queue) -> None:
+    """Two rounds of :func:`agreed_on_all_ranks`: both ranks' producers deliver a batch, then rank
+    1's fails (the other delivers); reports what each round gave this rank (its result, or the
+    message of the ProducerError it raised)."""
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+        rounds = []
+        for step, failing in ((0, None), (1, 1)):
+
+            def take(step=step, failing=failing):
+                if rank == failing:
+                    raise ProducerError(f"rank {rank}'s judge server went away")
+                return f"batch {step} of rank {rank}"
+
+            try:
+                rounds.append(agreed_on_all_ranks(take, step))
+            except ProducerError as error:
+                rounds.append(f"ProducerError: {error}")
+        queue.put((rank, rounds))
+        dist.destroy_process_group()
+    except BaseException:
+        queue.put((rank, traceback.format_exc()))
+
+
+def test_a_producer_failure_on_one_rank_stops_every_rank_at_the_same_batch():
+    results = _two_ranks(_producer_rank, "the producer-failure all_reduce")
+    other = (
+        "ProducerError: the rollout producer of 1 other data-parallel rank(s) failed at optimizer step 1 "
+        "(rollout.max_staleness): this rank stops with it (its error is in that rank's log)"
+    )
+    assert results == {
+        0: ["batch 0 of rank 0", other],  # its own batch arrived, but rank 1 will not join the step's all-reduce
+        1: ["batch 0 of rank 1", "ProducerError: rank 1's judge server went away"],
+    }

@@ -249,10 +249,17 @@ def test_the_config_check_refuses_what_the_pipeline_cannot_run_naming_the_field(
         check_config(composed("rollout.max_staleness=-1"))
     with pytest.raises(ValueError, match=r"rollout.max_staleness=1 needs sampler=hf: VLLMSampler"):
         check_config(composed("rollout.max_staleness=1", "sampler=vllm"))
-    with pytest.raises(ValueError, match=r"rollout.max_staleness=1 runs its producer thread in one process"):
+    with pytest.raises(
+        ValueError, match=r"rollout.max_staleness=1 with trainer.strategy=.*fsdp_strategy: the producer"
+    ):
         check_config(composed("rollout.max_staleness=1", "trainer=fsdp"))
-    with pytest.raises(ValueError, match=r"rollout.max_staleness=1 runs its producer thread in one process"):
-        check_config(composed("rollout.max_staleness=1", "trainer.devices=2"))
+    check_config(composed("rollout.max_staleness=1", "trainer=ddp"))  # each rank its own producer
+    check_config(composed("rollout.max_staleness=1", "trainer.devices=2"))
+    adaptive = "+rollout.adaptive_stop={gap_threshold: 0.02, patience: 3}"
+    for layout in ("trainer=ddp", "trainer.devices=2"):
+        with pytest.raises(ValueError, match=r"rollout.max_staleness=1 with rollout.adaptive_stop on several ranks"):
+            check_config(composed("rollout.max_staleness=1", layout, adaptive))
+    check_config(composed("rollout.max_staleness=1", adaptive))  # one rank: the gap is this rank's, no collective
     with pytest.raises(ValueError, match=r"rollout.max_staleness=1 < module.epochs x module.minibatches = 2"):
         check_config(composed("rollout.max_staleness=1", "module.minibatches=2", "trainer.max_steps=2"))
     check_config(composed("rollout.max_staleness=2", "module.minibatches=2", "trainer.max_steps=2"))

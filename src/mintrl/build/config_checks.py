@@ -117,9 +117,11 @@ def check_config(cfg: DictConfig) -> None:
 
 def check_max_staleness(cfg: DictConfig, strategy: str = "", updates: int = 1) -> None:
     """``rollout.max_staleness`` (optimizer steps) is an integer >= 0, and a training run with
-    ``s >= 1`` has the one layout the rollout pipeline supports (:mod:`mintrl.data.pipeline`): one
-    process, a sampler that samples its own copy of the weights in a thread (``runs_pipelined``:
-    ``sampler=hf``), ``s`` at least the optimizer updates of one rollout batch (the batch generated
+    ``s >= 1`` has a layout the rollout pipeline supports (:mod:`mintrl.data.pipeline`): one process
+    or data-parallel replicas (DDP; not FSDP, whose weights push would be a collective), each with a
+    sampler that samples its own copy of the weights in a thread (``runs_pipelined``:
+    ``sampler=hf``), no adaptive stop on several ranks (its collective would run in the producer
+    thread), ``s`` at least the optimizer updates of one rollout batch (the batch generated
     during a batch's updates is trained that many steps after its weights), and no judge or
     intervention generating from the step-0 policy of a LoRA policy (the live module with its
     adapter off, which the producer would run while the trainer updates it), and no allocation whose
@@ -147,10 +149,18 @@ def check_max_staleness(cfg: DictConfig, strategy: str = "", updates: int = 1) -
     trainer = cfg.get("trainer") or {}
     devices, nodes = trainer.get("devices", 1), trainer.get("num_nodes", 1)
     ranks = devices * nodes if isinstance(devices, int) and isinstance(nodes, int) else None
-    if any(name in strategy.lower() for name in ("fsdp", "ddp")) or (ranks is not None and ranks > 1):
+    if "fsdp" in strategy.lower():
         raise ValueError(
-            f"{field} runs its producer thread in one process: trainer.strategy={strategy or 'auto'} on "
-            f"{ranks} ranks is refused (one device, trainer=cpu or gpu), or set rollout.max_staleness=0"
+            f"{field} with trainer.strategy={strategy}: the producer's copy of the weights is pushed from the live "
+            "ones between its batches, which under FSDP would be a gather (a collective) outside the training step; "
+            "use trainer=ddp or rollout.max_staleness=0"
+        )
+    several = "ddp" in strategy.lower() or ranks is None or ranks > 1
+    if several and OmegaConf.select(cfg, "rollout.adaptive_stop", default=None) is not None:
+        raise ValueError(
+            f"{field} with rollout.adaptive_stop on several ranks: the adaptive stop pools the reward gap of every "
+            "rank (an all_reduce) inside the rollout, which would run in each rank's producer thread beside the "
+            "update's collectives; set rollout.adaptive_stop=null or rollout.max_staleness=0"
         )
     if value < updates:
         raise ValueError(

@@ -10,7 +10,8 @@ generates later batches from its own copy of the weights while the trainer updat
 a batch is then trained up to ``s`` optimizer steps after the weights that sampled it
 (``global_step - batch.step <= s``, logged as ``rollout/staleness``). The pipeline starts at the
 first training batch of a fit, after a checkpoint is restored, and is joined when the fit ends or
-raises. ``s = 0`` (the default) creates no thread.
+raises. Under DDP every rank runs its own producer on its prompts, and the ranks agree at every
+batch whether any producer failed. ``s = 0`` (the default) creates no thread.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from mintrl.core.batch import RolloutBatch
 from mintrl.core.checks import check_int
 from mintrl.data.base import PromptItem, RowFilter
-from mintrl.data.pipeline import RolloutPipeline
+from mintrl.data.pipeline import RolloutPipeline, agreed_on_all_ranks
 from mintrl.sampler.pinned import PinnedSampler
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,8 @@ class RolloutDataModule(L.LightningDataModule):
         max_staleness: ``rollout.max_staleness`` (optimizer steps): 0 generates each batch from the
             weights it trains; ``s >= 1`` generates ``s // (epochs x minibatches)`` batches ahead in
             a producer thread while the trainer updates, each batch at most ``s`` steps old when
-            trained (one process, ``sampler=hf``; :mod:`mintrl.data.pipeline`).
+            trained (one process or DDP ranks, each its own producer; ``sampler=hf``;
+            :mod:`mintrl.data.pipeline`).
 
     Raises:
         ValueError: a negative ``max_staleness`` (and the checks of the other fields, named).
@@ -268,7 +270,7 @@ class RolloutDataModule(L.LightningDataModule):
                 self.batches_trained += 1
                 return out
             if self._pipeline is not None:  # validation uses the engine: the producer must be idle
-                self._pipeline.drain()
+                agreed_on_all_ranks(self._pipeline.drain, int(trainer.global_step) if trainer is not None else 0)
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.val_seed + batch[0].index)
                 return self.rollout.generate(
@@ -309,7 +311,8 @@ class RolloutDataModule(L.LightningDataModule):
         ``trainer.max_steps``.
 
         Raises:
-            ProducerError: the producer raised (its thread joined first).
+            ProducerError: the producer raised (its thread joined first), on this rank or on another
+                (every rank raises at the same batch: :func:`mintrl.data.pipeline.agreed_on_all_ranks`).
             RuntimeError: the pipeline's prompts are not Lightning's (a data-order bug).
         """
         trainer = self.trainer
@@ -317,7 +320,7 @@ class RolloutDataModule(L.LightningDataModule):
             self._pipeline = self._start_pipeline()
         step = int(trainer.global_step)
         pipeline = self._pipeline
-        out = pipeline.take(step)
+        out = agreed_on_all_ranks(lambda: pipeline.take(step), step)
         if list(out.prompts) != list(prompts):
             raise RuntimeError("the rollout pipeline's prompts differ from the data loader's at batch %d" % step)
         self.batches_trained += 1
@@ -329,18 +332,10 @@ class RolloutDataModule(L.LightningDataModule):
         return out
 
     def _start_pipeline(self) -> RolloutPipeline:
-        """A pipeline from the data position and random generators as they are now (restored when
-        resuming); its sampler's copy holds the current weights.
-
-        Raises:
-            ValueError: several data-parallel ranks (the pipeline runs in one process).
-        """
+        """A pipeline from this rank's data position and random generators as they are now (restored
+        when resuming; a fresh fit on several ranks seeds them ``seed + rank`` first, as the
+        synchronous path does); its sampler's copy holds the current weights."""
         rank, world = self._rank_world()
-        if world > 1:
-            raise ValueError(
-                f"rollout.max_staleness={self.max_staleness} runs one process: {world} ranks are refused "
-                "(set rollout.max_staleness=0)"
-            )
         updates = _updates_per_batch(self.trainer)
         depth = max(1, self.max_staleness // updates)  # batches in flight: each trained depth x updates steps late
         if self.max_staleness % updates:
@@ -356,7 +351,9 @@ class RolloutDataModule(L.LightningDataModule):
         if self._resume_rng is not None:
             set_rng_states(self._resume_rng)
             self._resume_rng = None
-        self._noise_set = True
+            self._noise_set = True
+        elif not self._noise_set:
+            self._seed_rank_noise()
         prompts = PromptStream(
             self.train_items, self.prompts_per_step, self.seed, rank, world, start=self.batches_trained
         )

@@ -13,7 +13,9 @@ which the data module keeps within ``rollout.max_staleness``. A batch staler tha
 same (a guard) is dropped, counted (``rollout/dropped_stale``) and its prompts generated again from
 the current weights.
 
-This is a thread in the trainer's process: on CPU it overlaps no compute of its own with the
+Under DDP each rank runs its own pipeline on its share of the prompts (the weights, hence the
+versions, are equal on every rank); a producer failure on any rank stops every rank at the same
+batch (:func:`agreed_on_all_ranks`). This is a thread in the trainer's process: on CPU it overlaps no compute of its own with the
 update (the two share the cores) but overlaps what waits on something else (a served judge's or
 reward's latency). A GPU layout would run the sampler on its own devices or process, with the
 weights pushed to it the same way; that layout is not built here.
@@ -27,10 +29,11 @@ import queue
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 from mintrl.core.batch import RolloutBatch
 from mintrl.core.checks import check_int
+from mintrl.core.ranks import all_ranks_sum, data_parallel_size
 from mintrl.data.base import PromptItem
 from mintrl.sampler.pinned import PinnedSampler, SamplingStopped
 
@@ -41,6 +44,35 @@ FIELD = "rollout.max_staleness"
 
 class ProducerError(RuntimeError):
     """The producer thread raised while generating a rollout batch (the cause is chained)."""
+
+
+T = TypeVar("T")
+
+
+def agreed_on_all_ranks(call: Callable[[], T], global_step: int) -> T:
+    """``call()`` (a :class:`RolloutPipeline` ``take`` or ``drain``), after which every data-parallel
+    rank learns whether any rank's producer failed in it: one ``all_reduce`` of a flag (every rank
+    calls this at the same points, once each; no collective with one rank). A rank whose own
+    producer did not fail raises too, so that no rank goes on into the training step's collectives
+    waiting for one that stopped (a hang until the process group's timeout).
+
+    Raises:
+        ProducerError: this rank's producer failed (its own error), or another rank's did (names
+            ``global_step``, the optimizer step, and how many ranks failed).
+    """
+    try:
+        result, failure = call(), None
+    except ProducerError as error:
+        result, failure = None, error
+    failed = int(all_ranks_sum([failure is not None])[0]) if data_parallel_size() > 1 else int(failure is not None)
+    if failure is not None:
+        raise failure
+    if failed:
+        raise ProducerError(
+            f"the rollout producer of {failed} other data-parallel rank(s) failed at optimizer step {global_step} "
+            f"({FIELD}): this rank stops with it (its error is in that rank's log)"
+        )
+    return result
 
 
 @dataclass
@@ -76,8 +108,9 @@ class RolloutPipeline:
 
     Args:
         engine: the rollout engine (:class:`mintrl.rollout.engine.RolloutEngine`); the producer runs
-            a shallow copy of it whose sampler is ``sampler`` (schedule, allocation, judge and reward
-            are the engine's own objects, used by one thread at a time).
+            a shallow copy of it whose sampler is ``sampler`` and which runs no collective
+            (``runs_collectives`` False: with several ranks no pooled reward gap); schedule,
+            allocation, judge and reward are the engine's own objects, used by one thread at a time.
         sampler: the producer's sampler, pushed and loaded only by this class.
         prompts: the training prompt batches, from the data position of the first batch on.
         max_staleness: the bound (optimizer steps, >= 1) on ``global_step - batch.step`` of a batch
@@ -106,6 +139,7 @@ class RolloutPipeline:
         check_int("depth", depth, 1)
         self.engine = copy.copy(engine)
         self.engine.sampler = sampler
+        self.engine.runs_collectives = False  # it runs in the producer thread, beside the update's collectives
         self.sampler, self.prompts, self.max_staleness, self.depth = sampler, prompts, max_staleness, depth
         self.state, self.join_timeout_s = state, join_timeout_s
         self.dropped_stale = 0  # batches dropped for exceeding max_staleness (rollout/dropped_stale)

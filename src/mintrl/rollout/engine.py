@@ -127,6 +127,10 @@ class RolloutEngine(ABC):
         self.allocation = allocation
         self.pad_token_id = sampler.pad_token_id
         self.min_kept_tokens = min_kept_tokens
+        # False: this engine generates outside the trainer's thread (the rollout producer of
+        # rollout.max_staleness >= 1), where a collective would interleave with the update's; with
+        # several ranks it then pools no reward gap (no adaptive stop, no rollout/gap_smoothed)
+        self.runs_collectives = True
 
     # ------------------------------------------------------------------ the step
     @torch.no_grad()
@@ -192,9 +196,10 @@ class RolloutEngine(ABC):
     def _end_step(self, batch: RolloutBatch, step: int, intervene: bool) -> None:
         """Log the intervention phase, feed the step's reward gap of all data-parallel ranks to the
         adaptive stop (:func:`mintrl.rollout.schedule.all_ranks_gap`, a collective with several
-        ranks: every rank's schedule decides alike) and stamp the batch with its step."""
+        ranks: every rank's schedule decides alike; left out with several ranks when
+        :attr:`runs_collectives` is False) and stamp the batch with its step."""
         batch.stats["rollout/intervention_phase"] = float(intervene)
-        if intervene:
+        if intervene and (self.runs_collectives or data_parallel_size() == 1):
             gap = all_ranks_gap(batch.stats, batch.stat_weights)
             if not math.isnan(gap):
                 if self.schedule.update(step, gap):
