@@ -7,10 +7,14 @@ weights (slow tier: all but the 3-step run)."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import shutil
+import signal
 import threading
 
 import pytest
+import torch
 from conftest import TINY_RUN
 from hydra import compose, initialize_config_dir
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -22,6 +26,7 @@ from mintrl.build.run import run
 from mintrl.data.pipeline import ProducerError
 from mintrl.rollout.records import record_path
 from mintrl.rollout.single_turn import SingleTurnRollout
+from mintrl.sampler.process import SamplerProcessDied
 
 TIMING = ("_seconds", "_per_s")  # wall-clock scalars (perf/*_seconds, perf/gen_tokens_per_s) differ between runs
 
@@ -41,6 +46,11 @@ def train(out, *overrides: str) -> dict[str, list[tuple[int, float]]]:
             return_hydra_config=False,
         )
     run(cfg)
+    return scalars(out)
+
+
+def scalars(out) -> dict[str, list[tuple[int, float]]]:
+    """The scalars a run wrote into ``out / "tensorboard"``: ``{tag: [(step, value)]}`` (timings left out)."""
     values: dict[str, list[tuple[int, float]]] = {}
     for event in (out / "tensorboard").glob("events.out.tfevents.*"):
         acc = EventAccumulator(str(event))
@@ -135,3 +145,24 @@ def test_a_resumed_run_samples_its_first_batch_from_the_restored_weights(tmp_pat
 def test_a_refused_layout_stops_before_any_model_loads(tmp_path, overrides):
     with pytest.raises(ValueError, match=r"rollout.max_staleness=1 needs sampler=hf"):
         train(tmp_path, "trainer.max_steps=1", *overrides)
+
+
+def test_a_sampler_process_that_dies_stops_the_run_with_a_clear_error_and_the_checkpoints_kept(tmp_path, monkeypatch):
+    original = SingleTurnRollout.generate
+
+    def generate(self, items, *args, step=0, **kwargs):
+        if threading.current_thread().name == "rollout-producer" and step == 1:
+            os.kill(self.sampler.process.pid, signal.SIGKILL)  # the worker dies as batch 2 starts
+        return original(self, items, *args, step=step, **kwargs)
+
+    monkeypatch.setattr(SingleTurnRollout, "generate", generate)
+    overrides = ("trainer.max_steps=3", "rollout.max_staleness=1", "sampler.own_process=true")
+    with pytest.raises(ProducerError, match=r"weights version 1 .*SamplerProcessDied: the sampler process") as err:
+        train(tmp_path, *overrides, "callbacks.checkpoint.every_n_train_steps=1")
+    assert "ended with exit code -9" in str(err.value) and isinstance(err.value.__cause__, SamplerProcessDied)
+    values = scalars(tmp_path)  # batches 0 and 1 came from the worker, from weights version 0
+    assert [v for _, v in values["rollout/generated_at_step"]] == [0.0, 0.0]
+    assert [v for _, v in values["rollout/staleness"]] == [0.0, 1.0]
+    checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert checkpoint["global_step"] == 2  # the last trained step's checkpoint is kept
+    assert not producer_threads() and not [p for p in multiprocessing.active_children() if p.name == "mintrl-sampler"]

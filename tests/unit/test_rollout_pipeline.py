@@ -27,11 +27,15 @@ TOKENIZER = SimpleNamespace(pad_token_id=0, eos_token_id=2)
 
 
 class FakeSampler:
-    """What the pipeline needs of a PinnedSampler: push, capture, load, release, stop; ``live``: the
-    'weights' version now (the trainer's)."""
+    """What the pipeline needs of a ProducerSampler: push, capture, load, release, stop, close; ``live``:
+    the 'weights' version now (the trainer's); ``closed``: close was called."""
 
     def __init__(self):
         self.version, self.pushes, self.loads, self.stop, self.live = None, [], [], threading.Event(), 0
+        self.closed = False
+
+    def close(self):
+        self.closed = True
 
     def push(self, version):
         self.version = version
@@ -171,12 +175,13 @@ def test_a_producer_that_raises_gives_a_clear_error_in_the_callers_thread_and_is
 def test_close_stops_a_batch_in_flight_and_joins_the_thread():
     hold = threading.Event()
     engine = FakeEngine(hold=hold)
-    pipeline = RolloutPipeline(engine, FakeSampler(), prompt_batches(), max_staleness=2)
+    sampler = FakeSampler()
+    pipeline = RolloutPipeline(engine, sampler, prompt_batches(), max_staleness=2)
     pipeline.start(0)
     time.sleep(0.05)
     assert producer_threads()
     pipeline.close()
-    assert not pipeline.thread.is_alive() and not producer_threads()
+    assert not pipeline.thread.is_alive() and not producer_threads() and sampler.closed  # a worker process ends too
     assert engine.jobs == []  # stopped before it finished
 
 

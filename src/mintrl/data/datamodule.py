@@ -29,7 +29,9 @@ from mintrl.core.batch import RolloutBatch
 from mintrl.core.checks import check_int
 from mintrl.data.base import PromptItem, RowFilter
 from mintrl.data.pipeline import RolloutPipeline, agreed_on_all_ranks
+from mintrl.sampler.hf import HFSampler
 from mintrl.sampler.pinned import PinnedSampler
+from mintrl.sampler.process import ProcessSampler
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +348,9 @@ class RolloutDataModule(L.LightningDataModule):
                 updates,
                 depth * updates,
             )
-        sampler = PinnedSampler(self.rollout.sampler)
+        live = self.rollout.sampler
+        own_process = isinstance(live, HFSampler) and live.own_process
+        sampler = ProcessSampler(live, live.own_device) if own_process else PinnedSampler(live)
         sampler.push(int(self.trainer.global_step))  # building the copy draws random numbers: before the restore
         if self._resume_rng is not None:
             set_rng_states(self._resume_rng)

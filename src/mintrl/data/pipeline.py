@@ -2,8 +2,9 @@
 rollout batch ``k + d`` from weights version ``v`` (optimizer steps done when it was started) while
 the trainer updates on batch ``k``; ``d`` (``depth``) batches are in flight at most.
 
-The producer samples from its own copy of the weights (:class:`mintrl.sampler.pinned.PinnedSampler`),
-never from the live policy the optimizer writes. A batch started while the producer is idle gets
+The producer samples from its own copy of the weights (:class:`mintrl.sampler.pinned.PinnedSampler`
+in this process, or :class:`mintrl.sampler.process.ProcessSampler` in a worker process with
+``sampler.own_process``), never from the live policy the optimizer writes. A batch started while the producer is idle gets
 the live weights pushed into the copy by the trainer's thread; one started while the producer is
 busy carries a capture of the live weights, which the producer loads into its copy between its
 batches. Either way the job is stamped with that version, which the engine writes into
@@ -35,7 +36,7 @@ from mintrl.core.batch import RolloutBatch
 from mintrl.core.checks import check_int
 from mintrl.core.ranks import all_ranks_sum, data_parallel_size
 from mintrl.data.base import PromptItem
-from mintrl.sampler.pinned import PinnedSampler, SamplingStopped
+from mintrl.sampler.pinned import ProducerSampler, SamplingStopped
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class RolloutPipeline:
             a shallow copy of it whose sampler is ``sampler`` and which runs no collective
             (``runs_collectives`` False: with several ranks no pooled reward gap); schedule,
             allocation, judge and reward are the engine's own objects, used by one thread at a time.
-        sampler: the producer's sampler, pushed and loaded only by this class.
+        sampler: the producer's sampler, pushed and loaded only by this class, closed by :meth:`close`.
         prompts: the training prompt batches, from the data position of the first batch on.
         max_staleness: the bound (optimizer steps, >= 1) on ``global_step - batch.step`` of a batch
             :meth:`take` returns.
@@ -128,7 +129,7 @@ class RolloutPipeline:
     def __init__(
         self,
         engine,
-        sampler: PinnedSampler,
+        sampler: ProducerSampler,
         prompts: Iterator[list[PromptItem]],
         max_staleness: int,
         depth: int = 1,
@@ -293,7 +294,7 @@ class RolloutPipeline:
 
     def close(self) -> None:
         """Stop the producer (a batch in flight stops at its next sampler call; the batches ahead are
-        discarded) and join it; idempotent. Warns when the thread is still alive after ``join_timeout_s`` (a call it
+        discarded), join it and close its sampler; idempotent. Warns when the thread is still alive after ``join_timeout_s`` (a call it
         waits on, e.g. a judge request, has not returned)."""
         if self._closed:
             return
@@ -305,5 +306,6 @@ class RolloutPipeline:
             self.thread.join(self.join_timeout_s)
             if self.thread.is_alive():
                 log.error("the rollout producer thread did not stop within %.0f s", self.join_timeout_s)
+        self.sampler.close()  # a sampler process is stopped and joined
         self._pending.clear()
         self._done.clear()

@@ -87,11 +87,16 @@ class HFSampler(Sampler):
         prompt_tokens, response_tokens: the longest prompt and response (tokens; the config reads
             them from ``data.prompts.max_prompt_tokens`` and ``rollout.max_response_tokens``); with
             both given, :func:`mintrl.model.kv_cache.check_kv_budget` runs at construction.
+        own_process: with ``rollout.max_staleness >= 1``, the rollout producer samples from a worker
+            process holding its copy of the weights (:class:`mintrl.sampler.process.ProcessSampler`)
+            instead of a copy in the trainer's process (:class:`mintrl.sampler.pinned.PinnedSampler`);
+            no effect at staleness 0.
+        own_device: that worker's device (``"cpu"``, ``"cuda:1"``); None: the policy's.
 
     Raises:
         ValueError: non-positive ``max_batch_size``, negative ``continuation_cache_mib``, an
-            unknown ``engine`` or ``dtype``, a non-positive ``max_kv_gb``, or a batch whose KV cache
-            exceeds ``max_kv_gb`` (the message says what to change).
+            unknown ``engine`` or ``dtype``, a non-positive ``max_kv_gb``, a batch whose KV cache
+            exceeds ``max_kv_gb`` (the message says what to change), or a non-boolean ``own_process``.
 
     Log-probs are ``log_softmax(logits / temperature)`` of the sampled token over the full
     vocabulary: with ``top_p < 1`` the token was drawn from the renormalised nucleus, but the
@@ -112,6 +117,8 @@ class HFSampler(Sampler):
         max_kv_gb: float | None = 40.0,
         prompt_tokens: int | None = None,
         response_tokens: int | None = None,
+        own_process: bool = False,
+        own_device: str | None = None,
     ):
         # KV budget (GB) of one batch of max_batch_size rows of prompt + response tokens, in the sampling
         # dtype (auto counts the policy's: the larger); refused here, before any generation
@@ -124,6 +131,9 @@ class HFSampler(Sampler):
         check_int("sampler.continuation_cache_mib", continuation_cache_mib, 0)
         check_choice("sampler.engine", engine, ENGINES)
         check_choice("sampler.dtype", dtype, DTYPES)
+        if not isinstance(own_process, bool):
+            raise ValueError(f"sampler.own_process must be true or false, got {own_process!r}")
+        self.own_process, self.own_device = own_process, own_device
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size

@@ -1,24 +1,64 @@
-"""An HF sampler on its own copy of the policy, refreshed only when told: what a rollout producer
+"""Samplers on their own copy of the policy, refreshed only when told: what a rollout producer
 thread samples from while the trainer updates the live weights (``rollout.max_staleness > 0``,
-:mod:`mintrl.data.pipeline`)."""
+:mod:`mintrl.data.pipeline`). :class:`PinnedSampler` keeps the copy in the trainer's process;
+:class:`mintrl.sampler.process.ProcessSampler` in a worker process of its own."""
 
 from __future__ import annotations
 
 import threading
+from abc import abstractmethod
 
 import torch
 
-from mintrl.sampler.base import Generation
+from mintrl.sampler.base import Generation, Sampler
 from mintrl.sampler.hf import HFSampler
 from mintrl.sampler.sampling_copy import SamplingCopy
 from mintrl.sampler.weights import hf_weights, weights_generation
 
 
 class SamplingStopped(Exception):
-    """Raised by :class:`PinnedSampler` when its ``stop`` event is set: the producer is shutting down."""
+    """Raised by a :class:`ProducerSampler` when its ``stop`` event is set: the producer is shutting down."""
 
 
-class PinnedSampler(HFSampler):
+def captured_weights(policy: torch.nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """``policy``'s weights as they are now under Hugging Face names (:func:`hf_weights`, a LoRA
+    adapter merged), cloned: floating tensors cast to ``dtype``, others as they are. Call from the
+    trainer's thread between optimizer steps; costs one copy of the weights in ``dtype``."""
+    with torch.inference_mode(False), torch.no_grad():
+        return {
+            name: tensor.to(dtype, copy=True) if tensor.is_floating_point() else tensor.clone()
+            for name, tensor in hf_weights(policy)
+        }
+
+
+class ProducerSampler(Sampler):
+    """A sampler whose weights change only when the rollout pipeline says so: the trainer's thread
+    :meth:`push` es the live weights (the producer idle) or :meth:`capture` s them for the
+    producer to :meth:`load` between its batches; each records the weights :attr:`version`
+    (optimizer steps done). Setting :attr:`stop` makes the next generate or score raise
+    :class:`SamplingStopped`.
+
+    Subclasses set ``stop`` (a ``threading.Event``) and ``version`` (None until the first push).
+    """
+
+    runs_pipelined = True
+    stop: threading.Event
+    version: int | None
+
+    @abstractmethod
+    def push(self, version: int) -> None:
+        """Make the live weights the sampled ones, as ``version``; only while nothing samples."""
+
+    @abstractmethod
+    def capture(self) -> dict[str, torch.Tensor]:
+        """The live weights now, cloned, for a later :meth:`load` (the trainer's thread)."""
+
+    @abstractmethod
+    def load(self, weights: dict[str, torch.Tensor], version: int) -> None:
+        """Make :meth:`capture`'s ``weights`` the sampled ones, as ``version`` (the producer, between batches)."""
+
+
+class PinnedSampler(HFSampler, ProducerSampler):
     """The settings of ``live`` (batch size, engine, continuation cache) on a
     :class:`mintrl.sampler.sampling_copy.SamplingCopy` of ``live``'s policy that changes only at
     :meth:`push`, never while it samples: the producer thread generates a batch on the copy while
@@ -83,12 +123,7 @@ class PinnedSampler(HFSampler):
         """The live weights as they are now, cloned in the copy's dtype (floating tensors; others as
         they are), for a :meth:`load` later, while the copy is being sampled: call from the trainer's
         thread between optimizer steps. Costs one more copy of the weights until loaded."""
-        dtype = self.snapshot.dtype
-        with torch.inference_mode(False), torch.no_grad():
-            return {
-                name: tensor.to(dtype, copy=True) if tensor.is_floating_point() else tensor.clone()
-                for name, tensor in hf_weights(self.snapshot.policy)
-            }
+        return captured_weights(self.snapshot.policy, self.snapshot.dtype)
 
     def load(self, weights: dict[str, torch.Tensor], version: int) -> None:
         """Write :meth:`capture`'s ``weights`` into the copy and record their ``version``; call while
