@@ -1,7 +1,7 @@
 """Determinism: the same config and seed give the same logged scalars, bit for bit, on CPU, for the
 whole run: validation before and after training, rollouts, judge verdicts, rewards, allocation
-branches and updates (two 2-step runs of the main job with entropy branching, in fresh processes that
-share a thread count). Only wall-clock scalars (``perf/*``) may differ."""
+branches and updates (two 2-step runs of the main job with entropy branching, side by side in fresh
+processes on one thread each). Only wall-clock scalars (``perf/*``) may differ."""
 
 from __future__ import annotations
 
@@ -24,12 +24,21 @@ SMALL = [
 ]
 
 
-def _run(out: Path) -> dict[str, list[tuple[int, float]]]:
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
-    cmd = [sys.executable, "-m", "mintrl.cli.train", f"paths.output_dir={out}", f"hydra.run.dir={out}", *SMALL]
-    done = subprocess.run(cmd, env=env, cwd=out.parent, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return load_scalars(out)
+def _runs(*outs: Path) -> list[dict[str, list[tuple[int, float]]]]:
+    """One run of ``SMALL`` into each of ``outs``, all at once, each in a fresh process on one thread
+    (the same thread count: the order of float reductions is the same); their scalars."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = []
+    for out in outs:
+        out.mkdir(parents=True)
+        cmd = [sys.executable, "-m", "mintrl.cli.train", f"paths.output_dir={out}", f"hydra.run.dir={out}", *SMALL]
+        log = open(out / "run.log", "w")  # noqa: SIM115 - closed below, after the process ends
+        procs.append((subprocess.Popen(cmd, env=env, cwd=out.parent, stdout=log, stderr=subprocess.STDOUT), log))
+    for proc, log in procs:
+        code = proc.wait(timeout=900)
+        log.close()
+        assert code == 0, Path(log.name).read_text()[-6000:]
+    return [load_scalars(out) for out in outs]
 
 
 def _is_clock(tag: str) -> bool:
@@ -37,7 +46,7 @@ def _is_clock(tag: str) -> bool:
 
 
 def test_same_seed_same_scalars_to_the_last_bit(tmp_path):
-    first, second = _run(tmp_path / "a"), _run(tmp_path / "b")
+    first, second = _runs(tmp_path / "a", tmp_path / "b")
     assert set(first) == set(second)
     compared = [tag for tag in first if not _is_clock(tag)]
     # the run must have logged what this test claims to cover

@@ -3,7 +3,8 @@ at 0 the synchronous path is today's (no producer thread, every scalar equal to 
 field), at 1 a 3-step run trains batch ``k + 1`` on weights ``k`` within the bound and leaves no
 thread behind, a producer that raises stops the run with its error in the trainer's thread, and a run
 resumed from a checkpoint written with a batch in flight generates that batch again from the restored
-weights (slow tier: all but the 3-step run)."""
+weights, and a sampler worker process (``sampler.own_process``) that dies stops the run with the
+checkpoints kept (slow tier: all but the 3-step run)."""
 
 from __future__ import annotations
 
@@ -147,6 +148,7 @@ def test_a_refused_layout_stops_before_any_model_loads(tmp_path, overrides):
         train(tmp_path, "trainer.max_steps=1", *overrides)
 
 
+@pytest.mark.slow  # 60-120 s on the shared 2-core machine; tests/unit/test_process_sampler.py kills a worker on a tiny model
 def test_a_sampler_process_that_dies_stops_the_run_with_a_clear_error_and_the_checkpoints_kept(tmp_path, monkeypatch):
     original = SingleTurnRollout.generate
 
