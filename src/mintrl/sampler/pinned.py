@@ -45,6 +45,17 @@ class ProducerSampler(Sampler):
     stop: threading.Event
     version: int | None
 
+    def _check_ready(self) -> None:
+        """Call before every generate and score.
+
+        Raises:
+            SamplingStopped: :attr:`stop` is set.
+            RuntimeError: nothing was pushed yet."""
+        if self.stop.is_set():
+            raise SamplingStopped("the rollout producer is shutting down")
+        if self.version is None:
+            raise RuntimeError(f"{type(self).__name__}.push must run before the first generation")
+
     @abstractmethod
     def push(self, version: int) -> None:
         """Make the live weights the sampled ones, as ``version``; only while nothing samples."""
@@ -151,12 +162,3 @@ class PinnedSampler(HFSampler, ProducerSampler):
         """:meth:`HFSampler.score` on the copy."""
         self._check_ready()
         return super().score(sequences, prompt_lengths, temperature)
-
-    def _check_ready(self) -> None:
-        """Raises:
-        SamplingStopped: :attr:`stop` is set.
-        RuntimeError: nothing was pushed yet."""
-        if self.stop.is_set():
-            raise SamplingStopped("the rollout producer is shutting down")
-        if self.model is None:
-            raise RuntimeError("PinnedSampler.push must run before the first generation")

@@ -29,7 +29,7 @@ import torch.multiprocessing as mp
 from mintrl.model.lora import is_lora
 from mintrl.sampler.base import Generation
 from mintrl.sampler.hf import HFSampler
-from mintrl.sampler.pinned import ProducerSampler, SamplingStopped, captured_weights
+from mintrl.sampler.pinned import ProducerSampler, captured_weights
 from mintrl.sampler.weights import weights_generation
 
 
@@ -191,15 +191,6 @@ class ProcessSampler(ProducerSampler):
             self.process.kill()
             self.process.join(10.0)
         self._conn.close()
-
-    def _check_ready(self) -> None:
-        """Raises:
-        SamplingStopped: :attr:`stop` is set.
-        RuntimeError: nothing was pushed yet."""
-        if self.stop.is_set():
-            raise SamplingStopped("the rollout producer is shutting down")
-        if self.version is None:
-            raise RuntimeError("ProcessSampler.push must run before the first generation")
 
     def _call(self, op: str, args):
         """Send ``(op, args)`` and wait for the reply.
