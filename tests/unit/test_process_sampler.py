@@ -2,7 +2,7 @@
 at a push or load, holds the live weights of that version (scores equal the live sampler's, the
 sampled tokens' log-probs are that copy's), a call that raises in the worker comes back with its
 traceback and the worker goes on, a killed worker is a clear error naming its exit code, and close
-leaves no process (a tiny random Llama: tensor code only)."""
+leaves no process; a LoRA policy arrives merged (a tiny random Llama: tensor code only)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 import torch
 from conftest import tiny_llama
 
+from mintrl.model.lora import LoraSettings, apply_lora
 from mintrl.sampler import HFSampler
 from mintrl.sampler.pinned import SamplingStopped
 from mintrl.sampler.process import ProcessSampler, SamplerProcessDied, SamplerProcessError
@@ -86,3 +87,22 @@ def test_an_error_in_the_worker_comes_back_with_its_traceback_and_a_killed_worke
     finally:
         worker.close()
     assert not worker.process.is_alive()
+
+
+def test_a_lora_policy_reaches_the_worker_with_its_adapter_merged():
+    policy = apply_lora(tiny_llama(), LoraSettings(r=4, alpha=8.0))
+    with torch.no_grad():  # a trained adapter (peft starts B at 0: the merge would change nothing)
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.1)
+    weights_generation(policy).advance()
+    live = HFSampler(policy, TOKENIZER, dtype="fp32", continuation_cache_mib=0)
+    worker = ProcessSampler(live, seed=0)
+    try:
+        worker.push(0)
+        expected = live.score(PREFIXES, [1, 1])  # the policy with its adapter
+        assert same(worker.score(PREFIXES, [1, 1]), expected, atol=1e-5)
+        with policy.disable_adapter():
+            assert not same(live.score(PREFIXES, [1, 1]), expected, atol=1e-3)  # the adapter matters here
+    finally:
+        worker.close()
