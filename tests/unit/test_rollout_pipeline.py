@@ -259,6 +259,9 @@ def test_the_config_check_refuses_what_the_pipeline_cannot_run_naming_the_field(
     ):
         check_config(composed("rollout.max_staleness=1", "trainer=fsdp"))
     check_config(composed("rollout.max_staleness=1", "trainer=ddp"))  # each rank its own producer
+    check_config(composed("rollout.max_staleness=1", "sampler.own_process=true"))
+    with pytest.raises(ValueError, match=r"sampler.own_process=true .* rollout.max_staleness=0 runs no producer"):
+        check_config(composed("sampler.own_process=true"))
     check_config(composed("rollout.max_staleness=1", "trainer.devices=2"))
     adaptive = "+rollout.adaptive_stop={gap_threshold: 0.02, patience: 3}"
     for layout in ("trainer=ddp", "trainer.devices=2"):

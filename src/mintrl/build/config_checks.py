@@ -133,10 +133,17 @@ def check_max_staleness(cfg: DictConfig, strategy: str = "", updates: int = 1) -
             module.minibatches``.
 
     Raises:
-        ValueError: a refused value or layout; the message names ``rollout.max_staleness``.
+        ValueError: a refused value or layout; the message names ``rollout.max_staleness`` (and
+            ``sampler.own_process=true`` at staleness 0, where no producer runs).
     """
     value = OmegaConf.select(cfg, "rollout.max_staleness", default=0)
     check_int("rollout.max_staleness", value, 0)
+    if value == 0 and OmegaConf.select(cfg, "sampler.own_process", default=False):
+        raise ValueError(
+            "sampler.own_process=true samples the rollout producer's batches in a worker process, and "
+            "rollout.max_staleness=0 runs no producer (every batch comes from the live weights in the trainer's "
+            "thread); set rollout.max_staleness >= 1 or sampler.own_process=false"
+        )
     if value == 0 or not cfg.get("train", True):
         return
     field = f"rollout.max_staleness={value}"
