@@ -34,7 +34,7 @@ AGENT_SHELL_RESULTS ?= $(sort $(wildcard results/reproduce_agents_shell/*/))
 AGENT_SMOKE_ARGS := seed=0 trainer.max_steps=1 trainer.val_check_interval=1 data.prompts_per_step=2 \
 	data.prompts.val_size=2
 
-.PHONY: setup train test test-unit test-slow browser lint format setup-vllm test-vllm bench clean reproduce reproduce-full reproduce-smoke reproduce-report reproduce-agents reproduce-agents-smoke reproduce-agents-report confirm-core confirm-agents-db confirm-report gpu-wheels
+.PHONY: setup train test test-unit test-slow browser lint format setup-vllm test-vllm bench clean reproduce reproduce-full reproduce-smoke reproduce-report reproduce-agents reproduce-agents-smoke reproduce-agents-report confirm-core confirm-agents-db confirm-report staleness staleness-report gpu-wheels
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -154,6 +154,24 @@ confirm-agents-db:
 		dir=results/confirm_agents_db/$${row}_s$${seed}_$(CONFIRM_COMMIT); test -f $$dir/0/summary.json && continue; \
 		rm -rf $$dir; $(BIN)/python -m mintrl.cli.train -m +sweep=confirm_agents_db experiment=agent/$${row}_cpu \
 			seed=$$seed hydra.sweep.dir=$$dir || exit 1; done; done
+
+# The staleness study (configs/sweep/staleness.yaml; docs/reproduction.md's staleness section): one job per folder
+# results/staleness/<method>_st<s>_s<seed>_<commit>/, all at the commit checked out; a stopped target resumes
+# (a folder without 0/summary.json is run again).
+# Like the confirmation targets it never (re)installs the project (VENV=<path>, PYTHONPATH=<checkout>/src to run a
+# checkout of the run commit with another checkout's venv).
+STALENESS_COMMIT = $(shell git rev-parse --short=7 HEAD)
+staleness:
+	test -x $(BIN)/python || { echo "$(BIN)/python: run make setup first"; exit 2; }
+	for seed in $(call confirm_seeds,staleness); do for s in 0 1 2; do for row in mintrl_const grpo grpo_tis; do \
+		dir=results/staleness/$${row}_st$${s}_s$${seed}_$(STALENESS_COMMIT); test -f $$dir/0/summary.json && continue; \
+		rm -rf $$dir; $(BIN)/python -m mintrl.cli.train -m +sweep=staleness method=$$row rollout.max_staleness=$$s \
+			seed=$$seed hydra.sweep.dir=$$dir || exit 1; done; done; done
+
+# the staleness section of REPRO_OUT from the staleness jobs that finished
+STALENESS_RESULTS ?= $(sort $(patsubst %0/summary.json,%,$(wildcard results/staleness/*/0/summary.json)))
+staleness-report: | $(STAMP)
+	$(BIN)/python -m mintrl.cli.reproduce_staleness $(if $(STALENESS_RESULTS),--runs $(STALENESS_RESULTS) )--out $(REPRO_OUT)
 
 # the confirmation section of REPRO_OUT (docs/reproduction.md; the rest of the file is kept) from the confirmation
 # folders whose job finished (0/summary.json; the others are still running): pending verdicts until every job of

@@ -5,15 +5,16 @@ of the file (``mintrl-reproduce``, :func:`mintrl.analysis.report.write_report`) 
 (:func:`keep_blocks`).
 
 The blocks of ``docs/reproduction.md``: :data:`AGENTS` (``mintrl-reproduce-agents``, RAIL on agent tasks) and
-:data:`CONFIRM` (``mintrl-reproduce-confirm``, the claims at seeds fixed in advance).
+:data:`CONFIRM` (``mintrl-reproduce-confirm``, the claims at seeds fixed in advance) and :data:`STALENESS`
+(``mintrl-reproduce-staleness``, training on stale rollouts).
 """
 
 from __future__ import annotations
 
 from typing import Sequence
 
-AGENTS, CONFIRM = "reproduce-agents", "reproduce-confirm"
-KEPT = (AGENTS, CONFIRM)  # the blocks mintrl-reproduce keeps when it rewrites the report
+AGENTS, CONFIRM, STALENESS = "reproduce-agents", "reproduce-confirm", "reproduce-staleness"
+KEPT = (AGENTS, CONFIRM, STALENESS)  # the blocks mintrl-reproduce keeps when it rewrites the report
 
 
 def markers(name: str) -> tuple[str, str]:
