@@ -75,7 +75,7 @@ def test_max_staleness_0_is_the_synchronous_path_bit_for_bit(tmp_path, monkeypat
 
     monkeypatch.setattr(datamodule, "RolloutPipeline", no_pipeline)
     zero = train(tmp_path / "zero", "trainer.max_steps=1", "rollout.max_staleness=0")
-    assert "rollout/staleness" not in zero and not producer_threads()
+    assert "rollout/dropped_stale" not in zero and not producer_threads()
     assert zero.keys() == without.keys() and "train/loss" in zero
     for tag in zero:
         assert zero[tag] == without[tag], tag  # every scalar to the last bit
@@ -84,7 +84,7 @@ def test_max_staleness_0_is_the_synchronous_path_bit_for_bit(tmp_path, monkeypat
 def test_max_staleness_1_trains_batch_k_plus_1_on_weights_k_and_leaves_no_thread(tmp_path):
     values = train(tmp_path, "trainer.max_steps=3", "rollout.max_staleness=1")
     assert [v for _, v in values["rollout/generated_at_step"]] == [0.0, 0.0, 1.0]  # batch k + 1 from version k
-    assert [v for _, v in values["rollout/staleness"]] == [0.0, 1.0, 1.0]  # logged for every batch, <= 1
+    assert [v for _, v in values["train/staleness"]] == [0.0, 1.0, 1.0]  # logged for every batch, <= 1
     assert [v for _, v in values["rollout/dropped_stale"]] == [0.0, 0.0, 0.0]
     assert len(values["train/loss"]) == 3 and len(values["val/reward"]) == 1
     # one record file per training step, named by the step it trained from (two batches share version 0)
@@ -97,7 +97,7 @@ def test_max_staleness_1_trains_batch_k_plus_1_on_weights_k_and_leaves_no_thread
 def test_max_staleness_2_trains_batch_k_on_weights_k_minus_2(tmp_path):
     values = train(tmp_path, "trainer.max_steps=3", "rollout.max_staleness=2")
     assert [v for _, v in values["rollout/generated_at_step"]] == [0.0, 0.0, 0.0]  # two batches in flight
-    assert [v for _, v in values["rollout/staleness"]] == [0.0, 1.0, 2.0]
+    assert [v for _, v in values["train/staleness"]] == [0.0, 1.0, 2.0]
     assert not producer_threads()
 
 
@@ -134,7 +134,7 @@ def test_a_resumed_run_samples_its_first_batch_from_the_restored_weights(tmp_pat
     resumed = train(tmp_path / "resumed", "trainer.max_steps=2", "rollout.max_staleness=1", f"ckpt_path={checkpoint}")
     # batch 1 again (the same prompts: the data position is the one before the batch in flight), from version 1
     assert [v for _, v in resumed["rollout/generated_at_step"]] == [1.0]
-    assert [v for _, v in resumed["rollout/staleness"]] == [0.0]
+    assert [v for _, v in resumed["train/staleness"]] == [0.0]
     questions = [
         read_records(record_path(d / "rollouts", "train", 1)) for d in (tmp_path / "first", tmp_path / "resumed")
     ]
@@ -164,7 +164,7 @@ def test_a_sampler_process_that_dies_stops_the_run_with_a_clear_error_and_the_ch
     assert "ended with exit code -9" in str(err.value) and isinstance(err.value.__cause__, SamplerProcessDied)
     values = scalars(tmp_path)  # batches 0 and 1 came from the worker, from weights version 0
     assert [v for _, v in values["rollout/generated_at_step"]] == [0.0, 0.0]
-    assert [v for _, v in values["rollout/staleness"]] == [0.0, 1.0]
+    assert [v for _, v in values["train/staleness"]] == [0.0, 1.0]
     checkpoint = torch.load(tmp_path / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
     assert checkpoint["global_step"] == 2  # the last trained step's checkpoint is kept
     assert not producer_threads() and not [p for p in multiprocessing.active_children() if p.name == "mintrl-sampler"]

@@ -223,8 +223,8 @@ class RolloutPipeline:
         """The rollout batch trained at optimizer step ``global_step``: the oldest started (else one
         started now from the current weights). A batch with ``global_step - batch.step >
         max_staleness`` is dropped (counted, warned) and its prompts generated again from the
-        current weights, before the later batches. Its stats gain ``rollout/staleness`` (optimizer
-        steps) and ``rollout/dropped_stale`` (count so far).
+        current weights, before the later batches. Its stats gain ``rollout/dropped_stale`` (count
+        so far); its staleness is the trainer's ``train/staleness``.
 
         Raises:
             ProducerError: the producer raised (the thread is joined first).
@@ -250,7 +250,6 @@ class RolloutPipeline:
             staleness = global_step - result.batch.step
         batch = result.batch
         assert 0 <= global_step - batch.step <= self.max_staleness, "a rollout batch over the staleness bound"
-        batch.stats["rollout/staleness"] = float(staleness)
         batch.stats["rollout/dropped_stale"] = float(self.dropped_stale)
         return batch
 
