@@ -1,6 +1,7 @@
 """The offline single-GPU check (``benchmarks/gpu_check.sh`` runs it): main-job steps with the HF
 sampler on randomly initialised models of the embedded model's architecture and of a 1.7B one, full
-weights and LoRA, and one FSDP update, printing per part the step time split into generation and
+weights and LoRA, one FSDP update, and full-weight steps on rollouts one step ahead from a sampler
+worker process (``stale``), printing per part the step time split into generation and
 update, peak GPU memory, generated tokens/s and the update's MFU.
 
 No weights are downloaded: each model is built from its config with random weights (the timing and
@@ -210,7 +211,10 @@ def api_failures(table: Sequence[ApiFloor] = API_FLOORS) -> list[str]:
     return lines
 
 
-PARTS = ("full", "lora", "fsdp", "fsdp-lora")
+PARTS = ("full", "lora", "fsdp", "fsdp-lora", "stale")
+# the "stale" part: full-weight steps with the rollouts one step ahead, sampled by a worker process holding its
+# copy of the weights on the same GPU (one GPU here; on a machine with two, sampler.own_device=cuda:1)
+STALE = ["rollout.max_staleness=1", "sampler.own_process=true"]
 # the main job's step at its own sizes: 8 prompts x 4 rollouts, 64-token responses (configs/train.yaml)
 # (no validation, no checkpoint / export / records written: the step alone is measured)
 STEP = [
@@ -541,11 +545,15 @@ class UpdateMeter(L.Callback):
         self.seconds.append(time.perf_counter() - self._start)
 
 
-def run_steps(folder: Path, lora: bool, steps: int, device: str, out: Path, dims: ModelDims) -> dict:
+def run_steps(
+    folder: Path, lora: bool, steps: int, device: str, out: Path, dims: ModelDims, stale: bool = False
+) -> dict:
     """``steps`` main-job steps (MInTRL-Const, rule judge, HF sampler) on the model in ``folder``
-    (of sizes ``dims``): fp32 master weights, bf16 autocast on CUDA (``trainer=gpu``). Returns
-    per-step lists (generation and update seconds, generated tokens/s, attended tokens, the update's
-    FLOPs and what it forwarded), parameter counts and the peak GPU memory (GiB)."""
+    (of sizes ``dims``): fp32 master weights, bf16 autocast on CUDA (``trainer=gpu``); with ``stale``
+    the rollouts one step ahead from a sampler worker process (:data:`STALE`). Returns per-step lists
+    (generation and update seconds, generated tokens/s, attended tokens, the update's FLOPs and what
+    it forwarded, each batch's staleness in optimizer steps), parameter counts and the peak GPU memory
+    (GiB, the trainer's process only)."""
     from hydra import compose, initialize_config_dir
 
     from mintrl.build.components import build_components
@@ -559,6 +567,7 @@ def run_steps(folder: Path, lora: bool, steps: int, device: str, out: Path, dims
         f"paths.output_dir={out}",
         *STEP,
         *(["model/lora=default", "module.optimizer.lr=2e-4"] if lora else []),
+        *(STALE if stale else []),
     ]
     with initialize_config_dir(config_dir=os.environ["MINTRL_CONFIG_DIR"], version_base="1.3"):
         cfg = compose("train", overrides=overrides)
@@ -579,6 +588,8 @@ def run_steps(folder: Path, lora: bool, steps: int, device: str, out: Path, dims
         "gen_s": [h.get("perf/gen_seconds", float("nan")) for h in hist],
         "update_s": meter.seconds,
         "gen_tokens_per_s": [h.get("perf/gen_tokens_per_s", float("nan")) for h in hist],
+        "staleness": [h.get("train/staleness", float("nan")) for h in hist],
+        "step_s": [h.get("perf/step_seconds", float("nan")) for h in hist],
         "tokens": meter.tokens,
         "update_flops": meter.flops,
         "update_batches": meter.batches,
@@ -690,7 +701,9 @@ def free_memory(device: str) -> None:
 
 def report(r: dict) -> str:
     """A main-job part's summary line (after its name): medians over the steps after the first (the
-    first warms kernels up), and ``r["mfu"]`` (a fraction, or None)."""
+    first warms kernels up), and ``r["mfu"]`` (a fraction, or None); the measured step time
+    (``perf/step_seconds``: less than generation + update where the two overlap, the ``stale`` part)
+    and each step's staleness."""
 
     def med(xs):
         xs = xs[1:] if len(xs) > 1 else xs
@@ -703,6 +716,7 @@ def report(r: dict) -> str:
         f"gen {med(r['gen_tokens_per_s']):8.0f} tok/s | peak {mem} | update MFU "
         + (f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "n/a")
         + f" | trainable {r['trainable'] / 1e6:.3g}M of {r['params'] / 1e6:.4g}M"
+        + (f" | measured step {med(r['step_s']):6.2f} s, staleness {r['staleness']}" if r.get("step_s") else "")
     )
 
 
@@ -714,7 +728,7 @@ def failure(error: BaseException) -> dict:
 
 
 def run_part(part: str, folder: Path, args, out: Path, dims: ModelDims, peak: float | None) -> tuple[dict, str]:
-    """One part (``full``, ``lora``, ``fsdp``, ``fsdp-lora``) on the model in ``folder``: its
+    """One part (``full``, ``lora``, ``fsdp``, ``fsdp-lora``, ``stale``) on the model in ``folder``: its
     results and its summary line."""
     if part.startswith("fsdp"):
         r = fsdp_step(folder, part == "fsdp-lora", args.device, out)
@@ -722,7 +736,7 @@ def run_part(part: str, folder: Path, args, out: Path, dims: ModelDims, peak: fl
             f"{r['peak_gib']:.1f} GiB" if r["peak_gib"] is not None else "n/a (cpu)"
         )
         return r, line
-    r = run_steps(folder, part == "lora", args.steps, args.device, out, dims)
+    r = run_steps(folder, part == "lora", args.steps, args.device, out, dims, stale=part == "stale")
     r["mfu"] = median_mfu(r["update_flops"], r["update_s"], peak)
     return r, report(r)
 
@@ -740,7 +754,7 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--steps", type=int, default=3, help="optimizer steps per part (the first is warm-up)")
     parser.add_argument("--archs", default="smollm2_135m,qwen3_1.7b", help=f"comma list of {sorted(ARCHS)}")
-    parser.add_argument("--parts", default="full,lora,fsdp-lora", help=f"comma list of {', '.join(PARTS)}")
+    parser.add_argument("--parts", default="full,lora,fsdp-lora,stale", help=f"comma list of {', '.join(PARTS)}")
     parser.add_argument("--tokenizer", default=str(ROOT / ".gpu-wheels" / "tokenizer"))
     parser.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak of the GPU (default: by name)")
     parser.add_argument("--json", default=None, help="also write the results here (after every part)")

@@ -7,8 +7,9 @@
 #      by `make gpu-wheels GPU_PYTHON=<major.minor>`): otherwise it stops before installing anything;
 #   2. builds randomly initialised models of the embedded model's architecture (SmolLM2-135M) and of
 #      Qwen3-1.7B's from their configs (no weights are downloaded);
-#   3. runs trainer=gpu bf16 main-job steps with the HF sampler, full weights and LoRA, and one FSDP
-#      update of a LoRA policy (+ its merged export), printing per part the step time split into
+#   3. runs trainer=gpu bf16 main-job steps with the HF sampler, full weights and LoRA, one FSDP
+#      update of a LoRA policy (+ its merged export), and full-weight steps on rollouts one step ahead
+#      from a sampler worker process on the same GPU (`stale`, last), printing per part the step time split into
 #      generation and update, peak GPU memory, generated tokens/s and the update's MFU (from the FLOPs
 #      the update does, gpu_check.py's update_flops); each part on its own (one failing leaves the rest).
 # Under 8 minutes in all (each part is bounded; the whole python part by `timeout 420`).

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import multiprocessing
 import os
 from pathlib import Path
 
@@ -61,3 +62,14 @@ def test_gpu_check_runs_on_cpu_with_the_tiny_architecture(tmp_path):
     assert lora["update_flops"] == [flops] and lora["mfu"] is None
     assert fsdp["strategy"] == "FullyShardedStrategy" and fsdp["sharded"]
     assert "model.safetensors" in fsdp["exported"] and "adapter_config.json" in fsdp["adapter"]
+
+
+@pytest.mark.slow  # a spawned sampler worker and 2 tiny steps: 20-40 s on the shared 2-core machine
+def test_the_stale_part_trains_on_rollouts_one_step_ahead_from_a_sampler_process(tmp_path):
+    gpu_check = load_gpu_check()
+    out = tmp_path / "check.json"
+    args = ["--device", "cpu", "--steps", "2", "--archs", "tiny", "--parts", "stale", "--json", str(out)]
+    assert gpu_check.main([*args, "--tokenizer", str(embedded_smollm2_folder())]) == 0
+    stale = json.loads(out.read_text())["tiny/stale"]
+    assert stale["steps"] == 2 and stale["staleness"] == [0.0, 1.0]  # batch 1 sampled by the weights of step 0
+    assert not [p for p in multiprocessing.active_children() if p.name == "mintrl-sampler"]
