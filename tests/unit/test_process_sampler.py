@@ -106,3 +106,20 @@ def test_a_lora_policy_reaches_the_worker_with_its_adapter_merged():
             assert not same(live.score(PREFIXES, [1, 1]), expected, atol=1e-3)  # the adapter matters here
     finally:
         worker.close()
+
+
+def test_the_worker_ends_rows_at_the_live_samplers_end_ids_and_a_stuck_call_does_not_block_close():
+    live = HFSampler(tiny_llama(), TOKENIZER, dtype="fp32", continuation_cache_mib=0)
+    live.eos_token_ids = tuple(range(128))  # every id ends a row (a model's generation_config.json may add ids)
+    worker = ProcessSampler(live, seed=0)
+    try:
+        worker.push(0)
+        gen = worker.generate(PREFIXES, 6)
+        assert [len(t) for t in gen.token_ids] == [1, 1] and gen.finished == [True, True]
+        worker._lock.acquire()  # a call under way that never returns (a stuck worker)
+        worker.close(lock_timeout_s=0.2)  # gives up asking and kills it
+        assert not worker.process.is_alive()
+    finally:
+        if worker._lock.locked():
+            worker._lock.release()
+        worker.close()

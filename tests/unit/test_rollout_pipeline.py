@@ -18,9 +18,12 @@ from hydra import compose, initialize_config_dir
 
 from mintrl.build.config import CONFIG_DIR
 from mintrl.build.config_checks import check_config
+from mintrl.data import datamodule
+from mintrl.data.datamodule import RolloutDataModule
 from mintrl.data.pipeline import ProducerError, RolloutPipeline
 from mintrl.sampler import HFSampler
 from mintrl.sampler.pinned import PinnedSampler, SamplingStopped
+from mintrl.sampler.process import SamplerProcessDied
 from mintrl.sampler.weights import weights_generation
 
 TOKENIZER = SimpleNamespace(pad_token_id=0, eos_token_id=2)
@@ -260,6 +263,12 @@ def test_the_config_check_refuses_what_the_pipeline_cannot_run_naming_the_field(
         check_config(composed("rollout.max_staleness=1", "trainer=fsdp"))
     check_config(composed("rollout.max_staleness=1", "trainer=ddp"))  # each rank its own producer
     check_config(composed("rollout.max_staleness=1", "sampler.own_process=true"))
+    check_config(composed("rollout.max_staleness=1", "sampler.own_process=true", "sampler.own_device=cpu"))
+    check_config(composed("rollout.max_staleness=1", "sampler.own_process=true", "trainer=ddp"))
+    with pytest.raises(ValueError, match=r"sampler.own_device=cuda:1 on several ranks: every rank's sampler worker"):
+        check_config(
+            composed("rollout.max_staleness=1", "sampler.own_process=true", "sampler.own_device=cuda:1", "trainer=ddp")
+        )
     with pytest.raises(ValueError, match=r"sampler.own_process=true .* rollout.max_staleness=0 runs no producer"):
         check_config(composed("sampler.own_process=true"))
     check_config(composed("rollout.max_staleness=1", "trainer.devices=2"))
@@ -278,3 +287,59 @@ def test_the_config_check_refuses_what_the_pipeline_cannot_run_naming_the_field(
     with pytest.raises(ValueError, match=r"rollout.max_staleness=1 with model/lora and judge=SelfPrivilegedJudge"):
         check_config(composed(*lora, "judge=self_privileged"))  # no teacher: the step-0 policy generates
     check_config(composed(*lora, "judge=teacher", "teacher_model.path=/models/teacher"))  # its own model: accepted
+
+
+class ValidationRollout:
+    """A rollout engine for the data module's validation path: a batch of the prompts; its sampler releases."""
+
+    sampler = SimpleNamespace(release=lambda: None)
+
+    def generate(self, batch, **kwargs):
+        return SimpleNamespace(prompts=list(batch))
+
+
+class DrainCounter:
+    """A pipeline stand-in: counts drains; take returns the batch of the prompts it was told."""
+
+    def __init__(self, prompts):
+        self.drains, self.prompts, self.ahead, self.depth = 0, prompts, 1, 1
+
+    def drain(self):
+        self.drains += 1
+
+    def take(self, step):
+        return SimpleNamespace(prompts=self.prompts, step=step)
+
+
+def test_the_pipeline_is_drained_once_per_validation_run_whatever_its_batches(monkeypatch):
+    # one collective per validation run: ranks may hold different numbers of validation batches
+    calls = []
+    monkeypatch.setattr(datamodule, "agreed_on_all_ranks", lambda call, step: calls.append(step) or call())
+    dm = RolloutDataModule(prompts=None, rollout=ValidationRollout(), tokenizer=None, max_staleness=1)
+    dm.trainer = SimpleNamespace(
+        global_rank=0, world_size=1, training=False, global_step=3, max_steps=4, lightning_module=None
+    )
+    dm._pipeline = pipeline = DrainCounter(["p"])
+    validation = [SimpleNamespace(index=0)]
+    for _ in range(3):
+        dm.on_before_batch_transfer(validation, 0)
+    assert (calls, pipeline.drains) == ([3], 1)
+    dm.trainer.training = True
+    dm.on_before_batch_transfer(["p"], 0)  # a training batch: its take is agreed too, the next validation drains again
+    dm.trainer.training, dm.trainer.global_step = False, 4
+    for _ in range(2):
+        dm.on_before_batch_transfer(validation, 0)
+    assert (calls, pipeline.drains) == ([3, 3, 4], 2)
+
+
+def test_a_push_that_fails_in_the_trainers_thread_is_a_producer_error_and_closes_the_pipeline():
+    class DeadWorker(FakeSampler):
+        def push(self, version):
+            raise SamplerProcessDied("the sampler process (pid 1) ended with exit code -9")
+
+    sampler = DeadWorker()
+    pipeline = RolloutPipeline(FakeEngine(), sampler, prompt_batches(), max_staleness=1)
+    with pytest.raises(ProducerError, match=r"failed taking the weights of version 0: SamplerProcessDied") as err:
+        pipeline.take(0)  # nothing ahead: the batch starts with a push of the live weights, here
+    assert isinstance(err.value.__cause__, SamplerProcessDied)
+    assert sampler.closed and not pipeline.thread.is_alive() and not producer_threads()

@@ -163,6 +163,13 @@ def check_max_staleness(cfg: DictConfig, strategy: str = "", updates: int = 1) -
             "use trainer=ddp or rollout.max_staleness=0"
         )
     several = "ddp" in strategy.lower() or ranks is None or ranks > 1
+    own_device = OmegaConf.select(cfg, "sampler.own_device", default=None)
+    if several and OmegaConf.select(cfg, "sampler.own_process", default=False) and own_device is not None:
+        raise ValueError(
+            f"{field} with sampler.own_device={own_device} on several ranks: every rank's sampler worker would take "
+            "that one device (a rank's own training device, for one of them); per-rank worker devices are not "
+            "built: set sampler.own_device=null (each worker on its rank's device) or use one rank"
+        )
     if several and OmegaConf.select(cfg, "rollout.adaptive_stop", default=None) is not None:
         raise ValueError(
             f"{field} with rollout.adaptive_stop on several ranks: the adaptive stop pools the reward gap of every "

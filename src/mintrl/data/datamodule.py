@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from mintrl.core.batch import RolloutBatch
 from mintrl.core.checks import check_int
 from mintrl.data.base import PromptItem, RowFilter
-from mintrl.data.pipeline import RolloutPipeline, agreed_on_all_ranks
+from mintrl.data.pipeline import ProducerError, RolloutPipeline, agreed_on_all_ranks
 from mintrl.sampler.hf import HFSampler
 from mintrl.sampler.pinned import PinnedSampler
 from mintrl.sampler.process import ProcessSampler
@@ -197,6 +197,9 @@ class RolloutDataModule(L.LightningDataModule):
         self._noise_set = False  # the first training rollout of this fit has set this rank's generators
         self.max_staleness = max_staleness
         self._pipeline: RolloutPipeline | None = None  # max_staleness > 0: started at the first training batch
+        self._drained = (
+            False  # the pipeline was drained for the validation run under way (reset by each training batch)
+        )
         self._state_at_close: dict | None = None  # state_dict() after the pipeline closed with batches ahead
 
     def setup(self, stage: str | None = None) -> None:
@@ -271,8 +274,10 @@ class RolloutDataModule(L.LightningDataModule):
                 out = self.rollout.generate(batch, step=trainer.global_step)
                 self.batches_trained += 1
                 return out
-            if self._pipeline is not None:  # validation uses the engine: the producer must be idle
+            if self._pipeline is not None and not self._drained:  # validation uses the engine: the producer idle
+                # once per validation run (ranks may have different numbers of validation batches: one collective)
                 agreed_on_all_ranks(self._pipeline.drain, int(trainer.global_step) if trainer is not None else 0)
+                self._drained = True
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(self.val_seed + batch[0].index)
                 return self.rollout.generate(
@@ -313,21 +318,34 @@ class RolloutDataModule(L.LightningDataModule):
         ``trainer.max_steps``.
 
         Raises:
-            ProducerError: the producer raised (its thread joined first), on this rank or on another
-                (every rank raises at the same batch: :func:`mintrl.data.pipeline.agreed_on_all_ranks`).
+            ProducerError: anything in the pipeline failed (the producer, a push of the weights, the
+                sampler's start; its thread and worker joined first), on this rank or on another (every
+                rank raises at the same batch: :func:`mintrl.data.pipeline.agreed_on_all_ranks`).
             RuntimeError: the pipeline's prompts are not Lightning's (a data-order bug).
         """
         trainer = self.trainer
-        if self._pipeline is None:
-            self._pipeline = self._start_pipeline()
         step = int(trainer.global_step)
-        pipeline = self._pipeline
-        out = agreed_on_all_ranks(lambda: pipeline.take(step), step)
+        self._drained = False
+        out = agreed_on_all_ranks(lambda: self._take_and_top_up(step), step)
         if list(out.prompts) != list(prompts):
             raise RuntimeError("the rollout pipeline's prompts differ from the data loader's at batch %d" % step)
         self.batches_trained += 1
-        updates = _updates_per_batch(trainer)
-        max_steps = trainer.max_steps if trainer.max_steps is not None else -1
+        return out
+
+    def _take_and_top_up(self, step: int) -> RolloutBatch:
+        """The pipeline's batch for optimizer step ``step`` (the pipeline started first when there is none),
+        then later batches started from the weights as they are now, up to its depth and never past
+        ``trainer.max_steps``.
+
+        Raises:
+            ProducerError: anything in the pipeline failed (see :mod:`mintrl.data.pipeline`).
+        """
+        if self._pipeline is None:
+            self._pipeline = self._start_pipeline()
+        pipeline = self._pipeline
+        out = pipeline.take(step)
+        updates = _updates_per_batch(self.trainer)
+        max_steps = self.trainer.max_steps if self.trainer.max_steps is not None else -1
         # the j-th batch ahead trains at step + j x updates: none past the last step
         while pipeline.ahead < pipeline.depth and (max_steps < 0 or step + (pipeline.ahead + 1) * updates < max_steps):
             pipeline.start(step)
@@ -348,10 +366,22 @@ class RolloutDataModule(L.LightningDataModule):
                 updates,
                 depth * updates,
             )
-        live = self.rollout.sampler
-        own_process = isinstance(live, HFSampler) and live.own_process
-        sampler = ProcessSampler(live, live.own_device) if own_process else PinnedSampler(live)
-        sampler.push(int(self.trainer.global_step))  # building the copy draws random numbers: before the restore
+        live, step = self.rollout.sampler, int(self.trainer.global_step)
+        sampler = None
+        try:
+            if isinstance(live, HFSampler) and live.own_process:  # its worker's seed: this run's, rank's and step's
+                seed = int(np.random.SeedSequence([self.seed, rank, step]).generate_state(1)[0])
+                sampler = ProcessSampler(live, live.own_device, seed=seed)
+            else:
+                sampler = PinnedSampler(live)
+            sampler.push(step)  # building the copy draws random numbers: before the restore
+        except BaseException as error:
+            if sampler is not None:
+                sampler.close()
+            raise ProducerError(
+                f"the rollout producer's sampler (rollout.max_staleness={self.max_staleness}) failed to start at "
+                f"optimizer step {step}: {type(error).__name__}: {error}"
+            ) from error
         if self._resume_rng is not None:
             set_rng_states(self._resume_rng)
             self._resume_rng = None
@@ -425,4 +455,5 @@ class RolloutDataModule(L.LightningDataModule):
         if state_dict.get("rollout"):
             self.rollout.load_state_dict(state_dict["rollout"])
         self.batches_trained = int(state_dict.get("batches_trained", 0))
+        self._state_at_close = None  # an earlier fit's pipeline state is not this checkpoint's
         self._resume_rng = state_dict.get("rng")

@@ -16,10 +16,15 @@ the current weights.
 
 Under DDP each rank runs its own pipeline on its share of the prompts (the weights, hence the
 versions, are equal on every rank); a producer failure on any rank stops every rank at the same
-batch (:func:`agreed_on_all_ranks`). This is a thread in the trainer's process: on CPU it overlaps no compute of its own with the
-update (the two share the cores) but overlaps what waits on something else (a served judge's or
-reward's latency). A GPU layout would run the sampler on its own devices or process, with the
-weights pushed to it the same way; that layout is not built here.
+batch (:func:`agreed_on_all_ranks`). The producer is a thread in the trainer's process: on CPU it
+overlaps no compute of its own with the update (the two share the cores) but overlaps what waits on
+something else (a served judge's or reward's latency). With ``sampler.own_process`` its token
+generation runs in a worker process, on a device of its own where one is given
+(``sampler.own_device``).
+
+Whatever fails in the pipeline, in the producer thread (generation, a judge, a load into the copy)
+or in the trainer's thread (a push or capture of the weights, the sampler's start), reaches the
+trainer as a :class:`ProducerError`.
 """
 
 from __future__ import annotations
@@ -169,14 +174,22 @@ class RolloutPipeline:
                     self.sampler.load(job.weights, job.version)
                     job.weights = None
                 batch = self.engine.generate(job.prompts, step=job.version)
+                self.sampler.release()  # a failure here (a worker that died just now) is the job's
             except SamplingStopped:
+                self._release_quietly()
                 return
             except BaseException as error:  # sent to the trainer's thread, which raises it
+                self._release_quietly()
                 self._results.put(_Result(job, error=error))
                 return
-            finally:
-                self.sampler.release()
             self._results.put(_Result(job, batch=batch))
+
+    def _release_quietly(self) -> None:
+        """Release the sampler after a stop or an error, whose own exception is the one reported."""
+        try:
+            self.sampler.release()
+        except BaseException:  # noqa: BLE001 - the error being reported comes first
+            log.debug("the rollout producer's sampler failed to release after an error", exc_info=True)
 
     # ------------------------------------------------------------------ the trainer's thread
     @property
@@ -202,11 +215,25 @@ class RolloutPipeline:
         self._submit(next(self.prompts) if prompts is None else prompts, version)
 
     def _submit(self, prompts: list[PromptItem], version: int) -> None:
-        if self._pending:
-            job = _Job(prompts, int(version), weights=self.sampler.capture())
-        else:
-            self.sampler.push(version)
-            job = _Job(prompts, int(version))
+        """Queue the job of ``prompts`` at ``version``: the weights pushed now when the producer is idle, else
+        captured for it to load.
+
+        Raises:
+            ProducerError: the push or capture failed (e.g. a sampler worker process that died while idle);
+                the pipeline is closed first.
+        """
+        try:
+            if self._pending:
+                job = _Job(prompts, int(version), weights=self.sampler.capture())
+            else:
+                self.sampler.push(version)
+                job = _Job(prompts, int(version))
+        except BaseException as error:
+            self.close()
+            raise ProducerError(
+                f"the rollout producer's sampler ({FIELD}={self.max_staleness}) failed taking the weights of version "
+                f"{version}: {type(error).__name__}: {error}"
+            ) from error
         self._pending.append(job)
         self._jobs.put(job)
 
@@ -264,7 +291,8 @@ class RolloutPipeline:
             job = self._done[0].job if self._done else (self._pending[0] if self._pending else None)
             if job is None or self.state is None:
                 return None
-            return job.state if job.started else self.state()
+            # a copy: once the lock is released the producer may start that job and change the live state
+            return job.state if job.started else copy.deepcopy(self.state())
 
     def _receive(self) -> _Result:
         """The oldest pending job's result (waits; checks every second that the producer still runs).
@@ -279,7 +307,10 @@ class RolloutPipeline:
                 break
             except queue.Empty:
                 if not self.thread.is_alive():
-                    result = _Result(job, error=RuntimeError("the producer thread ended without a result"))
+                    try:  # it may have put its result between the wait and the check
+                        result = self._results.get_nowait()
+                    except queue.Empty:
+                        result = _Result(job, error=RuntimeError("the producer thread ended without a result"))
                     break
         if result.error is not None:
             self.close()  # the failed job still counts as the oldest: the state at the close is the one it found

@@ -54,6 +54,8 @@ def _serve(conn, spec: dict) -> None:
     torch.manual_seed(spec["seed"])
     model = AutoModelForCausalLM.from_config(spec["config"], dtype=spec["dtype"]).to(spec["device"]).eval()
     sampler = HFSampler(model, spec["tokenizer"], max_kv_gb=None, dtype="fp32", **spec["settings"])
+    # the live sampler's end and pad ids (a model built from its config alone lacks generation_config.json's)
+    sampler.eos_token_ids, sampler.pad_token_id = spec["eos_token_ids"], spec["pad_token_id"]
     state = model.state_dict()
     conn.send(("ok", pickle.dumps(None)))
     while True:
@@ -122,6 +124,8 @@ class ProcessSampler(ProducerSampler):
             "dtype": self.dtype,
             "device": str(device if device is not None else param.device),
             "tokenizer": live.tokenizer,
+            "eos_token_ids": tuple(live.eos_token_ids),
+            "pad_token_id": live.pad_token_id,
             "seed": int(torch.randint(0, 2**62, ()).item()) if seed is None else int(seed),
             "settings": {
                 "max_batch_size": live.max_batch_size,
@@ -170,27 +174,36 @@ class ProcessSampler(ProducerSampler):
         return self._call("score", ([list(map(int, s)) for s in sequences], list(prompt_lengths), temperature))
 
     def release(self) -> None:
-        """The worker drops its kept continuation KV (end of a rollout batch); nothing once closed."""
-        if not self._closed and self.process.is_alive():
+        """The worker drops its kept continuation KV (end of a rollout batch); nothing once closed.
+
+        Raises:
+            SamplerProcessDied: the worker ended.
+        """
+        if not self._closed:
             self._call("release", ())
 
-    def close(self) -> None:
-        """Stop the worker (asked, then killed after 10 s) and join it; idempotent."""
+    def close(self, lock_timeout_s: float = 5.0) -> None:
+        """Stop the worker and join it; idempotent. The worker is asked to stop when no call is under way
+        (the pipe free within ``lock_timeout_s`` seconds), and killed when it is still alive 10 s later or
+        when a call holds the pipe (a stuck worker: the waiting call then raises :class:`SamplerProcessDied`)."""
         if self._closed:
             return
         self._closed = True
         self.stop.set()
-        try:
-            with self._lock:
+        free = self._lock.acquire(timeout=lock_timeout_s)
+        if free:
+            try:
                 if self.process.is_alive():
                     self._conn.send(("close", ()))
-        except (BrokenPipeError, OSError):
-            pass
-        self.process.join(10.0)
+            except (BrokenPipeError, OSError):
+                pass
+            self.process.join(10.0)
         if self.process.is_alive():
             self.process.kill()
             self.process.join(10.0)
-        self._conn.close()
+        if free:  # nobody waits on the pipe (a waiting call keeps it: it sees the worker's end and raises)
+            self._conn.close()
+            self._lock.release()
 
     def _call(self, op: str, args):
         """Send ``(op, args)`` and wait for the reply.
@@ -200,8 +213,8 @@ class ProcessSampler(ProducerSampler):
             SamplerProcessError: the call raised in the worker.
         """
         with self._lock:
-            if self._closed and op != "release":
-                raise SamplerProcessDied("the sampler process was closed")
+            if self._closed:
+                raise SamplerProcessDied(f"the sampler process was closed before its {op!r} call")
             try:
                 self._conn.send((op, args))
             except (BrokenPipeError, OSError) as error:
