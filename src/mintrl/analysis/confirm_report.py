@@ -15,7 +15,7 @@ from typing import Sequence
 
 from mintrl.analysis.agent_tables import fmt_success
 from mintrl.analysis.confirm import AGENTS_SWEEP, CORE_SWEEP, Confirmation, Plan, build_confirmation
-from mintrl.analysis.report_blocks import CONFIRM, markers, put_block
+from mintrl.analysis.report_blocks import CONFIRM, markers, write_block
 from mintrl.analysis.rows import CONST, GRPO, find_row
 from mintrl.analysis.runs import NOT_RECORDED
 from mintrl.analysis.stats import seed_key
@@ -253,9 +253,4 @@ def write_confirmation(
             are malformed (:func:`mintrl.analysis.report_blocks.block_span`).
     """
     confirmations = build_confirmation(core_dirs, agents_dirs, core_sweep, agents_sweep)
-    out = Path(out)
-    old = out.read_bytes().decode("utf-8") if out.is_file() else ""
-    text = put_block(old, render_confirm_section(confirmations), CONFIRM)  # checks the markers before writing
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(text.encode("utf-8"))
-    return {"out": out, "confirmations": confirmations}
+    return {"out": write_block(out, render_confirm_section(confirmations), CONFIRM), "confirmations": confirmations}

@@ -11,6 +11,7 @@ The blocks of ``docs/reproduction.md``: :data:`AGENTS` (``mintrl-reproduce-agent
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Sequence
 
 AGENTS, CONFIRM, STALENESS = "reproduce-agents", "reproduce-confirm", "reproduce-staleness"
@@ -79,3 +80,18 @@ def keep_blocks(new_text: str, old_text: str, names: Sequence[str] = KEPT) -> st
     for (start, end), name in spans:
         new_text = put_block(new_text, old_text[start:end], name)
     return new_text
+
+
+def write_block(out: str | Path, block: str, name: str) -> Path:
+    """Put ``block`` into the file ``out`` (:func:`put_block`: replacing the block ``name``, else appended; every
+    other byte kept; the file and its folder created when absent). Returns ``out`` as a Path.
+
+    Raises:
+        ValueError: malformed markers in the file or the block (checked before anything is written).
+    """
+    out = Path(out)
+    old = out.read_bytes().decode("utf-8") if out.is_file() else ""
+    text = put_block(old, block, name)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(text.encode("utf-8"))
+    return out

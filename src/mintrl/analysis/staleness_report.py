@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from mintrl.analysis.confirm_report import commit_line, folders_line, jobs_table, left_out_lines, plan_line
-from mintrl.analysis.report_blocks import STALENESS, markers, put_block
+from mintrl.analysis.report_blocks import STALENESS, markers, write_block
 from mintrl.analysis.staleness_study import MEASURES, StalenessStudy, build_study
 from mintrl.analysis.tables import fmt, fmt_diff, fmt_interval
 
@@ -119,10 +119,9 @@ def write_staleness(
     out: str | Path = "docs/reproduction.md",
     sweep: str | Path | None = None,
 ) -> dict:
-    """Put the staleness section (:func:`render_staleness_section` of
-    :func:`mintrl.analysis.staleness_study.build_study`) into ``out`` between the
-    :data:`~mintrl.analysis.report_blocks.STALENESS` markers (replaced, else appended; every other byte kept; the
-    file is created when absent).
+    """Study the jobs of ``dirs`` against the plan of ``sweep`` (:func:`mintrl.analysis.staleness_study.build_study`)
+    and write their section into ``out`` (:func:`mintrl.analysis.report_blocks.write_block`, the block
+    :data:`~mintrl.analysis.report_blocks.STALENESS`).
 
     Returns:
         ``{"out": Path, "study": StalenessStudy}``.
@@ -132,9 +131,4 @@ def write_staleness(
             are malformed (:func:`mintrl.analysis.report_blocks.block_span`).
     """
     study = build_study(dirs, sweep)
-    out = Path(out)
-    old = out.read_bytes().decode("utf-8") if out.is_file() else ""
-    text = put_block(old, render_staleness_section(study), STALENESS)  # checks the markers before writing
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_bytes(text.encode("utf-8"))
-    return {"out": out, "study": study}
+    return {"out": write_block(out, render_staleness_section(study), STALENESS), "study": study}
