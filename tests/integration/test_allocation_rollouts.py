@@ -147,6 +147,7 @@ def test_random_anchor_allocation_branches_where_its_seed_says_and_its_state_res
         RandomAnchorAllocation(budget_per_step=12, branch_budget=0)
 
 
+@pytest.mark.slow  # 30-36 s; tests/integration/test_rail_controller.py round-trips the controller state itself
 def test_rail_allocation_goes_live_and_its_state_survives_a_checkpoint(tmp_path):
     from mintrl.build.config import CONFIG_DIR
     from mintrl.build.run import run

@@ -34,6 +34,7 @@ def test_champ_answerable_subset():
     assert all("or equivalently" not in r["answer"] and r["answer"] not in ("Yes", "No") for r in rows)
 
 
+@pytest.mark.slow  # 23 s (the datasets library and its offline hub check)
 def test_hub_benchmark_offline_is_a_clear_error_and_a_local_copy_loads(tmp_path, monkeypatch, tokenizer):
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

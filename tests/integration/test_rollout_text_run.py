@@ -9,6 +9,7 @@ import json
 import math
 import re
 
+import pytest
 from hydra import compose, initialize_config_dir
 from records_helpers import INTERVENING, RECORDS_ONLY
 from tensorboard.backend.event_processing.event_accumulator import TENSORS, EventAccumulator
@@ -33,6 +34,7 @@ def text_summaries(folder) -> dict[int, str]:
     return {e.step: e.tensor_proto.string_val[0].decode("utf-8") for e in events}
 
 
+@pytest.mark.slow  # 16 s; tests/unit/test_records_viewer.py and the SQL eval run here cover the rendering
 def test_two_step_run_logs_the_picked_rollouts_of_each_step_as_markdown(tmp_path):
     overrides = [
         f"paths.output_dir={tmp_path}",

@@ -175,6 +175,7 @@ def test_analysis_notebook_runs_on_the_tiny_run(tiny_run, monkeypatch, tmp_path)
     assert [o for o in outputs if "image/png" in o.get("data", {})], "the training-dynamics figures"
 
 
+@pytest.mark.slow  # 16 s; the main-job test covers the default callbacks
 def test_sweep_callbacks_keep_tensorboard_summary_and_bf16_policy_but_no_checkpoint(tmp_path):
     """`callbacks=sweep` (configs/sweep/*.yaml): TensorBoard, summary.json and the final policy in
     bf16, no Lightning checkpoint (no last.ckpt with the optimizer state, no best checkpoint); every run
