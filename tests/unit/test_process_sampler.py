@@ -48,9 +48,14 @@ def test_the_worker_samples_its_copy_which_changes_only_at_a_push_or_load():
         worker.push(0)
         before = worker.score(PREFIXES, [1, 1])
         assert same(before, live.score(PREFIXES, [1, 1]), atol=1e-5)  # version 0: the live weights
+        sent = []
+        call = worker._call
+        worker._call = lambda op, args: sent.append(op) or call(op, args)
+        worker.push(0)  # the same weights: only the version is recorded, nothing is sent
         nudge(policy)
         assert same(worker.score(PREFIXES, [1, 1]), before)  # not pushed yet
         worker.push(1)
+        assert sent == ["score", "load"]
         after = worker.score(PREFIXES, [1, 1])
         assert worker.version == 1 and same(after, live.score(PREFIXES, [1, 1]), atol=1e-5)
         assert not same(after, before, atol=1e-3)

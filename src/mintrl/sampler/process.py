@@ -117,6 +117,7 @@ class ProcessSampler(ProducerSampler):
         self._exact = live.exact_logprobs
         self.stop = threading.Event()
         self.version: int | None = None
+        self._pushed_generation: int | None = None  # the policy's weights generation the last push sent
         self._lock = threading.Lock()  # one call on the pipe at a time (producer and trainer threads)
         self._closed = False
         spec = {
@@ -150,8 +151,14 @@ class ProcessSampler(ProducerSampler):
 
     def push(self, version: int) -> None:
         """Send the live weights now to the worker as ``version`` (optimizer steps done); call only while
-        nothing samples (the producer idle)."""
+        nothing samples (the producer idle). Weights unchanged since the last push (the policy's
+        :func:`mintrl.sampler.weights.weights_generation`, no load since) are not sent again."""
+        generation = weights_generation(self.policy).value
+        if self.version is not None and generation == self._pushed_generation:
+            self.version = int(version)
+            return
         self.load(self.capture(), version)
+        self._pushed_generation = generation
 
     def capture(self) -> dict[str, torch.Tensor]:
         """The live weights now, cloned in the copy's dtype (:func:`captured_weights`)."""
@@ -159,6 +166,7 @@ class ProcessSampler(ProducerSampler):
 
     def load(self, weights: dict[str, torch.Tensor], version: int) -> None:
         """Write ``weights`` into the worker's copy (it waits until written) and record ``version``."""
+        self._pushed_generation = None  # the copy holds a capture now, whatever the live generation is
         self._call("load", weights)
         self.version = int(version)
 
