@@ -2,7 +2,9 @@
 rank generates rollouts for its half of the step's prompts (``data.prompts_per_step`` is the
 global batch), gradients are averaged, and one step equals the single-process step on the union of
 the two ranks' batches; the logged loss, rewards and rollout statistics are those of both ranks'
-rollouts; rank 0 alone writes logs, checkpoints and the exported policy."""
+rollouts; rank 0 alone writes logs, checkpoints and the exported policy. With ``rollout.max_staleness=1``
+each rank trains one step behind from its own producer thread, and a producer failure on one rank stops
+both ranks at the same batch with the checkpoints kept."""
 
 from __future__ import annotations
 
