@@ -22,7 +22,7 @@ from mintrl.data import datamodule
 from mintrl.data.datamodule import RolloutDataModule
 from mintrl.data.pipeline import ProducerError, RolloutPipeline
 from mintrl.sampler import HFSampler
-from mintrl.sampler.pinned import PinnedSampler, SamplingStopped
+from mintrl.sampler.pinned import PinnedSampler, SamplingStopped, WeightCaptures
 from mintrl.sampler.process import SamplerProcessDied
 from mintrl.sampler.weights import weights_generation
 
@@ -343,3 +343,18 @@ def test_a_push_that_fails_in_the_trainers_thread_is_a_producer_error_and_closes
         pipeline.take(0)  # nothing ahead: the batch starts with a push of the live weights, here
     assert isinstance(err.value.__cause__, SamplerProcessDied)
     assert sampler.closed and not pipeline.thread.is_alive() and not producer_threads()
+
+
+def test_batches_started_from_one_weights_generation_share_one_capture_and_none_outlives_its_jobs():
+    policy = tiny_llama()
+    captures = WeightCaptures(policy, torch.bfloat16)
+    first, second = captures.get(), captures.get()  # two batches started before the next update (depth 3)
+    assert second is first and captures.made == 1 and first["model.norm.weight"].dtype == torch.bfloat16
+    with torch.no_grad():
+        policy.model.norm.weight.add_(1.0)
+    weights_generation(policy).advance()  # an optimizer step
+    third = captures.get()
+    assert third is not first and captures.made == 2
+    assert torch.equal(third["model.norm.weight"], first["model.norm.weight"] + 1)
+    del first, second, third  # the producer loaded them: the jobs let go
+    assert captures.get()["model.norm.weight"] is not None and captures.made == 3  # not kept past its jobs

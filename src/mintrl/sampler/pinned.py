@@ -6,6 +6,7 @@ thread samples from while the trainer updates the live weights (``rollout.max_st
 from __future__ import annotations
 
 import threading
+import weakref
 from abc import abstractmethod
 
 import torch
@@ -29,6 +30,31 @@ def captured_weights(policy: torch.nn.Module, dtype: torch.dtype) -> dict[str, t
             name: tensor.to(dtype, copy=True) if tensor.is_floating_point() else tensor.clone()
             for name, tensor in hf_weights(policy)
         }
+
+
+class CapturedWeights(dict):
+    """``{name: tensor}`` of one capture (a dict that a weak reference can point to)."""
+
+
+class WeightCaptures:
+    """Captures of ``policy``'s weights in ``dtype`` (:func:`captured_weights`), one per weights generation
+    (:func:`mintrl.sampler.weights.weights_generation`): a capture is made again only when the weights changed
+    since the last one, or when nothing holds the last one any more (it is kept by a weak reference, so no
+    copy outlives the jobs that carry it). Captures are read, never written."""
+
+    def __init__(self, policy: torch.nn.Module, dtype: torch.dtype):
+        self.policy, self.dtype = policy, dtype
+        self._last: tuple[int, weakref.ref] | None = None
+        self.made = 0  # captures made (count)
+
+    def get(self) -> CapturedWeights:
+        """The weights now: the last capture while the generation is unchanged and it is still held, else a new one."""
+        generation = weights_generation(self.policy).value
+        if self._last is not None and self._last[0] == generation and (held := self._last[1]()) is not None:
+            return held
+        captured = CapturedWeights(captured_weights(self.policy, self.dtype))
+        self._last, self.made = (generation, weakref.ref(captured)), self.made + 1
+        return captured
 
 
 class ProducerSampler(Sampler):
@@ -106,6 +132,7 @@ class PinnedSampler(HFSampler, ProducerSampler):
         dtype = live.copy.dtype if live.copy is not None else param.dtype
         self._exact = live.exact_logprobs
         self.snapshot = SamplingCopy(live.model, dtype)
+        self.captures = WeightCaptures(live.model, dtype)  # one capture per weights generation
         self.model = None  # the copy's module, from the first push on
         self.version: int | None = None  # the weights version (optimizer steps done) of the last push
         self.stop = threading.Event()  # set: the next generate or score raises SamplingStopped
@@ -133,8 +160,9 @@ class PinnedSampler(HFSampler, ProducerSampler):
     def capture(self) -> dict[str, torch.Tensor]:
         """The live weights as they are now, cloned in the copy's dtype (floating tensors; others as
         they are), for a :meth:`load` later, while the copy is being sampled: call from the trainer's
-        thread between optimizer steps. Costs one more copy of the weights until loaded."""
-        return captured_weights(self.snapshot.policy, self.snapshot.dtype)
+        thread between optimizer steps. Costs one more copy of the weights until loaded (shared by the
+        batches started from one weights generation: :class:`WeightCaptures`)."""
+        return self.captures.get()
 
     def load(self, weights: dict[str, torch.Tensor], version: int) -> None:
         """Write :meth:`capture`'s ``weights`` into the copy and record their ``version``; call while

@@ -29,7 +29,7 @@ import torch.multiprocessing as mp
 from mintrl.model.lora import is_lora
 from mintrl.sampler.base import Generation
 from mintrl.sampler.hf import HFSampler
-from mintrl.sampler.pinned import ProducerSampler, captured_weights
+from mintrl.sampler.pinned import ProducerSampler, WeightCaptures
 from mintrl.sampler.weights import weights_generation
 
 
@@ -112,6 +112,7 @@ class ProcessSampler(ProducerSampler):
         param = next(live.model.parameters())
         self.dtype = live.copy.dtype if live.copy is not None else param.dtype
         self.policy = live.model
+        self.captures = WeightCaptures(live.model, self.dtype)  # one capture per weights generation
         self.eos_token_ids, self.pad_token_id = live.eos_token_ids, live.pad_token_id
         self.max_prefix_tokens = live.max_prefix_tokens
         self._exact = live.exact_logprobs
@@ -161,8 +162,9 @@ class ProcessSampler(ProducerSampler):
         self._pushed_generation = generation
 
     def capture(self) -> dict[str, torch.Tensor]:
-        """The live weights now, cloned in the copy's dtype (:func:`captured_weights`)."""
-        return captured_weights(self.policy, self.dtype)
+        """The live weights now, cloned in the copy's dtype, one capture per weights generation
+        (:class:`mintrl.sampler.pinned.WeightCaptures`)."""
+        return self.captures.get()
 
     def load(self, weights: dict[str, torch.Tensor], version: int) -> None:
         """Write ``weights`` into the worker's copy (it waits until written) and record ``version``."""
