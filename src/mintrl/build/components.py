@@ -131,7 +131,6 @@ def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
         allocation=allocation,
         **guided,
     )
-    datamodule = instantiate(cfg.data, rollout=rollout, tokenizer=tokenizer, max_staleness=max_staleness)
     objective = instantiate(cfg.objective, context=context)
     if objective.needs_first_error:  # the judge marks each failed rollout's first wrong step (objective=first_error)
         rollout.mark_first_error = True
@@ -141,6 +140,13 @@ def build_components(cfg: DictConfig, trainer: bool = True) -> Components:
         objective=objective,
         tokenizer=tokenizer,
         companion_models=context.companion_models,
+    )
+    datamodule = instantiate(
+        cfg.data,
+        rollout=rollout,
+        tokenizer=tokenizer,
+        max_staleness=max_staleness,
+        updates_per_batch=module.updates_per_batch,
     )
     built_trainer, summary = None, None
     if trainer:

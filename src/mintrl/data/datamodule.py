@@ -84,12 +84,6 @@ def set_rng_states(states: dict) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
-def _updates_per_batch(trainer) -> int:
-    """Optimizer updates of one rollout batch (``module.epochs x module.minibatches``; 1 for a module
-    that does not say)."""
-    return int(getattr(trainer.lightning_module, "updates_per_batch", 1))
-
-
 class PromptStream(IterableDataset):
     """Endless stream of prompt batches: each epoch is a seeded permutation of ``items`` cut into
     global batches of ``prompts_per_step`` (the incomplete tail of an epoch is dropped), one per
@@ -159,6 +153,8 @@ class RolloutDataModule(L.LightningDataModule):
             a producer thread while the trainer updates, each batch at most ``s`` steps old when
             trained (one process or DDP ranks, each its own producer; ``sampler=hf``;
             :mod:`mintrl.data.pipeline`).
+        updates_per_batch: optimizer updates of one rollout batch (``module.epochs x module.minibatches``,
+            the build passes the module's): sets how many batches the pipeline keeps in flight.
 
     Raises:
         ValueError: a negative ``max_staleness`` (and the checks of the other fields, named).
@@ -176,9 +172,12 @@ class RolloutDataModule(L.LightningDataModule):
         seed: int = 0,
         skip_invalid: bool = False,
         max_staleness: int = 0,
+        updates_per_batch: int = 1,
     ):
         super().__init__()
         check_int("rollout.max_staleness", max_staleness, 0)
+        check_int("updates_per_batch", updates_per_batch)
+        self.updates_per_batch = updates_per_batch
         for name, value in (
             ("prompts_per_step", prompts_per_step),
             ("val_samples_per_prompt", val_samples_per_prompt),
@@ -344,7 +343,7 @@ class RolloutDataModule(L.LightningDataModule):
             self._pipeline = self._start_pipeline()
         pipeline = self._pipeline
         out = pipeline.take(step)
-        updates = _updates_per_batch(self.trainer)
+        updates = self.updates_per_batch
         max_steps = self.trainer.max_steps if self.trainer.max_steps is not None else -1
         # the j-th batch ahead trains at step + j x updates: none past the last step
         while pipeline.ahead < pipeline.depth and (max_steps < 0 or step + (pipeline.ahead + 1) * updates < max_steps):
@@ -356,7 +355,7 @@ class RolloutDataModule(L.LightningDataModule):
         when resuming; a fresh fit on several ranks seeds them ``seed + rank`` first, as the
         synchronous path does); its sampler's copy holds the current weights."""
         rank, world = self._rank_world()
-        updates = _updates_per_batch(self.trainer)
+        updates = self.updates_per_batch
         depth = max(1, self.max_staleness // updates)  # batches in flight: each trained depth x updates steps late
         if self.max_staleness % updates:
             log.warning(
