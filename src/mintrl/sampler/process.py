@@ -26,10 +26,10 @@ import traceback
 import torch
 import torch.multiprocessing as mp
 
-from mintrl.model.lora import is_lora
 from mintrl.sampler.base import Generation
 from mintrl.sampler.hf import HFSampler
 from mintrl.sampler.pinned import ProducerSampler, WeightCaptures
+from mintrl.sampler.sampling_copy import base_config, plain_model
 from mintrl.sampler.weights import weights_generation
 
 
@@ -41,18 +41,11 @@ class SamplerProcessError(RuntimeError):
     """A call raised inside the sampler's worker process (its traceback is in the message)."""
 
 
-def _policy_config(policy: torch.nn.Module):
-    """The Hugging Face config of ``policy`` (its base model's for a LoRA policy: the copy merges the adapter)."""
-    return (policy.get_base_model() if is_lora(policy) else policy).config
-
-
 def _serve(conn, spec: dict) -> None:
     """The worker's loop: build the copy, then answer ``(op, args)`` messages until ``close`` or
     the pipe closes. Replies are ``("ok", pickled result)`` or ``("error", traceback text)``."""
-    from transformers import AutoModelForCausalLM
-
     torch.manual_seed(spec["seed"])
-    model = AutoModelForCausalLM.from_config(spec["config"], dtype=spec["dtype"]).to(spec["device"]).eval()
+    model = plain_model(spec["config"], spec["dtype"], spec["device"])
     sampler = HFSampler(model, spec["tokenizer"], max_kv_gb=None, dtype="fp32", **spec["settings"])
     # the live sampler's end and pad ids (a model built from its config alone lacks generation_config.json's)
     sampler.eos_token_ids, sampler.pad_token_id = spec["eos_token_ids"], spec["pad_token_id"]
@@ -122,7 +115,7 @@ class ProcessSampler(ProducerSampler):
         self._lock = threading.Lock()  # one call on the pipe at a time (producer and trainer threads)
         self._closed = False
         spec = {
-            "config": _policy_config(live.model),
+            "config": base_config(live.model),
             "dtype": self.dtype,
             "device": str(device if device is not None else param.device),
             "tokenizer": live.tokenizer,

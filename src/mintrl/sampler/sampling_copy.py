@@ -80,11 +80,20 @@ class SamplingCopy:
 
     def _build(self) -> torch.nn.Module:
         """The plain model of the policy's (base) config in :attr:`dtype` on the policy's device."""
-        base = self.policy.get_base_model() if is_lora(self.policy) else self.policy
-        module = AutoModelForCausalLM.from_config(base.config, dtype=self.dtype).to(_device_of(self.policy)).eval()
+        module = plain_model(base_config(self.policy), self.dtype, _device_of(self.policy))
         # requires_grad stays True: on CPU, bf16 linear layers whose weight does not require grad take
         # a ~2.4x slower kernel path (torch 2.13, AVX512-BF16); the copy only runs under no_grad
         return module
+
+
+def base_config(policy: torch.nn.Module):
+    """The Hugging Face config of ``policy``, its base model's for a LoRA policy (a copy merges the adapter)."""
+    return (policy.get_base_model() if is_lora(policy) else policy).config
+
+
+def plain_model(config, dtype: torch.dtype, device: torch.device | str) -> torch.nn.Module:
+    """A plain causal LM of ``config`` in ``dtype`` on ``device``, in eval mode (its weights to be copied in)."""
+    return AutoModelForCausalLM.from_config(config, dtype=dtype).to(device).eval()
 
 
 def _device_of(policy: torch.nn.Module) -> torch.device:
