@@ -19,7 +19,7 @@ from mintrl.data.pipeline import ProducerError, agreed_on_all_ranks
 from mintrl.rollout.engine import RolloutEngine
 from mintrl.rollout.schedule import InterventionSchedule
 from mintrl.rollout.stats import rollout_stat_weights, rollout_stats
-from mintrl.training.step_logging import combine_ranks, reduction
+from mintrl.training.step_logging import combine_parts, combine_ranks, reduction
 
 
 def _rollout(control: bool, reward: float, policy: int, iv: int = 0, finished=True, revisions=0, steps=()):
@@ -87,12 +87,35 @@ def test_combine_ranks_sums_counts_and_losses_keeps_shared_values_and_weights_me
         "objective/kl": pytest.approx((0.5 * 6 + 0.1 * 2) / 8),  # rows-weighted
         "env/queries": 4.0,  # a count only rank 0 had
     }
-    kinds = ("judge/keep", "code/passed", "reward/gap", "rollout/gap_smoothed", "is/token/max", "is/token/ess")
-    assert [reduction(k) for k in kinds] == ["sum", "sum", "gap", "shared", "max", "mean"]
+    kinds = (
+        "judge/keep",
+        "code/passed",
+        "reward/gap",
+        "rollout/gap_smoothed",
+        "is/token/max",
+        "objective/is_weight_max",
+        "is/token/ess",
+    )
+    assert [reduction(k) for k in kinds] == ["sum", "sum", "gap", "shared", "max", "max", "mean"]
     # a mean whose ranks all have weight 0 (no tokens): the ranks' values, averaged
     assert combine_ranks([({"rollout/offpolicy_frac": 0.0}, {"rollout/offpolicy_frac": 0.0})] * 2) == {
         "rollout/offpolicy_frac": 0.0
     }
+
+
+def test_one_ranks_parts_combine_into_means_over_the_parts_that_logged_and_the_largest_maximum():
+    # three micro-batches (or updates); the second had no policy token: no importance weight
+    parts = [
+        {"objective/is_weight_mean": 1.5, "objective/is_weight_max": 3.0, "objective/kl": 0.2},
+        {"objective/kl": 0.4},
+        {"objective/is_weight_mean": 0.5, "objective/is_weight_max": 2.0, "objective/kl": 0.6},
+    ]
+    assert combine_parts(parts) == {
+        "objective/is_weight_mean": 1.0,  # (1.5 + 0.5) / 2, not / 3
+        "objective/is_weight_max": 3.0,  # the largest, not the mean 2.5
+        "objective/kl": pytest.approx(0.4),
+    }
+    assert combine_parts([]) == {}
 
 
 def test_rank_share_refuses_a_global_count_not_divisible_by_the_ranks():

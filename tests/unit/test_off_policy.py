@@ -186,3 +186,22 @@ def test_correction_without_a_proximal_recompute_is_none_bit_for_bit(tiny_model,
     assert grad_none.abs().sum() > 0
     assert torch.equal(loss_none, loss_kind) and torch.equal(grad_none, grad_kind)
     assert metrics["objective/is_weight_max"] == 1.0
+
+
+def test_an_updates_largest_importance_weight_is_the_largest_of_its_micro_batches(tiny_model):
+    """``objective/is_weight_max`` of an update over micro-batches of 3 rows is the largest token
+    weight of all of them (4, in the third), not the mean of their maxima ((1 + 1 + 4) / 3); the mean
+    weight is the mean of the micro-batches' means."""
+    batch = rollout_batch(tiny_model)  # 8 rows; row 6: 3 policy tokens, row 7: 4 policy tokens and 1 intervention
+    objective = GRPO(off_policy_correction="tis", tis_cap=2.0)
+    objective.setup(tiny_model)
+    module = PolicyModule(tiny_model, objective, functools.partial(torch.optim.SGD, lr=0.1), micro_batch_rows=3)
+    objective.prepare(batch, module.frozen_logprobs)
+    shift = torch.zeros_like(batch.rollout_logprobs)  # [8, L] proximal - behaviour
+    shift[6] = math.log(4.0)
+    batch.extras[PROXIMAL_LOGPROBS] = batch.rollout_logprobs + shift * batch.policy_mask
+    _, metrics = module.accumulate(batch, step_totals(batch.loss_mask))
+    assert metrics["objective/is_weight_max"] == pytest.approx(4.0)
+    third = (3 * 4.0 + 4 * 1.0) / 7  # rows 6 and 7: 7 policy tokens
+    assert metrics["objective/is_weight_mean"] == pytest.approx((1.0 + 1.0 + third) / 3)
+    assert metrics["objective/is_truncated_frac"] == pytest.approx((0.0 + 0.0 + 3 / 7) / 3)

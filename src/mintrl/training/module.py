@@ -29,7 +29,7 @@ from mintrl.objective.off_policy import PROXIMAL_LOGPROBS
 from mintrl.sampler.weights import is_sharded, strip_wrapper_prefixes, weights_generation
 from mintrl.training.rollout_logprobs import ADOPT, batch_staleness, recompute_role, use_trainer_logprobs
 from mintrl.training.rollout_logprobs import MODES as RECOMPUTE_MODES
-from mintrl.training.step_logging import log_step, step_weights
+from mintrl.training.step_logging import combine_parts, log_step, step_weights
 
 log = logging.getLogger(__name__)
 
@@ -330,7 +330,8 @@ class PolicyModule(L.LightningModule):
 
         Returns:
             ``(loss, metrics)``: the update's loss on this rank (detached; the sum of the micro
-            contributions) and objective metrics averaged over micro-batches, plus the policy
+            contributions) and objective metrics over micro-batches (:func:`combine_parts`: means over
+            those that logged the key, maxima their largest), plus the policy
             entropy on policy-authored tokens and ``train/sampler_logprob_gap``, the mean
             ``|trainer - rollout|`` log-prob of policy-sampled tokens (nats; at the first update of
             a batch ~1e-5 for the exact fp32 sampler, 0 where the rollout log-probs were
@@ -342,8 +343,7 @@ class PolicyModule(L.LightningModule):
         device = mini.input_ids.device
         padding = ranks_max(len(range(0, len(mini), step)), world_size, device) - len(range(0, len(mini), step))
         total = torch.zeros((), device=device)
-        sums: dict[str, float] = defaultdict(float)
-        parts = 0
+        parts: list[dict[str, float]] = []  # each micro-batch's objective metrics
         entropy_sum, entropy_tokens, gap_sum = 0.0, 0, 0.0
         mismatch: dict[str, float] = defaultdict(float)
         for s in range(0, len(mini), step):
@@ -364,9 +364,7 @@ class PolicyModule(L.LightningModule):
             out = self.objective(micro, logprobs, totals)
             backward(out.loss * world_size)
             total = total + out.loss.detach()
-            for k, v in out.metrics.items():
-                sums[k] += float(v)
-            parts += 1
+            parts.append({k: float(v) for k, v in out.metrics.items()})
             policy_tokens = micro.policy_mask  # [n, L] entropy and sampler gap: policy-sampled tokens only
             entropy_sum += float((entropy * policy_tokens).sum())
             entropy_tokens += int(policy_tokens.sum())
@@ -376,7 +374,7 @@ class PolicyModule(L.LightningModule):
                 self.policy, *padding_row(device), mini.temperature, self.logprob_chunk_tokens, self._share(self.policy)
             )
             backward(logprobs.sum() * 0.0)
-        metrics = {k: v / max(parts, 1) for k, v in sums.items()}
+        metrics = combine_parts(parts)  # means over the micro-batches that logged a key; maxima their largest
         metrics["train/policy_entropy"] = entropy_sum / max(entropy_tokens, 1)
         metrics["train/sampler_logprob_gap"] = gap_sum / max(entropy_tokens, 1)
         metrics.update({k: v / max(entropy_tokens, 1) for k, v in mismatch.items()})
@@ -475,7 +473,7 @@ class PolicyModule(L.LightningModule):
             batch.stats.update(self.recompute_logprobs(batch, role))
         batch.stats["train/staleness"] = float(staleness)
         batch.stats.update(self.objective.prepare(batch, self.frozen_logprobs))
-        sums: dict[str, float] = defaultdict(float)
+        updates: list[dict[str, float]] = []  # each applied update's metrics
         if self._all_ranks_sum(batch.loss_mask.sum()) == 0:  # every rollout failed: nothing to learn from
             self.skipped_batches += 1
             self.bad_in_row += 1
@@ -524,10 +522,8 @@ class PolicyModule(L.LightningModule):
             self.updates_into_batch += 1
             metrics["train/loss"] = float(loss)
             applied += 1
-            for k, v in metrics.items():
-                sums[k] += v
-        updates = max(applied, 1)
-        metrics = {k: v / updates for k, v in sums.items()}
+            updates.append(metrics)
+        metrics = combine_parts(updates)  # means over the applied updates; maxima their largest
         metrics["train/skipped_updates"] = float(self.skipped_updates)
         metrics["train/skipped_batches"] = float(self.skipped_batches)
         if not applied:  # every update of the batch was skipped

@@ -94,18 +94,30 @@ DEFAULT = "*"  # the weights key of a mean without its own denominator
 
 def reduction(key: str) -> str:
     """How ``key``'s per-rank values combine into the all-rank value: ``"sum"`` (counts),
-    ``"max"`` (wall times, keys ending in ``/max``), ``"shared"`` (equal on every rank: rank 0's), ``"gap"`` (``reward/gap``,
+    ``"max"`` (wall times; maxima, keys ending in ``/max`` or ``_max``), ``"shared"`` (equal on every rank: rank 0's), ``"gap"`` (``reward/gap``,
     recomputed as ``reward/semi - reward/control`` from the combined rewards) or ``"mean"``
     (weighted by each rank's denominator; every key not listed)."""
     if key in SUMMED or key.startswith(SUMMED_PREFIXES):
         return "sum"
-    if key in MAXIMUM or key.endswith("/max"):  # wall times; maxima (is/token/max)
+    if key in MAXIMUM or key.endswith(("/max", "_max")):  # wall times; maxima (is/token/max, objective/is_weight_max)
         return "max"
     if key in SHARED:
         return "shared"
     if key == "reward/gap":
         return "gap"
     return "mean"
+
+
+def combine_parts(parts: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """One rank's value of every key from its parts (the micro-batches of an update, the updates of a
+    step), in order: the largest for a maximum (:func:`reduction` ``"max"``), else the mean over the parts
+    that logged the key (a part without policy tokens logs no importance weight and does not pull the
+    mean towards 0), e.g. ``combine_parts([{"a": 1.0, "w_max": 3.0}, {"w_max": 2.0}]) == {"a": 1.0, "w_max": 3.0}``."""
+    values: dict[str, list[float]] = {}
+    for part in parts:
+        for key, value in part.items():
+            values.setdefault(key, []).append(float(value))
+    return {key: max(vs) if reduction(key) == "max" else sum(vs) / len(vs) for key, vs in values.items()}
 
 
 def combine_ranks(parts: Sequence[tuple[Mapping[str, float], Mapping[str, float]]]) -> dict[str, float]:
