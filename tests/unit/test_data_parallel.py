@@ -95,8 +95,9 @@ def test_combine_ranks_sums_counts_and_losses_keeps_shared_values_and_weights_me
         "is/token/max",
         "objective/is_weight_max",
         "is/token/ess",
+        "rollout/dropped_stale",
     )
-    assert [reduction(k) for k in kinds] == ["sum", "sum", "gap", "shared", "max", "max", "mean"]
+    assert [reduction(k) for k in kinds] == ["sum", "sum", "gap", "shared", "max", "max", "mean", "sum"]
     # a mean whose ranks all have weight 0 (no tokens): the ranks' values, averaged
     assert combine_ranks([({"rollout/offpolicy_frac": 0.0}, {"rollout/offpolicy_frac": 0.0})] * 2) == {
         "rollout/offpolicy_frac": 0.0

@@ -271,6 +271,13 @@ def test_the_config_check_refuses_what_the_pipeline_cannot_run_naming_the_field(
         )
     with pytest.raises(ValueError, match=r"sampler.own_process=true .* rollout.max_staleness=0 runs no producer"):
         check_config(composed("sampler.own_process=true"))
+    with pytest.raises(ValueError, match=r"sampler.own_device=cpu is the device of the sampler's worker process"):
+        check_config(composed("rollout.max_staleness=1", "sampler.own_device=cpu"))  # no worker: the device unused
+    tis = ("rollout.max_staleness=1", "method=grpo_tis")
+    check_config(composed(*tis))
+    check_config(composed("method=grpo_tis", "module.recompute_rollout_logprobs=never"))  # staleness 0: no stale batch
+    with pytest.raises(ValueError, match=r"objective.off_policy_correction=tis and module.recompute_rollout_logprobs"):
+        check_config(composed(*tis, "module.recompute_rollout_logprobs=never"))
     check_config(composed("rollout.max_staleness=1", "trainer.devices=2"))
     adaptive = "+rollout.adaptive_stop={gap_threshold: 0.02, patience: 3}"
     for layout in ("trainer=ddp", "trainer.devices=2"):

@@ -80,8 +80,15 @@ NOTES = (
     'Measures are logged per training step (docs/operations.md, "Logged counters"): staleness in optimizer steps '
     "(the first batches of a run are younger); proximal shift and sampler mismatch in nats per policy-sampled token "
     "(mean |log-prob difference|); the importance weights pi_prox / mu of GRPO-TIS before truncation at "
-    "`objective.tis_cap` (mean, and the largest of the run) and the fraction of tokens truncated. `n/a`: the row "
-    "logs no such measure (no stale batch, or no correction)."
+    "`objective.tis_cap` (mean, and the largest of the run) and the fraction of tokens truncated (GRPO-TIS logs "
+    "them at staleness 0 too: every weight 1). `n/a`: the row logs no such measure (the sampler mismatch is "
+    "measured only where a fresh batch's log-probs are recomputed, at staleness 0; the proximal shift only for a "
+    "stale batch; the weights only with a correction). Two things differ between staleness 0 and the stale rows "
+    "besides the age of the batch: at staleness 0 the trainer's recompute replaces a bf16 sampler's log-probs "
+    "(the behaviour log-probs are then the trainer's), while a stale batch keeps the sampler's (bf16 where the "
+    "sampler samples in bf16), so the proximal shift counts the sampler's rounding with the drift, and MInTRL-Const "
+    "anchors on the sampler's values; and runs at staleness >= 1 are not bit-reproducible at a fixed seed (the "
+    "producer thread's timing), so a rerun of a job gives other numbers."
 )
 
 

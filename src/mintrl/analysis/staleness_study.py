@@ -160,7 +160,7 @@ def build_study(
     dirs: str | Path | Sequence[str | Path] | None = None, sweep: str | Path | None = None
 ) -> StalenessStudy:
     """Read the plan (default: :func:`mintrl.analysis.confirm.sweep_file` of :data:`STALENESS_SWEEP`) and the jobs of
-    the folders (``results/staleness/<row>_s<seed>_<commit>/``; none: nothing finished yet) and study them.
+    the folders (``results/staleness/<method>_st<staleness>_s<seed>_<commit>/``; none: nothing finished yet) and study them.
 
     Raises:
         FileNotFoundError: the sweep file or a folder is missing, or a folder holds no Hydra job.

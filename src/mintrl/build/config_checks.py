@@ -134,7 +134,9 @@ def check_max_staleness(cfg: DictConfig, strategy: str = "", updates: int = 1) -
 
     Raises:
         ValueError: a refused value or layout; the message names ``rollout.max_staleness`` (and
-            ``sampler.own_process=true`` at staleness 0, where no producer runs).
+            ``sampler.own_process=true`` at staleness 0, where no producer runs; ``sampler.own_device``
+            without ``sampler.own_process``; ``objective.off_policy_correction`` with
+            ``module.recompute_rollout_logprobs=never``, which leaves a stale batch uncorrected).
     """
     value = OmegaConf.select(cfg, "rollout.max_staleness", default=0)
     check_int("rollout.max_staleness", value, 0)
@@ -144,9 +146,23 @@ def check_max_staleness(cfg: DictConfig, strategy: str = "", updates: int = 1) -
             "rollout.max_staleness=0 runs no producer (every batch comes from the live weights in the trainer's "
             "thread); set rollout.max_staleness >= 1 or sampler.own_process=false"
         )
+    own_device = OmegaConf.select(cfg, "sampler.own_device", default=None)
+    if own_device is not None and not OmegaConf.select(cfg, "sampler.own_process", default=False):
+        raise ValueError(
+            f"sampler.own_device={own_device} is the device of the sampler's worker process, and "
+            "sampler.own_process=false runs none: set sampler.own_process=true (with rollout.max_staleness >= 1) "
+            "or sampler.own_device=null"
+        )
     if value == 0 or not cfg.get("train", True):
         return
     field = f"rollout.max_staleness={value}"
+    correction = OmegaConf.select(cfg, "objective.off_policy_correction", default="none")
+    if correction != "none" and OmegaConf.select(cfg, "module.recompute_rollout_logprobs", default="auto") == "never":
+        raise ValueError(
+            f"{field} with objective.off_policy_correction={correction} and module.recompute_rollout_logprobs=never: "
+            "a stale batch's proximal log-probs would be its behaviour log-probs, every importance weight 1 (no "
+            "correction); set module.recompute_rollout_logprobs=auto"
+        )
     sampler = component_class(cfg, "sampler")
     if sampler is not None and not sampler.runs_pipelined:
         raise ValueError(
@@ -163,7 +179,6 @@ def check_max_staleness(cfg: DictConfig, strategy: str = "", updates: int = 1) -
             "use trainer=ddp or rollout.max_staleness=0"
         )
     several = "ddp" in strategy.lower() or ranks is None or ranks > 1
-    own_device = OmegaConf.select(cfg, "sampler.own_device", default=None)
     if several and OmegaConf.select(cfg, "sampler.own_process", default=False) and own_device is not None:
         raise ValueError(
             f"{field} with sampler.own_device={own_device} on several ranks: every rank's sampler worker would take "

@@ -113,6 +113,12 @@ class GRPO(Objective):
         return proximal_logprobs(batch)
 
     def extra_tensors(self, batch, valid, logprob_fn):
+        """``{"advantages": [N]}`` (:meth:`advantages`), with ``kl_coef > 0`` the frozen reference's
+        ``[N, L]`` log-probs (``"ref_logprobs"``), and the advantage statistics.
+
+        Raises:
+            RuntimeError: ``kl_coef > 0`` before :meth:`setup` built the reference.
+        """
         adv, stats = self.advantages(batch, valid)
         extras = {"advantages": adv}
         if self.kl_coef > 0:

@@ -21,7 +21,8 @@ per-token surrogate, not a KL penalty (``objective.off_policy_correction``):
   truncated weights), :func:`truncated_importance_weights`;
 - ``mis``: sequence-level masking: a row whose sequence ratio ``prod_t pi_prox / mu`` exceeds a
   threshold leaves the loss (weight 0), the others keep weight 1 (rejection as in Liu, Li et al. 2025,
-  "When Speed Kills Stability", and TRL's ``sequence_mask``), :func:`sequence_ratio_mask`.
+  "When Speed Kills Stability"; TRL's ``sequence_mask`` drops the same rows but weights the kept ones by
+  their ratio, which this does not), :func:`sequence_ratio_mask`.
 
 Only policy-sampled tokens (:attr:`mintrl.core.batch.Provenance.POLICY`) carry a weight: they are the
 tokens some version of the policy sampled. Intervention tokens were written by the judge's
@@ -83,15 +84,16 @@ def truncated_importance_weights(log_ratio: torch.Tensor, cap: float) -> tuple[t
 
 def sequence_ratio_mask(log_ratio: torch.Tensor, threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequence-level masked importance sampling: keep a row when its sequence ratio
-    ``prod_t pi_prox / mu = exp(sum_t log_ratio_t)`` is at most ``threshold`` (Liu, Li et al. 2025;
-    TRL's ``sequence_mask``). The product, not the per-token geometric mean: it is the row's actual
+    ``prod_t pi_prox / mu = exp(sum_t log_ratio_t)`` is at most ``threshold`` (Liu, Li et al. 2025; the
+    rows TRL's ``sequence_mask`` drops, without its ratio weight on the rows kept). The product, not the per-token geometric mean: it is the row's actual
     importance weight, and the threshold's reference values (TRL's 3) are for the product. It grows with
     length, so long rows are dropped sooner than short ones at the same per-token shift. Only the upper
     side is masked (as TRL): a row the proximal policy finds unlikely is down-weighted by nothing.
 
     Args:
         log_ratio: ``[N, L]`` ``log pi_prox - log mu`` (0 off the weighted tokens).
-        threshold: ``> 0``; compared in log space (no overflow for long rows).
+        threshold: a ratio, ``> 0`` (:class:`OffPolicyCorrection` asks ``>= 1``: below 1 a row the
+            two policies agree on would be dropped); compared in log space (no overflow for long rows).
 
     Returns:
         ``(keep [N] bool, sequence_log_ratio [N])``, detached.

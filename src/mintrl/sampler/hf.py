@@ -90,7 +90,7 @@ class HFSampler(Sampler):
         own_process: with ``rollout.max_staleness >= 1``, the rollout producer samples from a worker
             process holding its copy of the weights (:class:`mintrl.sampler.process.ProcessSampler`)
             instead of a copy in the trainer's process (:class:`mintrl.sampler.pinned.PinnedSampler`);
-            no effect at staleness 0.
+            refused at staleness 0 (no producer; ``mintrl.build.config_checks``).
         own_device: that worker's device (``"cpu"``, ``"cuda:1"``); None: the policy's.
 
     Raises:

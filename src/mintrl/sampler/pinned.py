@@ -102,7 +102,8 @@ class PinnedSampler(HFSampler, ProducerSampler):
     the trainer's optimizer writes the live weights, and the trainer's thread pushes the weights
     between the producer's batches (the producer idle), recording their :attr:`version`.
 
-    The copy is in the dtype ``live`` samples in (bf16 for ``sampler.dtype=bf16``, else the policy's),
+    The copy is in the dtype ``live`` samples in (its bf16 copy's under ``sampler.dtype=bf16``, and under
+    ``auto`` where the device computes bf16 fast; else the policy's),
     a LoRA adapter merged. With several batches in flight the trainer's thread :meth:`capture` s the
     weights of a later batch and the producer :meth:`load` s them before generating it.
     :attr:`exact_logprobs` is ``live``'s (the log-probs are the pushed

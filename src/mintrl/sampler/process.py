@@ -10,8 +10,8 @@ shared memory (``torch.multiprocessing``); the worker writes them into its copy 
 during one. Calls go over one pipe, one at a time (a lock), so a load sent between two generate calls
 of a batch is not possible: the pipeline sends loads only between batches.
 
-The worker is started with the ``spawn`` method (no CUDA or thread state inherited) and seeded from
-the trainer's generator. A worker that dies (killed, out of memory) makes the call waiting on it raise
+The worker is started with the ``spawn`` method (no CUDA or thread state inherited) and seeded with
+the seed its caller gives (the data module's: from the run's seed, the rank and the optimizer step). A worker that dies (killed, out of memory) makes the call waiting on it raise
 :class:`SamplerProcessDied` naming its exit code, which the pipeline raises in the trainer's thread as
 a ``ProducerError`` (the checkpoints already written are kept). An exception inside the worker comes
 back as :class:`SamplerProcessError` with the worker's traceback; the worker keeps serving.

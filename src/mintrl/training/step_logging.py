@@ -60,6 +60,7 @@ SUMMED = frozenset(
         "episode/env_seconds",
         "perf/gen_tokens_per_s",  # every rank generates at once: the job's throughput
         "perf/prefix_reused_tokens",
+        "rollout/dropped_stale",  # each rank's run total: the job's
     }
 )
 SUMMED_PREFIXES = ("allocation/action_", "episode/actions_", "env/", "code/")
