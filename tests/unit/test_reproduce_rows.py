@@ -105,6 +105,18 @@ def test_a_swept_knob_stays_in_the_name_and_an_unknown_method_keeps_its_override
     ]
 
 
+def test_grpo_with_an_off_policy_correction_is_a_row_of_its_own_beside_grpo(tmp_path):
+    """`method=grpo_tis` composes GRPO plus `objective.off_policy_correction=tis`: not the paper's GRPO row.
+    At one staleness and seed it is another job than `method=grpo` (at staleness 0 it trains alike, but its
+    config differs), so the two are two rows (GRPO-TIS named from its config), not one setting run twice at one seed."""
+    jobs = [
+        ([f"method={m}", "rollout.max_staleness=0", "seed=100"], (f"method={m}", "rollout.max_staleness=0"), final)
+        for m, final in (("grpo", 0.2), ("grpo_tis", 0.2))
+    ]
+    rows = rows_of(read_multirun(_write(tmp_path, jobs)))
+    assert [r.name for r in rows] == ["GRPO", "GRPO-TIS"]
+
+
 def test_the_report_goes_into_the_first_multirun_folder_unless_told(tmp_path, monkeypatch):
     """`mintrl-reproduce <multirun>` without --out writes <multirun>/reproduction.md, never a docs/ of the
     folder it runs in (the committed report is written only by name: --out docs/reproduction.md)."""

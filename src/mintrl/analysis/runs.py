@@ -235,6 +235,9 @@ RECORDED_METHOD_EXPERIMENTS = {
     "math/mentor_cpu": "MENTOR-style",
     "math/intervention_grpo_cpu": "intervention-GRPO",
 }
+# GRPO's objective.off_policy_correction (configs/objective/grpo.yaml; absent before it existed: none) -> the
+# row's name: a correction is another row than the paper's GRPO, even at staleness 0 where it trains alike
+OFF_POLICY_ROWS = {"none": "GRPO", "tis": "GRPO-TIS", "mis": "GRPO-MIS"}
 # the objective's InterventionGRPO knobs (importance, semi_advantage) -> the paper's name
 INTERVENTION_GRPO_ROWS = {("rollout", "mentor"): "MENTOR-style", ("behaviour", "group"): "intervention-GRPO"}
 
@@ -252,7 +255,8 @@ def method_from_config(config: dict | None) -> str | None:
       (:func:`is_no_intervention`), else ``MInTRL-Const`` with a constant ``objective.kappa`` and
       ``MInTRL-Proxy`` with ``kappa: null`` (the policy's own log-probs);
     * ``GRPO`` that never intervenes, with no semi-on-policy rollouts and std-scaled advantages (Dr. GRPO,
-      ``scale_std: false``, is another method);
+      ``scale_std: false``, is another method); ``GRPO-TIS`` / ``GRPO-MIS`` with
+      ``objective.off_policy_correction`` ``tis`` / ``mis`` (:data:`OFF_POLICY_ROWS`);
     * ``InterventionGRPO``: ``MENTOR-style`` (``importance: rollout``, ``semi_advantage: mentor``) or
       ``intervention-GRPO`` (``behaviour``, ``group``) on rollouts that intervene.
 
@@ -276,7 +280,9 @@ def method_from_config(config: dict | None) -> str | None:
             return "no-intervention"
         return "MInTRL-Proxy" if knobs["kappa"] is None else "MInTRL-Const"
     if objective == "GRPO" and never and knobs.get("scale_std") is True:
-        return "GRPO" if _is_zero(config_value(config, "rollout.n_semi")) else None
+        if not _is_zero(config_value(config, "rollout.n_semi")):
+            return None
+        return OFF_POLICY_ROWS.get(knobs.get("off_policy_correction") or "none")
     if objective == "InterventionGRPO" and not never:
         return INTERVENTION_GRPO_ROWS.get((knobs.get("importance"), knobs.get("semi_advantage")))
     return None
