@@ -27,6 +27,7 @@ from mintrl.model.lora import is_lora
 from mintrl.objective.aggregation import StepTotals, step_totals
 from mintrl.objective.off_policy import PROXIMAL_LOGPROBS
 from mintrl.sampler.weights import is_sharded, strip_wrapper_prefixes, weights_generation
+from mintrl.training.distributed import FullyShardedStrategy
 from mintrl.training.rollout_logprobs import ADOPT, batch_staleness, recompute_role, use_trainer_logprobs
 from mintrl.training.rollout_logprobs import MODES as RECOMPUTE_MODES
 from mintrl.training.step_logging import combine_parts, log_step, step_weights
@@ -224,12 +225,11 @@ class PolicyModule(L.LightningModule):
         return self.epochs * self.minibatches
 
     def configure_model(self) -> None:
-        """Shards the policy when the strategy shards (``shard_policy``: ``trainer=fsdp``,
-        :class:`mintrl.training.distributed.FullyShardedStrategy`); otherwise nothing."""
+        """Shards the policy when the strategy is :class:`FullyShardedStrategy` (``trainer=fsdp``:
+        its ``shard_policy``); otherwise nothing."""
         strategy = self._trainer.strategy if self._trainer is not None else None
-        shard = getattr(strategy, "shard_policy", None)
-        if shard is not None:
-            shard(self.policy)
+        if isinstance(strategy, FullyShardedStrategy):
+            strategy.shard_policy(self.policy)
 
     def on_fit_start(self) -> None:
         """Lets the objective snapshot what it needs from the policy (KL reference, teacher), then
