@@ -26,6 +26,7 @@ SMALL = [  # 1 prompt x (2 control + 2 semi-on-policy) episodes of up to 2 short
 ]
 
 
+@pytest.mark.slow  # 28 s on 2 cores; the default run evaluates held-out SQL tasks end to end
 def test_two_step_sql_mintrl_const_run(tmp_path):
     overrides = [
         "method=mintrl_const",

@@ -86,6 +86,7 @@ def test_spend_all_generates_exactly_the_budget_with_fresh_rollouts_spread_over_
     assert sum(counts) == 14 and abs(counts[0] - counts[1]) <= max(int(branched), 1)
 
 
+@pytest.mark.slow  # 17 s on 2 cores; tests/unit/test_allocation.py checks the budget, test_determinism.py runs entropy branching
 def test_entropy_allocation_never_exceeds_the_budget(embedded, tokenizer, items):
     torch.manual_seed(3)  # draws with anchors (a blank line) in 48 tokens: 2 branches of 2 rollouts (seed 1 had none)
     allocation = EntropyAllocation(budget_per_step=12, percentile=0.5, branch_budget=3)

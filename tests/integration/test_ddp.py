@@ -156,6 +156,7 @@ def test_ddp_lora_step_moves_only_the_adapter_as_the_single_process_step_on_the_
     assert len(policy_keys) == len(names) and all(".lora_" in k for k in policy_keys)
 
 
+@pytest.mark.slow  # 32 s on 2 cores; tests/unit/test_data_parallel.py stops real gloo ranks at the same batch on a producer failure
 def test_ddp_at_max_staleness_1_each_rank_trains_one_step_behind_and_a_rank_failure_stops_both(tmp_path, embedded):
     # 3 steps, a checkpoint after each; rank 1's producer fails on the batch of version 1 (trained at step 2)
     cmd = distributed_command(

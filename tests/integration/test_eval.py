@@ -77,6 +77,7 @@ def _eval_cfg(tmp_path, ckpt_path, name):
         )
 
 
+@pytest.mark.slow  # 18 s on 2 cores; the main job's test checks its exported HF folder
 def test_mintrl_eval_gives_the_same_pass_at_k_for_base_hf_folder_and_lightning_checkpoint(tmp_path, capsys):
     base = evaluate(_eval_cfg(tmp_path, "base", "base"))
     assert base["problems"] == 6 and base["n"] == 4 and base["benchmark"] == "basic_arithmetic_heldout"

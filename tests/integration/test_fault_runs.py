@@ -42,6 +42,7 @@ def _cfg(out: Path, *overrides: str):
         return compose("train", overrides=[f"paths.output_dir={out}", *SMALL, *overrides])
 
 
+@pytest.mark.slow  # 17 s on 2 cores; tests/unit/test_api_judge_and_schedule.py checks judge timeouts and failures
 def test_run_survives_a_flaky_judge_and_a_hanging_nan_reward(tmp_path):
     for calls in fault_helpers.LOG.values():
         calls.clear()

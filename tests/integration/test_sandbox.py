@@ -128,6 +128,7 @@ def test_exiting_early_or_forging_the_result_line_is_not_a_pass(sandbox, solutio
     assert result.outcome is Outcome.FAILED and result.passed == 0
 
 
+@pytest.mark.slow  # 17 s on 2 cores; the default run checks the canonical solutions serially
 def test_parallel_runs_give_the_serial_outcomes(tmp_path, humaneval):
     rows = humaneval[:12]
     programs = [Program(r["reference"], r["tests"], r["entry_point"], r["prompt"]) for r in rows]
@@ -563,6 +564,7 @@ def add(a, b):
 ADD_TESTS = "def check(candidate):\n    assert candidate(2, 3) == 5\n"
 
 
+@pytest.mark.slow  # 12 s on 2 cores: a timing check
 def test_a_busy_neighbour_does_not_slow_an_honest_program():
     """Two programs in one run, each in its own slot: one forks busy children in sessions of their
     own and never answers, the other does about a second of honest work. Each sandbox has its own
