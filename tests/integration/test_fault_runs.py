@@ -87,6 +87,7 @@ def test_non_finite_updates_are_skipped_then_the_run_stops_with_the_last_good_st
         "+objective.after=1",
         "module.max_bad_steps=2",
         "trainer.max_steps=5",
+        "rollout.max_response_tokens=8",  # one chunk: the loss, not the rollouts, is under test
     )
     with pytest.raises(RuntimeError, match=r"2 skipped steps in a row .*last-good.ckpt"):
         run(cfg)
@@ -97,7 +98,9 @@ def test_non_finite_updates_are_skipped_then_the_run_stops_with_the_last_good_st
 
 
 def test_batches_without_any_reward_are_not_trained_on(tmp_path):
-    cfg = _cfg(tmp_path, "reward._target_=fault_helpers.NoReward", "module.max_bad_steps=2")
+    cfg = _cfg(
+        tmp_path, "reward._target_=fault_helpers.NoReward", "module.max_bad_steps=2", "rollout.max_response_tokens=8"
+    )
     with pytest.raises(RuntimeError, match="2 skipped steps in a row .*a rollout batch without a usable rollout"):
         run(cfg)
     ckpt = torch.load(tmp_path / "checkpoints" / "last-good.ckpt", map_location="cpu", weights_only=True)

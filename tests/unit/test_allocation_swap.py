@@ -5,6 +5,7 @@ its own file's knobs and none of the replaced one's."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,7 @@ def _compose(*overrides: str):
         return compose("train", overrides=["paths.output_dir=/tmp/mintrl-test", *overrides])
 
 
+@functools.cache  # composed once per option, compared under every row
 def _own_knobs(option: str) -> dict:
     """The allocation option composed alone (no method): its class and knobs, interpolations unresolved (a budget
     per prompt reads the row's prompts per step)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM
+from transformers.initialization import no_init_weights
 
 from mintrl.model.lora import is_lora
 from mintrl.sampler.weights import hf_weights, weights_generation
@@ -71,7 +72,8 @@ class SamplingCopy:
                 copied.add(name)
         if state is None:  # pragma: no cover - a policy without weights
             raise ValueError("the sampling copy found no weight in the policy")
-        missing = set(state) - copied - {"lm_head.weight"}  # a tied head is the embedding's tensor
+        tied = {"lm_head.weight"} if is_tied(self.module) else set()  # a tied head is the embedding's tensor
+        missing = set(state) - copied - tied  # never drawn at random (plain_model): an uncopied weight is garbage
         if self.refreshes == 0 and missing:
             raise ValueError(f"the sampling copy finds no policy weight for {sorted(missing)[:5]}")
         self._generation = generation
@@ -92,8 +94,32 @@ def base_config(policy: torch.nn.Module):
 
 
 def plain_model(config, dtype: torch.dtype, device: torch.device | str) -> torch.nn.Module:
-    """A plain causal LM of ``config`` in ``dtype`` on ``device``, in eval mode (its weights to be copied in)."""
-    return AutoModelForCausalLM.from_config(config, dtype=dtype).to(device).eval()
+    """A plain causal LM of ``config`` in ``dtype`` on ``device``, in eval mode, its weights to be copied in.
+
+    Its parameters are allocated, never drawn at random (transformers' ``no_init_weights``: drawing
+    them cost ~1.5 s for SmolLM2-135M on a CPU core, minutes for a 7B model, and every one is
+    overwritten by the copy); the head is tied to the embedding again afterwards where ``config``
+    ties them, and the buffers the state dict does not hold (rotary frequencies) are computed by the
+    modules' constructors, as in a model built with its random draw. ``no_init_weights`` replaces
+    ``torch.nn.init``'s functions for the construction (~0.02 s): a module built by another thread in
+    that window would keep unset weights (mintrl builds none then: the copy is built at its first
+    sampling call, after every model of the run is loaded).
+
+    Raises:
+        ValueError: ``config`` ties the head but the built model's head is not the embedding.
+    """
+    with no_init_weights():
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.tie_weights()
+    if config.get_text_config().tie_word_embeddings and not is_tied(model):
+        raise ValueError(f"{type(model).__name__}: the config ties the head to the embedding, the built model does not")
+    return model.to(device).eval()
+
+
+def is_tied(model: torch.nn.Module) -> bool:
+    """Whether ``model``'s output head is its input embedding's tensor (a Hugging Face causal LM)."""
+    head = model.get_output_embeddings()
+    return head is not None and head.weight is model.get_input_embeddings().weight
 
 
 def _device_of(policy: torch.nn.Module) -> torch.device:
