@@ -10,6 +10,7 @@ import secrets
 import shutil
 from pathlib import Path
 
+import compose_cache  # noqa: F401 - first: hydra.compose memoised before any test module imports it
 import pytest
 import torch
 from multirun_helpers import write_multirun, write_seeded_multirun

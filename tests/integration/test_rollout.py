@@ -75,7 +75,12 @@ def test_extract_answer():
     assert extract_answer("no answer") is None
 
 
-def test_single_turn_rollouts_of_the_embedded_model(embedded, tokenizer, items):
+def test_single_turn_rollouts_of_the_embedded_model(embedded, tokenizer):
+    # two-digit sums: the 135M model gets most of them wrong, so a batch of 24 semi-on-policy
+    # rollouts holds wrong steps the rule judge revises (3-10 of them at seeds 0-7 on one thread)
+    items = ReasoningGymPrompts(task_kwargs={**ARITHMETIC, "min_digits": 2, "max_digits": 2}, train_size=16).build(
+        "train", tokenizer
+    )
     context = ModelContext(embedded)
     engine = SingleTurnRollout(
         HFSampler(embedded.model, tokenizer),
