@@ -6,7 +6,11 @@ from __future__ import annotations
 import torch
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM
-from transformers.initialization import no_init_weights
+
+try:  # transformers 5
+    from transformers.initialization import no_init_weights
+except ImportError:  # transformers 4.56-4.x (pyproject's floor): the same context manager
+    from transformers.modeling_utils import no_init_weights
 
 from mintrl.model.lora import is_lora
 from mintrl.sampler.weights import hf_weights, weights_generation
