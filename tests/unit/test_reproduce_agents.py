@@ -191,7 +191,8 @@ def test_paired_differences_and_their_verdicts(report):
     assert "about 18 seeds would give an interval that excludes 0 (now 3): decide it with a new plan of 18 seeds " in (
         r2.next_step
     )
-    assert "(seed=range(3,21), in a sweep file of its own" in r2.next_step  # 18 seeds none of the rows ran
+    # 18 seeds none of the rows ran, in an agent confirmation sweep (not the core one)
+    assert "(seed=range(3,21), in a sweep file of its own as configs/sweep/confirm_agents_db.yaml)" in r2.next_step
 
 
 def _job(name, seed, success, generated):
@@ -266,6 +267,7 @@ def test_spearman_undecided_names_the_decisions_and_seeds_needed(tmp_path):
     assert "about 48 seeds (now 2): decide it with a new plan of 48 seeds fixed before its runs (seed=range(2,50)" in (
         claim.next_step
     )
+    assert "as configs/sweep/confirm_agents_db.yaml)" in claim.next_step
 
 
 def test_spearman_below_zero_does_not_hold(tmp_path):

@@ -36,7 +36,7 @@ from mintrl.analysis.agent_stats import (
     welch_difference,
     welch_scale,
 )
-from mintrl.analysis.claims import NOT_MEASURED, Claim, fresh_plan, how_to_decide, new_seeds
+from mintrl.analysis.claims import AGENT_SWEEP, NOT_MEASURED, Claim, fresh_plan, how_to_decide, new_seeds
 from mintrl.analysis.rows import per_seed, seeds_run
 from mintrl.analysis.runs import seed_of
 from mintrl.analysis.stats import FAILS, HOLDS, UNDECIDED, paired_difference, verdict
@@ -56,7 +56,7 @@ def agent_next_step(verdict_: str, stat: dict | None, what: str, ran: Sequence[s
     undecided (:func:`mintrl.analysis.claims.how_to_decide`), :data:`AGENT_SCALE` when it does not hold."""
     if verdict_ == HOLDS:
         return ""
-    return how_to_decide(stat, what, ran) if verdict_ == UNDECIDED else AGENT_SCALE
+    return how_to_decide(stat, what, ran, AGENT_SWEEP) if verdict_ == UNDECIDED else AGENT_SCALE
 
 
 def mean_episodes(row: AgentRow) -> float | None:
@@ -138,7 +138,7 @@ def _more_seeds(factor: float | None, seeds: Sequence[str], ran: Sequence[str]) 
     if factor is None:
         return "no estimate of the seeds that would decide it (an effect of 0, or no spread)"
     total = max(len(seeds) + 1, math.ceil(factor * len(seeds)))
-    return f"about {total} seeds (now {len(seeds)}): {fresh_plan(new_seeds(ran, total))}"
+    return f"about {total} seeds (now {len(seeds)}): {fresh_plan(new_seeds(ran, total), AGENT_SWEEP)}"
 
 
 def claim_prediction_tracks(rail: AgentRow | None) -> tuple[Claim, dict]:
@@ -171,7 +171,7 @@ def claim_prediction_tracks(rail: AgentRow | None) -> tuple[Claim, dict]:
             f"{len(decisions)} decisions with a prediction over {len(seeds)} seed(s): fewer than 4, or constant "
             "predicted or realised gains (no rank correlation)"
         )
-        step = f"No rank correlation to measure: {fresh_plan(new_seeds(ran, 3))}, or more steps."
+        step = f"No rank correlation to measure: {fresh_plan(new_seeds(ran, 3), AGENT_SWEEP)}, or more steps."
         return Claim("R3", text, UNDECIDED, why, step), extra
     measure = (
         f"Spearman r of predicted vs realised gain over {stat['n']} decisions ({len(seeds)} seed(s)): {stat['r']:+.3f} "
@@ -251,7 +251,7 @@ def claim_live_beats(
     seeds = sorted({seed_of(j) for j in rail.jobs if read_decisions(j)})
     open_ = [k for k in deciding if verdict(diffs[k]) == UNDECIDED]
     if any(diffs[k] is None for k in open_) or not seeds:
-        step = f"Fewer than 2 live or shadow decisions: {fresh_plan(new_seeds(seeds_run(rail), 3))}, or more steps."
+        step = f"Fewer than 2 live or shadow decisions: {fresh_plan(new_seeds(seeds_run(rail), 3), AGENT_SWEEP)}, or more steps."
         return Claim("R4", text, v, measure, step), extra
     factors = [welch_scale(diffs[k]) for k in open_]
     factor = None if None in factors else max(factors)

@@ -65,11 +65,16 @@ class Claim:
     next_step: str = ""
 
 
-def how_to_decide(stat: dict | None, what: str, ran: Sequence[str] = ()) -> str:
+CORE_SWEEP = "configs/sweep/confirm_core.yaml"  # the example a plan for a core claim names
+AGENT_SWEEP = "configs/sweep/confirm_agents_db.yaml"  # the example a plan for an agent claim (R1-R4) names
+
+
+def how_to_decide(stat: dict | None, what: str, ran: Sequence[str] = (), sweep: str = CORE_SWEEP) -> str:
     """What would decide an undecided difference: with one seed, more seeds; otherwise the seeds needed at the observed
     mean and sd (:func:`mintrl.analysis.stats.seeds_needed`), as a new plan of that many seeds (:func:`fresh_plan`)
     named among the seeds not in ``ran`` (every seed the rows involved already ran,
-    :func:`mintrl.analysis.rows.seeds_run`) so the suggestion never repeats a run."""
+    :func:`mintrl.analysis.rows.seeds_run`) so the suggestion never repeats a run; ``sweep``: the confirmation sweep
+    file the plan names as its example."""
     if stat is None:
         return f"Not measured: the multirun lacks {what}."
     if stat["sd"] is None:
@@ -83,17 +88,18 @@ def how_to_decide(stat: dict | None, what: str, ran: Sequence[str] = ()) -> str:
         )
     return (
         f"At the observed mean {stat['mean']:+.3f} and sd {stat['sd']:.3f} over seeds, about {n} seeds would give "
-        f"an interval that excludes 0 (now {stat['n']}): {fresh_plan(new_seeds(ran, n))}."
+        f"an interval that excludes 0 (now {stat['n']}): {fresh_plan(new_seeds(ran, n), sweep)}."
     )
 
 
-def fresh_plan(seeds: Sequence[int]) -> str:
+def fresh_plan(seeds: Sequence[int], sweep: str = CORE_SWEEP) -> str:
     """The advice that decides a claim with seeds fixed before any of its runs: ``seeds`` (none of them run yet) in
-    a sweep file of their own, as ``configs/sweep/confirm_core.yaml``, never seeds added to the runs already read
-    until an interval clears 0, e.g. ``fresh_plan([9, 10, 11])`` names ``seed=9,10,11``."""
+    a sweep file of their own, as ``sweep`` (a confirmation sweep of the same kind of rows: :data:`CORE_SWEEP`,
+    :data:`AGENT_SWEEP`), never seeds added to the runs already read until an interval clears 0, e.g.
+    ``fresh_plan([9, 10, 11])`` names ``seed=9,10,11``."""
     return (
         f"decide it with a new plan of {len(seeds)} seeds fixed before its runs (seed={seed_sweep(seeds)}, in a sweep "
-        "file of its own as configs/sweep/confirm_core.yaml), not by adding seeds to these runs"
+        f"file of its own as {sweep}), not by adding seeds to these runs"
     )
 
 
