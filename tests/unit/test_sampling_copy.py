@@ -9,7 +9,8 @@ import torch
 from conftest import tiny_llama
 from transformers import AutoModelForCausalLM
 
-from mintrl.sampler.sampling_copy import SamplingCopy, is_tied, plain_model
+from mintrl.model.heads import is_tied
+from mintrl.sampler.sampling_copy import SamplingCopy, plain_model
 
 
 @pytest.mark.parametrize("tied", [True, False])

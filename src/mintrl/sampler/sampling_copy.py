@@ -12,6 +12,7 @@ try:  # transformers 5
 except ImportError:  # transformers 4.56-4.x (pyproject's floor): the same context manager
     from transformers.modeling_utils import no_init_weights
 
+from mintrl.model.heads import is_tied
 from mintrl.model.lora import is_lora
 from mintrl.sampler.weights import hf_weights, weights_generation
 
@@ -118,12 +119,6 @@ def plain_model(config, dtype: torch.dtype, device: torch.device | str) -> torch
     if config.get_text_config().tie_word_embeddings and not is_tied(model):
         raise ValueError(f"{type(model).__name__}: the config ties the head to the embedding, the built model does not")
     return model.to(device).eval()
-
-
-def is_tied(model: torch.nn.Module) -> bool:
-    """Whether ``model``'s output head is its input embedding's tensor (a Hugging Face causal LM)."""
-    head = model.get_output_embeddings()
-    return head is not None and head.weight is model.get_input_embeddings().weight
 
 
 def _device_of(policy: torch.nn.Module) -> torch.device:

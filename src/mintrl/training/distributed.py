@@ -28,6 +28,7 @@ import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.distributed.fsdp import register_fsdp_forward_method
 
+from mintrl.model.heads import is_tied
 from mintrl.model.logprobs import ROOT_UNIT_METHOD
 from mintrl.training.checkpointing import SHARDED_METADATA, fsync_file, put_in_place, temporary_path
 
@@ -59,7 +60,7 @@ def shard_units(policy: torch.nn.Module, suffixes: tuple[str, ...]) -> list[torc
     units = list(blocks)
     base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
     embed, head = base.get_input_embeddings(), base.get_output_embeddings()
-    if embed is not None and head is not None and embed.weight is not head.weight:
+    if embed is not None and head is not None and not is_tied(base):
         units += [embed, head]
     return [*units, policy]
 
