@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM
 from update_helpers import RepeatedBatch, cpu_trainer, rollout_batch
 
 from mintrl.model.logprobs import token_logprobs
-from mintrl.model.lora import AdapterOff, LoraSettings, apply_lora, frozen_step0, merge_lora_weights
+from mintrl.model.lora import AdapterOff, LoraSettings, apply_lora, base_model, frozen_step0, merge_lora_weights
 from mintrl.objective import GRPO
 from mintrl.training.callbacks.export import HFExport, adapter_folder_name
 from mintrl.training.module import PolicyModule
@@ -58,6 +58,14 @@ def test_only_adapter_parameters_change_and_the_optimizer_sees_only_them(tiny_mo
     # the base weights are the step-0 model's, bit for bit
     base = {k.removeprefix("base_model.model.").replace(".base_layer.", "."): v for k, v in policy.state_dict().items()}
     assert all(torch.equal(base[k], v) for k, v in step0.state_dict().items())
+
+
+def test_the_base_model_of_a_lora_policy_is_the_wrapped_model_and_a_plain_policy_is_its_own(tiny_model):
+    plain = copy.deepcopy(tiny_model)
+    assert base_model(plain) is plain
+    wrapped = _lora(plain)
+    assert base_model(wrapped) is wrapped.base_model.model
+    assert type(base_model(wrapped)).__name__ == "LlamaForCausalLM"  # the HF causal LM, its layers now holding adapters
 
 
 def test_adapter_disabled_view_is_the_step0_policy(tiny_model):

@@ -95,6 +95,11 @@ def is_lora(model) -> bool:
     return isinstance(model, PeftModel)
 
 
+def base_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The Hugging Face causal LM under a peft wrapper (``model`` itself when it is not wrapped)."""
+    return model.get_base_model() if is_lora(model) else model
+
+
 def trainable_parameter_count(model: torch.nn.Module) -> tuple[int, int]:
     """``(trainable, total)`` parameter counts of ``model`` (elements)."""
     total = sum(p.numel() for p in model.parameters())

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from mintrl.model.lora import base_model
 from mintrl.model.shared_prompts import CACHE_ARG
 
 
@@ -131,7 +132,7 @@ def _forward(model, input_ids, attention_mask, position_ids, cache, slim: bool) 
 
 
 def _takes_logits_to_keep(model) -> bool:
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft model passes it on
+    base = base_model(model)  # a peft model passes the argument on
     return "logits_to_keep" in inspect.signature(base.forward).parameters
 
 

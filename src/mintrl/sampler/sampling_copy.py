@@ -13,7 +13,7 @@ except ImportError:  # transformers 4.56-4.x (pyproject's floor): the same conte
     from transformers.modeling_utils import no_init_weights
 
 from mintrl.model.heads import is_tied
-from mintrl.model.lora import is_lora
+from mintrl.model.lora import base_model
 from mintrl.sampler.weights import hf_weights, weights_generation
 
 
@@ -95,7 +95,7 @@ class SamplingCopy:
 
 def base_config(policy: torch.nn.Module):
     """The Hugging Face config of ``policy``, its base model's for a LoRA policy (a copy merges the adapter)."""
-    return (policy.get_base_model() if is_lora(policy) else policy).config
+    return base_model(policy).config
 
 
 def plain_model(config, dtype: torch.dtype, device: torch.device | str) -> torch.nn.Module:

@@ -29,7 +29,7 @@ from typing import Iterator
 import torch
 from torch.distributed.tensor import DTensor
 
-from mintrl.model.lora import is_lora, lora_scalings, merge_lora_stream
+from mintrl.model.lora import base_model, is_lora, lora_scalings, merge_lora_stream
 
 _FSDP_PREFIXES = ("_fsdp_wrapped_module.", "_checkpoint_wrapped_module.", "_orig_mod.")
 
@@ -196,7 +196,7 @@ def save_rank_local_folder(model: torch.nn.Module, folder: str | Path, dtype: to
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    base = model.get_base_model() if is_lora(model) else model
+    base = base_model(model)
     tensors = {}
     for name, tensor in hf_weights(model):
         if dtype is not None and tensor.is_floating_point():

@@ -30,6 +30,7 @@ from torch.distributed.fsdp import register_fsdp_forward_method
 
 from mintrl.model.heads import is_tied
 from mintrl.model.logprobs import ROOT_UNIT_METHOD
+from mintrl.model.lora import base_model
 from mintrl.training.checkpointing import SHARDED_METADATA, fsync_file, put_in_place, temporary_path
 
 RESHARD = (True, False)
@@ -58,7 +59,7 @@ def shard_units(policy: torch.nn.Module, suffixes: tuple[str, ...]) -> list[torc
             f"(its module classes include {names})"
         )
     units = list(blocks)
-    base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+    base = base_model(policy)
     embed, head = base.get_input_embeddings(), base.get_output_embeddings()
     if embed is not None and head is not None and not is_tied(base):
         units += [embed, head]
@@ -157,7 +158,7 @@ class FullyShardedStrategy(ModelParallelStrategy):
         # the trainer's forward calls the body and the LM head (in blocks) itself, not policy.forward:
         # a registered forward method gathers the root unit's weights around it and its backward; an
         # untied head (its own unit) gets one too, so its blocks gather it once, not once per block
-        base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+        base = base_model(policy)
         head = base.get_output_embeddings()
         for unit in (policy, head) if isinstance(head, FSDPModule) else (policy,):
             setattr(unit, ROOT_UNIT_METHOD, types.MethodType(_run_in_root_unit, unit))

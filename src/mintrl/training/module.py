@@ -23,7 +23,7 @@ from mintrl.core.checks import check_choice, check_int, check_range
 from mintrl.metrics.pass_at_k import PassAtK
 from mintrl.model.dropout import disable_dropout
 from mintrl.model.logprobs import token_logprobs
-from mintrl.model.lora import is_lora
+from mintrl.model.lora import base_model, is_lora
 from mintrl.objective.aggregation import StepTotals, step_totals
 from mintrl.objective.off_policy import PROXIMAL_LOGPROBS
 from mintrl.sampler.weights import is_sharded, strip_wrapper_prefixes, weights_generation
@@ -94,7 +94,7 @@ def enable_gradient_checkpointing(policy: torch.nn.Module) -> None:
     Raises:
         ValueError: the model has no ``gradient_checkpointing_enable`` or does not support it.
     """
-    base = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+    base = base_model(policy)
     if not getattr(base, "supports_gradient_checkpointing", False) or not hasattr(
         base, "gradient_checkpointing_enable"
     ):
