@@ -7,9 +7,12 @@ A misspelt key in a config folder makes the check fail (the last tests)."""
 from __future__ import annotations
 
 import itertools
+import re
 import shutil
+from pathlib import Path
 
 import pytest
+import yaml
 from config_signatures import (
     compose_config,
     config_errors,
@@ -24,13 +27,12 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from mintrl.build.config import CONFIG_DIR
+from mintrl.build.config_checks import check_config
 
-# Rows that do not pass the check today, with the defect: the test expects them to fail (strict xfail),
-# so that a fix shows up as an unexpected pass and the entry is removed.
-KNOWN_DEFECTS = {
-    "+preset=paper_agent": "paper_agent sets episode keys (rollout.max_turns, max_action_tokens, "
-    "max_observation_tokens) but not rollout=episodes: alone, or with a method, SingleTurnRollout gets them",
-}
+# Presets that are a layer under others, not a row alone, with the refusal check_config gives alone:
+# paper_agent is the agent rows' scale (rollout=episodes, no environment), which preset=paper_sql,
+# paper_shell and paper_python_tool put under an environment's components.
+LAYER_PRESETS = {"paper_agent": "rollout=episodes needs an environment: add env=<name>"}
 EVAL_ONLY = {("data", "eval")}  # options read only under configs/eval.yaml (with its benchmark)
 # Groups whose options are also built, with what the build would pass that needs no model (None for the
 # model context and the tokenizer); the options that need a model or an endpoint are not built.
@@ -51,7 +53,7 @@ def component_overrides(group: str, option: str) -> tuple[str, list[str]]:
     after the preset it pairs with (``config_signatures.pairing_preset``); benchmarks under eval.yaml."""
     if group == "benchmark" or (group, option) in EVAL_ONLY:
         return "eval", [f"{group}={option}"]
-    preset = pairing_preset(group, option, skip=frozenset(r.removeprefix("+preset=") for r in KNOWN_DEFECTS))
+    preset = pairing_preset(group, option, skip=frozenset(LAYER_PRESETS))
     return "train", [*([f"+preset={preset}"] if preset else []), f"{group}={option}"]
 
 
@@ -98,18 +100,34 @@ def test_the_combined_compositions_select_every_option():
 ROWS = (
     [f"experiment={name}" for name in row_options("experiment")]
     + [f"method={name}" for name in row_options("method")]
-    + [f"+preset={name}" for name in row_options("preset")]
+    + [f"+preset={name}" for name in row_options("preset") if name not in LAYER_PRESETS]
 )
 
 
-def _expected_to_pass(row: str):
-    mark = pytest.mark.xfail(reason=KNOWN_DEFECTS[row], strict=True) if row in KNOWN_DEFECTS else ()
-    return pytest.param(row, marks=mark, id=row)
-
-
-@pytest.mark.parametrize("row", [_expected_to_pass(r) for r in ROWS])
+@pytest.mark.parametrize("row", ROWS)
 def test_every_row_option_matches_its_targets(row):
     assert config_errors(compose_config([row])) == [], row
+
+
+@pytest.mark.parametrize("preset", sorted(LAYER_PRESETS))
+@pytest.mark.parametrize("method", [None, "grpo", "rail"])
+def test_a_layer_preset_without_its_environment_is_refused_by_name(preset, method):
+    overrides = [f"method={method}", f"preset={preset}"] if method else [f"+preset={preset}"]
+    with pytest.raises(ValueError, match=re.escape(LAYER_PRESETS[preset])):
+        check_config(compose_config(overrides))
+
+
+def _extended_presets(name: str) -> set[str]:
+    """The presets ``name``'s defaults list extends (its plain string entries)."""
+    entries = (yaml.safe_load((Path(CONFIG_DIR) / "preset" / f"{name}.yaml").read_text()) or {}).get("defaults") or []
+    return {e for e in entries if isinstance(e, str) and e != "_self_"}
+
+
+def test_every_preset_that_extends_a_layer_matches_its_targets():
+    extending = [p for p in row_options("preset") if _extended_presets(p) & set(LAYER_PRESETS)]
+    assert extending == ["paper_python_tool", "paper_shell", "paper_sql"]
+    for preset in extending:
+        assert config_errors(compose_config([f"+preset={preset}"])) == [], preset
 
 
 SWEEPS = row_options("sweep")
@@ -138,15 +156,9 @@ def test_every_root_config_matches_its_targets(root):
 
 
 METHOD_PRESETS = [
-    pytest.param(
-        method,
-        preset,
-        id=f"{method}+{preset}",
-        marks=[pytest.mark.xfail(reason=KNOWN_DEFECTS[f"+preset={preset}"], strict=True)]
-        if f"+preset={preset}" in KNOWN_DEFECTS
-        else [],
-    )
+    pytest.param(method, preset, id=f"{method}+{preset}")
     for method, preset in itertools.product(row_options("method"), row_options("preset"))
+    if preset not in LAYER_PRESETS
 ]
 
 

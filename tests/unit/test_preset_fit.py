@@ -24,7 +24,8 @@ from mintrl.model.kv_cache import check_kv_budget, dtype_bytes, kv_bytes_per_tok
 from mintrl.model.loading import embedded_smollm2_folder
 from mintrl.sampler.hf import HFSampler
 
-PAPER_PRESETS = sorted(p.stem for p in (Path(CONFIG_DIR) / "preset").glob("paper_*.yaml"))
+# paper_agent is the agent rows' scale, a layer of paper_sql, paper_shell and paper_python_tool (no environment alone)
+PAPER_PRESETS = sorted(p.stem for p in (Path(CONFIG_DIR) / "preset").glob("paper_*.yaml") if p.stem != "paper_agent")
 PAPER_EXPERIMENTS = sorted(p.stem for p in (Path(CONFIG_DIR) / "experiment" / "paper").glob("*.yaml"))
 PAPER_ROWS = (
     [f"+preset={p}" for p in PAPER_PRESETS]
@@ -191,7 +192,7 @@ def test_every_paper_row_fits_one_80_gb_gpu_by_the_memory_plan(row):
         ("experiment=paper/mintrl_const", "module.gradient_checkpointing=false"),  # 178 GiB of activations
         ("experiment=paper/mintrl_const", "sampler.sleep_mode=false"),  # the engine's 24 GiB in the update
         ("experiment=paper/grpo", "sampler.sleep_mode=false"),
-        ("+preset=paper_agent", "module.gradient_checkpointing=false"),  # 4 rows x 6,144 tokens: 59 GiB
+        ("+preset=paper_sql", "module.gradient_checkpointing=false"),  # 4 rows x 6,144 tokens: 59 GiB
         ("experiment=paper/int", "judge.max_batch_size=128"),  # 128 rows of the fp32 step-0 copy's KV
         ("experiment=paper/mintrl_const", "teacher_model.max_batch_size=128"),  # the 4B judge's KV: 111 GiB
     ],
