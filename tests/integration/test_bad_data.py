@@ -11,6 +11,7 @@ from mintrl.data import RolloutDataModule
 from mintrl.data.base import InvalidRow, RowFilter
 from mintrl.data.benchmarks import HubPrompts
 from mintrl.data.code import CodePrompts
+from mintrl.env.sql.source import SqlTasks
 
 GOOD_HE = {
     "task_id": "t/0",
@@ -103,3 +104,37 @@ def test_data_module_skip_invalid_counts_the_skipped_rows(tmp_path, tokenizer):
     )
     lenient.setup()
     assert lenient.skipped_rows == len(BAD_CODE) and len(lenient.train_items) == 2 and len(lenient.val_items) == 1
+
+
+def _dbbench_row(i: int, **changes) -> dict:
+    row = {
+        "description": f"What is the age of person {i}?",
+        "label": [str(20 + i)],
+        "table": {
+            "table_name": "people",
+            "table_info": {
+                "columns": [{"name": "id", "type": "INT"}, {"name": "age", "type": "INT"}],
+                "rows": [[i, 20 + i]],
+            },
+        },
+        "type": ["other"],
+        "sql": {"query": f"SELECT age FROM people WHERE id = {i};"},
+    }
+    return {**row, **changes}
+
+
+def test_a_bad_row_of_a_file_both_splits_read_is_counted_once(tmp_path, tokenizer):
+    # the DB-bench source reads the whole file for each split (then splits it): row 2 is skipped twice, one row
+    rows = [_dbbench_row(i) for i in range(6)]
+    rows[2] = _dbbench_row(2, description="")
+    path = tmp_path / "dbbench.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    data = RolloutDataModule(
+        SqlTasks(path=str(path), val_size=2, train_size=None, split_seed=0),
+        rollout=None,
+        tokenizer=tokenizer,
+        prompts_per_step=1,
+        skip_invalid=True,
+    )
+    data.setup()
+    assert data.skipped_rows == 1 and len(data.train_items) == 3 and len(data.val_items) == 2

@@ -42,7 +42,8 @@ class InvalidRow(ValueError):
 
 class RowFilter:
     """Builds items row by row: an :class:`InvalidRow` stops the build (default) or, with
-    ``skip=True``, drops the row and is remembered in ``skipped`` (the messages)."""
+    ``skip=True``, drops the row and is remembered in ``skipped`` (the messages, each once: a source
+    that reads its whole file for each split skips a bad row twice, and it is one row)."""
 
     def __init__(self, skip: bool = False):
         self.skip = skip
@@ -55,7 +56,8 @@ class RowFilter:
         except InvalidRow as err:
             if not self.skip:
                 raise
-            self.skipped.append(str(err))
+            if str(err) not in self.skipped:
+                self.skipped.append(str(err))
             return None
 
 
